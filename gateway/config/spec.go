@@ -1,0 +1,107 @@
+// Package config owns the generation spec: the types an operator writes, strict
+// JSON and YAML parsing, defaults, and validation that reports every error of a
+// spec at once with its field path.
+//
+// The data plane compiles a spec with the same code the API uses to validate
+// it, so whatever the API accepts the proxy can serve.
+package config
+
+// Balancer names accepted in Upstream.Balancer.
+const (
+	BalancerRoundRobin = "round_robin"
+	BalancerLeastConn  = "least_conn"
+	BalancerIPHash     = "ip_hash"
+	BalancerPeakEWMA   = "peak_ewma"
+)
+
+// Canary metric names accepted in Threshold.Metric.
+const (
+	MetricErrorRate  = "error_rate"
+	MetricLatencyP99 = "latency_p99"
+)
+
+// Spec is one generation of routing configuration. The zero value is an empty
+// spec, which fails validation (it has no services).
+type Spec struct {
+	Upstreams []Upstream `json:"upstreams"`
+	Services  []Service  `json:"services"`
+}
+
+// Upstream is a named pool of endpoints with one balancer.
+type Upstream struct {
+	// Name matches [a-z0-9][a-z0-9._-]{0,62} and is unique among upstreams.
+	Name string `json:"name"`
+	// Balancer is one of the Balancer* constants; "" means round_robin
+	// (Defaults fills it in).
+	Balancer string `json:"balancer,omitempty"`
+	// Endpoints holds 1..64 entries, each host:port or http(s)://host:port.
+	Endpoints []string `json:"endpoints"`
+	// HealthCheck, when non-nil, enables active health checks.
+	HealthCheck *HealthCheck `json:"health_check,omitempty"`
+}
+
+// HealthCheck configures active health checks of an upstream's endpoints.
+// Zero numeric fields are filled in by Defaults.
+type HealthCheck struct {
+	Path               string `json:"path"`
+	IntervalS          int    `json:"interval_s"`
+	TimeoutS           int    `json:"timeout_s"`
+	HealthyThreshold   int    `json:"healthy_threshold"`
+	UnhealthyThreshold int    `json:"unhealthy_threshold"`
+}
+
+// Service routes requests matched by Host and BasePath to one upstream or to a
+// weighted split of upstreams. Exactly one of Upstream and Split is set.
+type Service struct {
+	Name string `json:"name"`
+	// BasePath is matched as the longest prefix on path-segment boundaries;
+	// "" means "/" (Defaults fills it in).
+	BasePath string `json:"base_path"`
+	// Host, when not empty, must equal the request's Host (port stripped,
+	// case-insensitive).
+	Host     string  `json:"host,omitempty"`
+	Upstream string  `json:"upstream,omitempty"`
+	Split    *Split  `json:"split,omitempty"`
+	Sticky   *Sticky `json:"sticky,omitempty"`
+}
+
+// Split is a deterministic weighted split over 2..8 targets.
+type Split struct {
+	Targets        []Target        `json:"targets"`
+	CanaryAnalysis *CanaryAnalysis `json:"canary_analysis,omitempty"`
+}
+
+// Target is one branch of a split. When decoded from JSON or YAML an absent
+// weight means 1; a Target built in Go with no Weight has weight 0.
+type Target struct {
+	Upstream string `json:"upstream"`
+	Weight   int    `json:"weight"`
+}
+
+// CanaryAnalysis configures the auto-canary controller for a 2-target split:
+// Targets[0] is the baseline and Targets[1] the canary.
+type CanaryAnalysis struct {
+	Enabled         bool      `json:"enabled"`
+	WindowSeconds   int       `json:"window_seconds"`
+	Step            int       `json:"step"`
+	MinRequests     int       `json:"min_requests"`
+	CooldownSeconds int       `json:"cooldown_seconds"`
+	Promote         Threshold `json:"promote"`
+	Rollback        Threshold `json:"rollback"`
+}
+
+// Threshold compares one canary metric against a bound. latency_p99 is in
+// seconds; error_rate is a fraction in [0, 1].
+type Threshold struct {
+	Metric    string  `json:"metric"`
+	Threshold float64 `json:"threshold"`
+}
+
+// Sticky pins a client session to one branch with an affinity cookie.
+type Sticky struct {
+	// Cookie is the cookie name, an RFC 6265 token.
+	Cookie string `json:"cookie"`
+	// TTLS is the cookie's Max-Age in seconds, 1..2592000; 0 means 3600
+	// (Defaults fills it in).
+	TTLS int `json:"ttl_s"`
+}
