@@ -1,0 +1,295 @@
+// Package proxy is the data plane's reverse proxy.
+//
+// A Proxy serves requests by the generation last given to Apply. Apply
+// compiles the spec into an immutable table — services matched by host and
+// longest base path, each with its compiled split, its upstreams' balancers,
+// one prebuilt reverse proxy per endpoint and its metric children — and
+// swaps it in with one atomic store. A request does one atomic load and no
+// locking, so the very next request after Apply returns is served by the new
+// generation while requests already in flight finish on the old one.
+//
+// For each request the proxy finds the service, works out the key (the
+// sticky cookie, else the request id; a sticky service without a valid cookie
+// mints the handle first and sets it on the response), picks the branch with
+// the split, fails over to the next healthy branch when every endpoint of the
+// picked one is down, lets the upstream's balancer pick an endpoint, and
+// forwards the request with the X-Request-Id, X-Forwarded-* and X-Dwara-*
+// headers of DESIGN.md section 3.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dwara/dwara/gateway/balance"
+	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/split"
+)
+
+// Options configure a Proxy. The zero value is usable.
+type Options struct {
+	// Registry holds the endpoint states shared across generations (and with
+	// health checkers); nil means a new private one.
+	Registry *balance.Registry
+	// Metrics receives the data-plane collectors; nil registers them nowhere.
+	Metrics prometheus.Registerer
+	// Transport carries requests upstream; nil means a keep-alive
+	// http.Transport shared by every endpoint (see NewTransport).
+	Transport http.RoundTripper
+	// Logger logs upstream errors and applies; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Proxy is the data plane's reverse proxy. It is safe for concurrent use;
+// Apply may be called while requests are served. It must not be copied.
+type Proxy struct {
+	table     atomic.Pointer[table]
+	reg       *balance.Registry
+	m         *metrics
+	transport http.RoundTripper
+	buffers   *bufferPool
+	log       *slog.Logger
+	errorLog  *log.Logger
+	applyMu   sync.Mutex // serialises Apply; never taken by requests
+}
+
+// New returns a Proxy that answers 503 until the first Apply.
+func New(o Options) *Proxy {
+	p := &Proxy{
+		reg:       o.Registry,
+		m:         newMetrics(o.Metrics),
+		transport: o.Transport,
+		buffers:   newBufferPool(256),
+		log:       o.Logger,
+	}
+	if p.reg == nil {
+		p.reg = balance.NewRegistry()
+	}
+	if p.transport == nil {
+		p.transport = NewTransport()
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	p.errorLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
+	return p
+}
+
+// NewTransport returns the keep-alive transport a Proxy uses by default:
+// HTTP/1.1 to upstreams, up to 512 idle connections per endpoint, a 5 s dial
+// timeout and no overall timeout (long polls and streams pass through).
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// Apply validates spec, compiles it and makes it the generation that serves
+// the next request. An invalid spec is refused with its *config.ValidationError
+// and the current generation keeps serving. Apply does not modify spec.
+func (p *Proxy) Apply(spec *config.Spec, generation int64) error {
+	start := time.Now()
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	p.applyMu.Lock()
+	defer p.applyMu.Unlock()
+	t, err := p.compile(spec, generation)
+	if err != nil {
+		return err
+	}
+	p.table.Store(t)
+	p.retainEndpoints(t)
+	p.m.generation.Set(float64(generation))
+	p.m.applySecs.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// retainEndpoints forgets endpoint states no longer named and publishes the
+// up gauge of the ones that are.
+func (p *Proxy) retainEndpoints(t *table) {
+	keep := make(map[string]struct{})
+	for _, u := range t.upstreams {
+		for _, e := range u.endpoints {
+			keep[e.addr] = struct{}{}
+			up := 0.0
+			if e.state.Up() {
+				up = 1
+			}
+			p.m.endpointUp.WithLabelValues(u.name, e.addr).Set(up)
+		}
+	}
+	p.reg.Retain(keep)
+}
+
+// Generation returns the generation being served, 0 before the first Apply.
+func (p *Proxy) Generation() int64 {
+	if t := p.table.Load(); t != nil {
+		return t.generation
+	}
+	return 0
+}
+
+// Registry returns the endpoint states the proxy uses.
+func (p *Proxy) Registry() *balance.Registry { return p.reg }
+
+// ServeHTTP routes and proxies one request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	t := p.table.Load()
+	if t == nil {
+		writeProblem(w, http.StatusServiceUnavailable, "No generation loaded", "the gateway has not applied a configuration generation yet")
+		return
+	}
+	svc := t.match(hostOnly(r), r.URL.Path)
+	if svc == nil {
+		writeProblem(w, http.StatusNotFound, "No service matches", "no service of the active generation matches this host and path")
+		return
+	}
+
+	// Remove every X-Dwara-* header the client sent: only the gateway speaks
+	// them. Deleting during range is allowed by the language.
+	for k := range r.Header {
+		if len(k) > 8 && strings.EqualFold(k[:8], "X-Dwara-") {
+			delete(r.Header, k)
+		}
+	}
+	reqID := requestID(r)
+
+	key := reqID
+	affinity := ""
+	if st := svc.sticky; st != nil {
+		v, ok := split.ReadCookie(r.Header, st.cookie)
+		if !ok || !split.ValidAffinityID(v) {
+			v = split.MintAffinityID()
+			cookie := st.cookie + "=" + v + st.attrs
+			if r.TLS != nil {
+				cookie += "; Secure"
+			}
+			w.Header().Add("Set-Cookie", cookie)
+			p.m.sticky.Inc()
+		}
+		key, affinity = v, v
+	}
+	if affinity == "" {
+		affinity = clientIP(r)
+	}
+
+	h := split.Hash(key)
+	ti := svc.split.PickHash(h)
+	tg := svc.targets[ti]
+	ei := tg.up.balancer.Pick(affinity)
+	if ei < 0 {
+		// Every endpoint of the picked branch is down: walk the remaining
+		// weights the same way, excluding each branch found dead.
+		excluded := uint8(1) << ti
+		tg.failovers.Inc()
+		for ei < 0 {
+			ti = svc.split.PickExcluding(h, excluded)
+			if ti < 0 {
+				writeProblem(w, http.StatusBadGateway, "No healthy upstream", "every endpoint of every branch of service "+svc.name+" is down")
+				return
+			}
+			tg = svc.targets[ti]
+			if ei = tg.up.balancer.Pick(affinity); ei < 0 {
+				excluded |= 1 << ti
+			}
+		}
+	}
+	tg.picks.Inc()
+	ep := tg.up.endpoints[ei]
+
+	r.Header["X-Dwara-Service"] = tg.hdrService
+	r.Header["X-Dwara-Upstream"] = tg.hdrUpstream
+	r.Header["X-Dwara-Generation"] = tg.hdrGeneration
+
+	sw := getStatusWriter(w)
+	began := ep.state.Begin()
+	ep.rp.ServeHTTP(sw, r)
+	code := sw.code
+	putStatusWriter(sw)
+	ep.state.Done(began, code >= 500)
+	tg.codes.inc(code)
+	tg.duration.Observe(time.Since(start).Seconds())
+}
+
+// upstreamError answers a request whose upstream could not be reached or
+// failed mid-response with 502 problem+json; the error itself is logged, not
+// sent to the client.
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) {
+		// The client went away; nobody reads the answer.
+		w.WriteHeader(499)
+		return
+	}
+	w.Header()["X-Request-Id"] = r.Header["X-Request-Id"]
+	p.log.Warn("upstream request failed",
+		"request_id", r.Header.Get("X-Request-Id"),
+		"service", r.Header.Get("X-Dwara-Service"),
+		"upstream", r.Header.Get("X-Dwara-Upstream"),
+		"url", r.URL.Redacted(), "err", err)
+	writeProblem(w, http.StatusBadGateway, "Upstream unreachable", "the upstream endpoint could not be reached or failed")
+}
+
+// requestID returns the request's X-Request-Id when it is 1..128 characters
+// of [A-Za-z0-9._:-]; otherwise it sets a fresh random one and returns it.
+func requestID(r *http.Request) string {
+	if vs := r.Header["X-Request-Id"]; len(vs) == 1 && validRequestID(vs[0]) {
+		return vs[0]
+	}
+	var b [32]byte
+	a, c := rand.Uint64(), rand.Uint64()
+	for i := 15; i >= 0; i-- {
+		b[i] = hexDigits[a&0xf]
+		a >>= 4
+		b[16+i] = hexDigits[c&0xf]
+		c >>= 4
+	}
+	id := string(b[:])
+	r.Header["X-Request-Id"] = []string{id}
+	return id
+}
+
+const hexDigits = "0123456789abcdef"
+
+func validRequestID(v string) bool {
+	if len(v) == 0 || len(v) > 128 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
+			c == '.', c == '_', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// clientIP returns the host part of r.RemoteAddr: the peer, never a header.
+func clientIP(r *http.Request) string {
+	a := r.RemoteAddr
+	if i := strings.LastIndexByte(a, ':'); i >= 0 {
+		a = a[:i]
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(a, "["), "]")
+}

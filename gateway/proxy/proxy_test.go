@@ -1,0 +1,648 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/gateway/config"
+)
+
+// Chi-square critical values at p = 0.001 by degrees of freedom.
+var chi2Critical001 = map[int]float64{1: 10.828, 2: 13.816, 3: 16.266}
+
+func chiSquare(observed, weights []int) float64 {
+	var n, tw float64
+	for i := range observed {
+		n += float64(observed[i])
+		tw += float64(weights[i])
+	}
+	var chi float64
+	for i := range observed {
+		exp := n * float64(weights[i]) / tw
+		d := float64(observed[i]) - exp
+		chi += d * d / exp
+	}
+	return chi
+}
+
+func startPool(t testing.TB, name string, n int) *demo.Pool {
+	t.Helper()
+	p, err := demo.StartPool(name, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// gateway is a Proxy on a real loopback listener.
+type gateway struct {
+	*Proxy
+	URL string
+	reg *prometheus.Registry
+}
+
+func startGateway(t testing.TB) *gateway {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	p := New(Options{Metrics: reg})
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	return &gateway{Proxy: p, URL: srv.URL, reg: reg}
+}
+
+func mustParse(t testing.TB, yaml string) *config.Spec {
+	t.Helper()
+	s, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatalf("parse spec: %v\n%s", err, yaml)
+	}
+	return s
+}
+
+func (g *gateway) apply(t testing.TB, gen int64, yaml string) {
+	t.Helper()
+	if err := g.Apply(mustParse(t, yaml), gen); err != nil {
+		t.Fatalf("apply generation %d: %v", gen, err)
+	}
+}
+
+func endpoints(p *demo.Pool) string {
+	return `["` + strings.Join(p.Addrs, `", "`) + `"]`
+}
+
+// splitSpec is a one-service spec splitting / over pools by weights.
+func splitSpec(pools []*demo.Pool, weights []int, extra string) string {
+	var b strings.Builder
+	b.WriteString("upstreams:\n")
+	for _, p := range pools {
+		fmt.Fprintf(&b, "  - {name: %s, endpoints: %s}\n", p.Name, endpoints(p))
+	}
+	b.WriteString("services:\n  - name: web\n    base_path: /\n    split:\n      targets:\n")
+	for i, p := range pools {
+		fmt.Fprintf(&b, "        - {upstream: %s, weight: %d}\n", p.Name, weights[i])
+	}
+	b.WriteString(extra)
+	return b.String()
+}
+
+var client = &http.Client{
+	Transport: &http.Transport{MaxIdleConnsPerHost: 64},
+	Timeout:   10 * time.Second,
+}
+
+// get sends one request and returns the response with its body read.
+func get(t testing.TB, c *http.Client, url string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
+func TestSplitRatiosEndToEnd(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		weights []int
+		keys    int
+	}{
+		{"95/5", []int{95, 5}, 4000},
+		{"50/50", []int{50, 50}, 3000},
+		{"1/99", []int{1, 99}, 4000},
+		{"4-way", []int{40, 30, 20, 10}, 4000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var pools []*demo.Pool
+			index := map[string]int{}
+			for i := range tt.weights {
+				p := startPool(t, fmt.Sprintf("pool-%d", i), 2)
+				index[p.Name] = i
+				pools = append(pools, p)
+			}
+			g := startGateway(t)
+			g.apply(t, 1, splitSpec(pools, tt.weights, ""))
+			counts := make([]int, len(tt.weights))
+			for k := 0; k < tt.keys; k++ {
+				resp, _ := get(t, client, g.URL+"/", map[string]string{"X-Request-Id": fmt.Sprintf("req-%s-%d", tt.name, k)})
+				if resp.StatusCode != 200 {
+					t.Fatalf("status %d", resp.StatusCode)
+				}
+				counts[index[resp.Header.Get("X-Pool")]]++
+			}
+			df := len(tt.weights) - 1
+			if chi := chiSquare(counts, tt.weights); chi > chi2Critical001[df] {
+				t.Errorf("counts %v for weights %v: chi-square %.2f > %.3f (p = 0.001)", counts, tt.weights, chi, chi2Critical001[df])
+			}
+			// The pick metric counted the same.
+			for i, p := range pools {
+				got := testutil.ToFloat64(g.m.picks.WithLabelValues("web", p.Name))
+				if int(got) != counts[i] {
+					t.Errorf("dwara_split_picks_total{upstream=%q} = %v, want %d", p.Name, got, counts[i])
+				}
+			}
+		})
+	}
+}
+
+var cookieRE = regexp.MustCompile(`^[0-9a-f]{24}$`)
+
+func TestStickySessionsEndToEnd(t *testing.T) {
+	t.Parallel()
+	stable := startPool(t, "stable", 3)
+	canary := startPool(t, "canary", 3)
+	g := startGateway(t)
+	g.apply(t, 1, fmt.Sprintf(`
+upstreams:
+  - {name: stable, endpoints: %s}
+  - {name: canary, balancer: ip_hash, endpoints: %s}
+services:
+  - name: web
+    split:
+      targets: [{upstream: stable, weight: 70}, {upstream: canary, weight: 30}]
+    sticky: {cookie: dwara_affinity, ttl_s: 600}
+`, endpoints(stable), endpoints(canary)))
+
+	const clients, perClient = 500, 10
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		failures  []string
+		pools     = map[string]int{}
+		endpoints = map[string]bool{} // canary endpoints seen across sessions
+	)
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(failures) < 10 {
+			failures = append(failures, fmt.Sprintf(format, args...))
+		}
+	}
+	sem := make(chan struct{}, 16)
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(c int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			jar, _ := cookiejar.New(nil)
+			hc := &http.Client{Jar: jar, Transport: client.Transport, Timeout: 10 * time.Second}
+			var pool, endpoint string
+			for i := 0; i < perClient; i++ {
+				resp, err := hc.Get(g.URL + "/page")
+				if err != nil {
+					fail("client %d request %d: %v", c, i, err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				setCookie := resp.Header.Values("Set-Cookie")
+				if i == 0 {
+					if len(setCookie) != 1 {
+						fail("client %d: first response has %d Set-Cookie", c, len(setCookie))
+						return
+					}
+					ck := (&http.Response{Header: http.Header{"Set-Cookie": setCookie}}).Cookies()[0]
+					if ck.Name != "dwara_affinity" || !cookieRE.MatchString(ck.Value) || ck.MaxAge != 600 || !ck.HttpOnly || ck.Path != "/" || ck.SameSite != http.SameSiteLaxMode {
+						fail("client %d: bad cookie %q", c, setCookie[0])
+					}
+					pool, endpoint = resp.Header.Get("X-Pool"), resp.Header.Get("X-Endpoint")
+					continue
+				}
+				if len(setCookie) != 0 {
+					fail("client %d request %d: Set-Cookie again: %q", c, i, setCookie)
+				}
+				if got := resp.Header.Get("X-Pool"); got != pool {
+					fail("client %d request %d: served by %s, first by %s", c, i, got, pool)
+				}
+				if pool == "canary" && resp.Header.Get("X-Endpoint") != endpoint {
+					fail("client %d request %d: ip_hash endpoint %s, first %s", c, i, resp.Header.Get("X-Endpoint"), endpoint)
+				}
+			}
+			mu.Lock()
+			pools[pool]++
+			if pool == "canary" {
+				endpoints[endpoint] = true
+			}
+			mu.Unlock()
+		}(c)
+	}
+	wg.Wait()
+	for _, f := range failures {
+		t.Error(f)
+	}
+	if chi := chiSquare([]int{pools["stable"], pools["canary"]}, []int{70, 30}); chi > chi2Critical001[1] {
+		t.Errorf("sessions per pool %v: chi-square %.2f over 70/30", pools, chi)
+	}
+	if len(endpoints) != 3 {
+		t.Errorf("canary sessions used %d of 3 endpoints: the ring key must be the cookie, not the shared client IP", len(endpoints))
+	}
+	if got := testutil.ToFloat64(g.m.sticky); got != clients {
+		t.Errorf("dwara_sticky_sessions_total = %v, want %d", got, clients)
+	}
+}
+
+func TestStickyCookieInvalidIsReplaced(t *testing.T) {
+	t.Parallel()
+	a := startPool(t, "a", 1)
+	b := startPool(t, "b", 1)
+	g := startGateway(t)
+	g.apply(t, 1, splitSpec([]*demo.Pool{a, b}, []int{1, 1}, "    sticky: {cookie: sid}\n"))
+	valid := "0123456789abcdef01234567"
+	resp, _ := get(t, client, g.URL, map[string]string{"Cookie": "sid=" + valid})
+	if sc := resp.Header.Values("Set-Cookie"); len(sc) != 0 {
+		t.Errorf("valid cookie presented, got Set-Cookie %q", sc)
+	}
+	first := resp.Header.Get("X-Pool")
+	for i := 0; i < 20; i++ {
+		resp, _ := get(t, client, g.URL, map[string]string{"Cookie": "sid=" + valid})
+		if resp.Header.Get("X-Pool") != first {
+			t.Fatalf("same cookie served by %s then %s", first, resp.Header.Get("X-Pool"))
+		}
+	}
+	for _, bad := range []string{"sid=", "sid=short", "sid=0123456789ABCDEF01234567", "other=1"} {
+		resp, _ := get(t, client, g.URL, map[string]string{"Cookie": bad})
+		sc := resp.Header.Get("Set-Cookie")
+		if !strings.HasPrefix(sc, "sid=") || !cookieRE.MatchString(strings.TrimPrefix(strings.SplitN(sc, ";", 2)[0], "sid=")) {
+			t.Errorf("cookie %q: Set-Cookie %q, want a fresh handle", bad, sc)
+		}
+	}
+}
+
+// TestFlipUnderLoad applies a blue-green flip while 8 clients keep sending:
+// no request fails, and every request sent after Apply returned is served by
+// the new side.
+func TestFlipUnderLoad(t *testing.T) {
+	t.Parallel()
+	blue := startPool(t, "blue", 2)
+	green := startPool(t, "green", 2)
+	g := startGateway(t)
+	g.apply(t, 1, splitSpec([]*demo.Pool{blue, green}, []int{100, 0}, ""))
+
+	var (
+		flipped              atomic.Bool
+		stop                 atomic.Bool
+		total                atomic.Int64
+		afterFlip            atomic.Int64
+		wg                   sync.WaitGroup
+		errs                 = make(chan string, 100)
+		warm                 = make(chan struct{}) // closed after 200 requests
+		enough               = make(chan struct{}) // closed after 400 requests past the flip
+		warmOnce, enoughOnce sync.Once
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for c := 0; c < 8; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5000 && !stop.Load() && ctx.Err() == nil; i++ {
+				after := flipped.Load()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.URL+"/", nil)
+				resp, err := client.Do(req)
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if total.Add(1) == 200 {
+					warmOnce.Do(func() { close(warm) })
+				}
+				if resp.StatusCode != 200 {
+					errs <- fmt.Sprintf("status %d", resp.StatusCode)
+					return
+				}
+				if after {
+					if afterFlip.Add(1) == 400 {
+						enoughOnce.Do(func() { close(enough) })
+					}
+					if pool := resp.Header.Get("X-Pool"); pool != "green" {
+						errs <- "request sent after the flip served by " + pool
+						return
+					}
+				}
+			}
+		}()
+	}
+	// Flip once traffic is flowing.
+	select {
+	case <-warm:
+	case <-ctx.Done():
+	}
+	g.apply(t, 2, splitSpec([]*demo.Pool{blue, green}, []int{0, 100}, ""))
+	flipped.Store(true)
+	select {
+	case <-enough:
+	case <-ctx.Done():
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if afterFlip.Load() < 400 {
+		t.Errorf("only %d requests after the flip", afterFlip.Load())
+	}
+	if g.Generation() != 2 || testutil.ToFloat64(g.m.generation) != 2 {
+		t.Errorf("generation %d, gauge %v; want 2", g.Generation(), testutil.ToFloat64(g.m.generation))
+	}
+}
+
+func TestStatusBeforeGenerationAndNoMatch(t *testing.T) {
+	t.Parallel()
+	a := startPool(t, "a", 1)
+	g := startGateway(t)
+	resp, body := get(t, client, g.URL+"/x", nil)
+	if resp.StatusCode != 503 || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("before any generation: %d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	g.apply(t, 1, fmt.Sprintf(`
+upstreams: [{name: a, endpoints: %s}]
+services: [{name: api, base_path: /v1, upstream: a}]
+`, endpoints(a)))
+	for path, want := range map[string]int{"/v1": 200, "/v1/x": 200, "/v1x": 404, "/": 404, "/v2/v1": 404} {
+		resp, body := get(t, client, g.URL+path, nil)
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+		if want == 404 {
+			var prob map[string]any
+			if err := json.Unmarshal([]byte(body), &prob); err != nil || prob["status"] != float64(404) {
+				t.Errorf("GET %s: 404 body %q is not problem+json", path, body)
+			}
+		}
+	}
+}
+
+func TestUnreachableUpstreamIs502(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	g := startGateway(t)
+	g.apply(t, 1, fmt.Sprintf(`
+upstreams: [{name: dead, endpoints: ["%s"]}]
+services: [{name: web, upstream: dead}]
+`, dead))
+	resp, body := get(t, client, g.URL+"/", map[string]string{"X-Request-Id": "abc-123"})
+	if resp.StatusCode != 502 || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("status %d %q, want 502 problem+json", resp.StatusCode, body)
+	}
+	if strings.Contains(body, "connection refused") || strings.Contains(body, dead) {
+		t.Errorf("502 body leaks the transport error: %s", body)
+	}
+	if resp.Header.Get("X-Request-Id") != "abc-123" {
+		t.Errorf("X-Request-Id %q not echoed", resp.Header.Get("X-Request-Id"))
+	}
+	if got := testutil.ToFloat64(g.m.requests.WithLabelValues("web", "dead", "502")); got != 1 {
+		t.Errorf("dwara_requests_total{code=502} = %v", got)
+	}
+}
+
+func TestRequestHeaders(t *testing.T) {
+	t.Parallel()
+	a := startPool(t, "a", 1)
+	g := startGateway(t)
+	g.apply(t, 7, fmt.Sprintf(`
+upstreams: [{name: a, endpoints: %s}]
+services: [{name: web, upstream: a}]
+`, endpoints(a)))
+	echo := func(hdr map[string]string) (demo.Echo, *http.Response) {
+		resp, body := get(t, client, g.URL+"/p?echo=1", hdr)
+		var e demo.Echo
+		if err := json.Unmarshal([]byte(body), &e); err != nil {
+			t.Fatalf("echo: %v: %s", err, body)
+		}
+		return e, resp
+	}
+	e, resp := echo(map[string]string{
+		"X-Request-Id":       "client.id:1-2_3",
+		"X-Dwara-Service":    "forged",
+		"X-Dwara-Anything":   "forged",
+		"X-Forwarded-For":    "203.0.113.9",
+		"X-Dwara-Generation": "999",
+	})
+	want := map[string]string{
+		"X-Request-Id":       "client.id:1-2_3",
+		"X-Dwara-Service":    "web",
+		"X-Dwara-Upstream":   "a",
+		"X-Dwara-Generation": "7",
+		"X-Forwarded-For":    "203.0.113.9, 127.0.0.1",
+		"X-Forwarded-Proto":  "http",
+	}
+	for k, v := range want {
+		if got := strings.Join(e.Header.Values(k), ","); got != v {
+			t.Errorf("upstream saw %s = %q, want %q", k, got, v)
+		}
+	}
+	if e.Header.Get("X-Dwara-Anything") != "" {
+		t.Errorf("client X-Dwara-Anything reached the upstream")
+	}
+	if !strings.HasPrefix(e.Header.Get("X-Forwarded-Host"), "127.0.0.1:") {
+		t.Errorf("X-Forwarded-Host %q", e.Header.Get("X-Forwarded-Host"))
+	}
+	if resp.Header.Get("X-Request-Id") != "client.id:1-2_3" {
+		t.Errorf("response X-Request-Id %q", resp.Header.Get("X-Request-Id"))
+	}
+	for _, bad := range []string{"has space", "semi;colon", strings.Repeat("a", 129), "ünï"} {
+		e, _ := echo(map[string]string{"X-Request-Id": bad})
+		if got := e.Header.Get("X-Request-Id"); got == bad || !validRequestID(got) {
+			t.Errorf("X-Request-Id %q forwarded as %q, want a fresh id", bad, got)
+		}
+	}
+	e, _ = echo(nil)
+	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(e.Header.Get("X-Request-Id")) {
+		t.Errorf("fresh X-Request-Id %q", e.Header.Get("X-Request-Id"))
+	}
+}
+
+func TestServiceMatching(t *testing.T) {
+	t.Parallel()
+	pools := map[string]*demo.Pool{}
+	for _, n := range []string{"root", "v1", "v1-admin", "host-root", "host-v1"} {
+		pools[n] = startPool(t, n, 1)
+	}
+	var b strings.Builder
+	b.WriteString("upstreams:\n")
+	for _, n := range []string{"root", "v1", "v1-admin", "host-root", "host-v1"} {
+		fmt.Fprintf(&b, "  - {name: %s, endpoints: %s}\n", n, endpoints(pools[n]))
+	}
+	b.WriteString(`services:
+  - {name: root, base_path: /, upstream: root}
+  - {name: v1, base_path: /v1, upstream: v1}
+  - {name: v1-admin, base_path: /v1/admin, upstream: v1-admin}
+  - {name: host-root, host: api.example.test, base_path: /, upstream: host-root}
+  - {name: host-v1, host: api.example.test, base_path: /v1, upstream: host-v1}
+`)
+	g := startGateway(t)
+	g.apply(t, 1, b.String())
+	tests := []struct{ host, path, want string }{
+		{"", "/", "root"},
+		{"", "/v1", "v1"},
+		{"", "/v1/", "v1"},
+		{"", "/v1x", "root"},
+		{"", "/v1/admin", "v1-admin"},
+		{"", "/v1/admin/users", "v1-admin"},
+		{"", "/v1/administrator", "v1"},
+		{"api.example.test", "/v1/admin", "host-v1"},
+		{"API.Example.Test:8080", "/v1/x", "host-v1"},
+		{"api.example.test", "/other", "host-root"},
+		{"other.test", "/v1", "v1"},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequest(http.MethodGet, g.URL+tt.path, nil)
+		if tt.host != "" {
+			req.Host = tt.host
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("X-Pool"); got != tt.want {
+			t.Errorf("host %q path %q: served by %q, want %q", tt.host, tt.path, got, tt.want)
+		}
+	}
+}
+
+func TestFailoverWhenBranchIsDown(t *testing.T) {
+	t.Parallel()
+	stable := startPool(t, "stable", 2)
+	canary := startPool(t, "canary", 1)
+	g := startGateway(t)
+	g.apply(t, 1, splitSpec([]*demo.Pool{stable, canary}, []int{50, 50}, ""))
+	g.Registry().Get(canary.Addrs[0]).SetUp(false)
+	const n = 400
+	for i := 0; i < n; i++ {
+		resp, _ := get(t, client, g.URL, map[string]string{"X-Request-Id": fmt.Sprintf("f-%d", i)})
+		if resp.StatusCode != 200 || resp.Header.Get("X-Pool") != "stable" {
+			t.Fatalf("request %d: %d from %q, want 200 from stable", i, resp.StatusCode, resp.Header.Get("X-Pool"))
+		}
+	}
+	fo := testutil.ToFloat64(g.m.failovers.WithLabelValues("web", "canary"))
+	if fo < n*0.4 || fo > n*0.6 {
+		t.Errorf("dwara_split_failovers_total{upstream=canary} = %v, want about %d", fo, n/2)
+	}
+	for _, a := range stable.Addrs {
+		g.Registry().Get(a).SetUp(false)
+	}
+	resp, _ := get(t, client, g.URL, nil)
+	if resp.StatusCode != 502 {
+		t.Errorf("every branch down: %d, want 502", resp.StatusCode)
+	}
+}
+
+func TestApplyInvalidKeepsServing(t *testing.T) {
+	t.Parallel()
+	a := startPool(t, "a", 1)
+	g := startGateway(t)
+	g.apply(t, 1, splitSpec([]*demo.Pool{a, startPool(t, "b", 1)}, []int{1, 0}, ""))
+	bad := &config.Spec{Services: []config.Service{{Name: "web", Upstream: "nope"}}}
+	if err := g.Apply(bad, 2); err == nil {
+		t.Fatal("invalid spec applied")
+	}
+	resp, _ := get(t, client, g.URL, nil)
+	if resp.StatusCode != 200 || g.Generation() != 1 {
+		t.Errorf("after a refused apply: %d, generation %d", resp.StatusCode, g.Generation())
+	}
+}
+
+func TestMetricsExposed(t *testing.T) {
+	t.Parallel()
+	a := startPool(t, "a", 1)
+	g := startGateway(t)
+	g.apply(t, 3, fmt.Sprintf(`
+upstreams: [{name: a, endpoints: %s}]
+services: [{name: web, upstream: a, sticky: {cookie: s}}]
+`, endpoints(a)))
+	get(t, client, g.URL, nil)
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, want := range []string{"dwara_split_picks_total", "dwara_sticky_sessions_total", "dwara_requests_total",
+		"dwara_request_duration_seconds", "dwara_generation_active", "dwara_generation_apply_seconds", "dwara_upstream_endpoint_up"} {
+		if !names[want] {
+			t.Errorf("metric %s not exposed", want)
+		}
+	}
+	if got := testutil.ToFloat64(g.m.requests.WithLabelValues("web", "a", "200")); got != 1 {
+		t.Errorf("dwara_requests_total{code=200} = %v", got)
+	}
+	if math.IsNaN(testutil.ToFloat64(g.m.generation)) {
+		t.Error("generation gauge NaN")
+	}
+}
+
+func BenchmarkProxy(b *testing.B) {
+	stable := startPool(b, "stable", 2)
+	canary := startPool(b, "canary", 2)
+	g := startGateway(b)
+	g.apply(b, 1, splitSpec([]*demo.Pool{stable, canary}, []int{95, 5}, "    sticky: {cookie: sid}\n"))
+	req, _ := http.NewRequest(http.MethodGet, g.URL+"/bench", nil)
+	req.Header.Set("Cookie", "sid=0123456789abcdef01234567")
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+// BenchmarkServeHTTP measures the proxy's own handler with an in-memory
+// response writer, so the figure excludes the client side of the loopback.
+func BenchmarkServeHTTP(b *testing.B) {
+	stable := startPool(b, "stable", 2)
+	canary := startPool(b, "canary", 2)
+	g := startGateway(b)
+	g.apply(b, 1, splitSpec([]*demo.Pool{stable, canary}, []int{95, 5}, "    sticky: {cookie: sid}\n"))
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodGet, "http://gw/bench", nil)
+		req.Header.Set("Cookie", "sid=0123456789abcdef01234567")
+		req.Header.Set("X-Request-Id", "bench-1")
+		w := httptest.NewRecorder()
+		g.ServeHTTP(w, req)
+		if w.Code != 200 {
+			b.Fatal(w.Code)
+		}
+	}
+}

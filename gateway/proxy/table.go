@@ -1,0 +1,244 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dwara/dwara/gateway/balance"
+	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/split"
+)
+
+// table is one compiled generation: everything a request needs, resolved at
+// compile time. It is immutable once published through Proxy.table.
+type table struct {
+	generation int64
+	// byHost holds the services with a Host, hostless the others; both are
+	// sorted by base path length, longest first.
+	byHost   map[string][]*service
+	hostless []*service
+	// upstreams by name, for Retain and introspection.
+	upstreams map[string]*upstream
+}
+
+// service is a compiled config.Service. A service routed to one upstream is a
+// split with one target of weight 1.
+type service struct {
+	name     string
+	basePath string
+	split    *split.Split
+	targets  []*target
+	sticky   *sticky
+}
+
+type sticky struct {
+	cookie string
+	// attrs is everything after the value in Set-Cookie, without Secure.
+	attrs string
+}
+
+// target is one branch of a service, with its metric children resolved.
+type target struct {
+	up        *upstream
+	picks     prometheus.Counter
+	failovers prometheus.Counter
+	duration  prometheus.Observer
+	codes     *codeCounters
+	// headers is the X-Dwara-* set sent upstream, values with len == cap so
+	// an append elsewhere never writes into the shared arrays.
+	hdrService, hdrUpstream, hdrGeneration []string
+}
+
+// upstream is a compiled config.Upstream: its balancer over its endpoints.
+type upstream struct {
+	name      string
+	balancer  balance.Balancer
+	endpoints []*endpoint
+}
+
+// endpoint is one upstream endpoint with its prebuilt reverse proxy.
+type endpoint struct {
+	addr  string
+	state *balance.State
+	rp    *httputil.ReverseProxy
+}
+
+// compile turns a validated spec into a table.
+func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
+	t := &table{
+		generation: generation,
+		byHost:     make(map[string][]*service),
+		upstreams:  make(map[string]*upstream, len(spec.Upstreams)),
+	}
+	for _, u := range spec.Upstreams {
+		cu, err := p.compileUpstream(u)
+		if err != nil {
+			return nil, err
+		}
+		t.upstreams[u.Name] = cu
+	}
+	gen := strconv.FormatInt(generation, 10)
+	for _, s := range spec.Services {
+		cs := &service{name: s.Name, basePath: s.BasePath}
+		if cs.basePath == "" {
+			cs.basePath = "/"
+		}
+		targets := s.Branches()
+		weights := make([]int, len(targets))
+		for i, tg := range targets {
+			u, ok := t.upstreams[tg.Upstream]
+			if !ok {
+				return nil, fmt.Errorf("service %q: unknown upstream %q", s.Name, tg.Upstream)
+			}
+			weights[i] = tg.Weight
+			cs.targets = append(cs.targets, &target{
+				up:            u,
+				picks:         p.m.picks.WithLabelValues(s.Name, u.name),
+				failovers:     p.m.failovers.WithLabelValues(s.Name, u.name),
+				duration:      p.m.duration.WithLabelValues(s.Name, u.name),
+				codes:         &codeCounters{vec: p.m.requests, service: s.Name, upstream: u.name},
+				hdrService:    oneValue(s.Name),
+				hdrUpstream:   oneValue(u.name),
+				hdrGeneration: oneValue(gen),
+			})
+		}
+		sp, err := split.New(weights)
+		if err != nil {
+			return nil, fmt.Errorf("service %q: %w", s.Name, err)
+		}
+		cs.split = sp
+		if s.Sticky != nil {
+			ttl := s.Sticky.TTLS
+			if ttl == 0 {
+				ttl = 3600
+			}
+			cs.sticky = &sticky{
+				cookie: s.Sticky.Cookie,
+				attrs:  "; Max-Age=" + strconv.Itoa(ttl) + "; Path=/; HttpOnly; SameSite=Lax",
+			}
+		}
+		if s.Host == "" {
+			t.hostless = append(t.hostless, cs)
+		} else {
+			h := strings.ToLower(s.Host)
+			t.byHost[h] = append(t.byHost[h], cs)
+		}
+	}
+	byLength := func(ss []*service) {
+		sort.SliceStable(ss, func(i, j int) bool { return len(ss[i].basePath) > len(ss[j].basePath) })
+	}
+	byLength(t.hostless)
+	for _, ss := range t.byHost {
+		byLength(ss)
+	}
+	return t, nil
+}
+
+func oneValue(v string) []string { return []string{v}[:1:1] }
+
+func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
+	cu := &upstream{name: u.Name}
+	states := make([]*balance.State, len(u.Endpoints))
+	for i, addr := range u.Endpoints {
+		target, err := config.ParseEndpoint(addr)
+		if err != nil {
+			return nil, fmt.Errorf("upstream %q: %w", u.Name, err)
+		}
+		states[i] = p.reg.Get(addr)
+		cu.endpoints = append(cu.endpoints, &endpoint{
+			addr:  addr,
+			state: states[i],
+			rp:    p.newReverseProxy(target),
+		})
+	}
+	b, err := balance.New(u.Balancer, u.Endpoints, states)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", u.Name, err)
+	}
+	cu.balancer = b
+	return cu, nil
+}
+
+// newReverseProxy builds the reverse proxy of one endpoint: it rewrites the
+// request to the endpoint and appends to X-Forwarded-For. Every endpoint
+// shares the Proxy's transport, buffer pool and error handler.
+func (p *Proxy) newReverseProxy(target *url.URL) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			if xff, ok := pr.In.Header["X-Forwarded-For"]; ok {
+				pr.Out.Header["X-Forwarded-For"] = xff
+			}
+			pr.SetXForwarded()
+		},
+		ModifyResponse: echoRequestID,
+		Transport:      p.transport,
+		BufferPool:     p.buffers,
+		ErrorHandler:   p.upstreamError,
+		ErrorLog:       p.errorLog,
+	}
+}
+
+// match returns the service for host (lowercase, no port) and path: the
+// longest base path on a segment boundary among the services of that host,
+// else among the hostless ones. nil when none matches.
+func (t *table) match(host, path string) *service {
+	if ss, ok := t.byHost[host]; ok {
+		if s := longestPrefix(ss, path); s != nil {
+			return s
+		}
+	}
+	return longestPrefix(t.hostless, path)
+}
+
+func longestPrefix(ss []*service, path string) *service {
+	for _, s := range ss {
+		if pathHasPrefix(path, s.basePath) {
+			return s
+		}
+	}
+	return nil
+}
+
+// pathHasPrefix reports whether base is a prefix of path on a segment
+// boundary: "/v1" matches "/v1" and "/v1/x" but not "/v1x"; "/" matches all.
+func pathHasPrefix(path, base string) bool {
+	if base == "/" {
+		return true
+	}
+	if !strings.HasPrefix(path, base) {
+		return false
+	}
+	return len(path) == len(base) || path[len(base)] == '/'
+}
+
+// hostOnly returns the request host lowercased, without port.
+func hostOnly(r *http.Request) string {
+	h := r.Host
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
+		h = h[:i]
+	}
+	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	for i := 0; i < len(h); i++ {
+		if 'A' <= h[i] && h[i] <= 'Z' {
+			return strings.ToLower(h)
+		}
+	}
+	return h
+}
+
+// echoRequestID gives the client the request id the upstream saw, unless the
+// upstream answered with its own.
+func echoRequestID(resp *http.Response) error {
+	if _, ok := resp.Header["X-Request-Id"]; !ok {
+		resp.Header["X-Request-Id"] = resp.Request.Header["X-Request-Id"]
+	}
+	return nil
+}

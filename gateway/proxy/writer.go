@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+)
+
+// statusWriter records the status code written through it. It forwards
+// Flush, Hijack and the rest through Unwrap (http.ResponseController).
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+var statusWriters = sync.Pool{New: func() any { return new(statusWriter) }}
+
+func getStatusWriter(w http.ResponseWriter) *statusWriter {
+	sw := statusWriters.Get().(*statusWriter)
+	sw.ResponseWriter, sw.code = w, 0
+	return sw
+}
+
+func putStatusWriter(sw *statusWriter) {
+	sw.ResponseWriter = nil
+	statusWriters.Put(sw)
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 || (w.code >= 100 && w.code < 200) {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush lets streamed responses through without waiting for the buffer.
+func (w *statusWriter) Flush() {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// bufferPool is the copy-buffer pool of every endpoint's reverse proxy. It
+// is a channel of buffers rather than a sync.Pool so that returning a buffer
+// does not allocate an interface box.
+type bufferPool struct{ free chan []byte }
+
+const copyBufferSize = 32 << 10
+
+func newBufferPool(n int) *bufferPool { return &bufferPool{free: make(chan []byte, n)} }
+
+func (p *bufferPool) Get() []byte {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+		return make([]byte, copyBufferSize)
+	}
+}
+
+func (p *bufferPool) Put(b []byte) {
+	if cap(b) != copyBufferSize {
+		return
+	}
+	select {
+	case p.free <- b[:copyBufferSize]:
+	default:
+	}
+}
+
+// writeProblem writes an RFC 9457 problem+json answer.
+func writeProblem(w http.ResponseWriter, status int, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(`{"type":"about:blank","title":` + strconv.Quote(title) +
+		`,"status":` + strconv.Itoa(status) + `,"detail":` + strconv.Quote(detail) + `}`))
+}
