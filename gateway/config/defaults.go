@@ -1,0 +1,140 @@
+package config
+
+// Default values that Defaults fills into zero fields.
+const (
+	DefaultBalancer           = BalancerRoundRobin
+	DefaultBasePath           = "/"
+	DefaultStickyTTLS         = 3600
+	DefaultHealthPath         = "/healthz"
+	DefaultHealthIntervalS    = 5
+	DefaultHealthTimeoutS     = 2
+	DefaultHealthyThreshold   = 2
+	DefaultUnhealthyThreshold = 2
+	DefaultCanaryWindowS      = 60
+	DefaultCanaryStep         = 5
+	DefaultCanaryMinRequests  = 10
+	DefaultCanaryCooldownS    = 30
+)
+
+// Defaults fills zero values in place: an empty balancer becomes round_robin,
+// an empty base path "/", a zero sticky TTL 3600 seconds, zero health-check
+// fields and zero canary-analysis timings their defaults (see the Default*
+// constants). Canary thresholds are left as given. A split target's default
+// weight of 1 is applied when it is decoded, not here, because a weight of 0
+// is meaningful.
+//
+// Defaults is idempotent. It mutates s, so it must not run concurrently with
+// readers of s; a nil s is a no-op.
+func (s *Spec) Defaults() {
+	if s == nil {
+		return
+	}
+	for i := range s.Upstreams {
+		u := &s.Upstreams[i]
+		if u.Balancer == "" {
+			u.Balancer = DefaultBalancer
+		}
+		if hc := u.HealthCheck; hc != nil {
+			setDefault(&hc.Path, DefaultHealthPath)
+			setDefault(&hc.IntervalS, DefaultHealthIntervalS)
+			setDefault(&hc.TimeoutS, DefaultHealthTimeoutS)
+			setDefault(&hc.HealthyThreshold, DefaultHealthyThreshold)
+			setDefault(&hc.UnhealthyThreshold, DefaultUnhealthyThreshold)
+		}
+	}
+	for i := range s.Services {
+		svc := &s.Services[i]
+		setDefault(&svc.BasePath, DefaultBasePath)
+		if svc.Sticky != nil {
+			setDefault(&svc.Sticky.TTLS, DefaultStickyTTLS)
+		}
+		if svc.Split != nil && svc.Split.CanaryAnalysis != nil {
+			ca := svc.Split.CanaryAnalysis
+			setDefault(&ca.WindowSeconds, DefaultCanaryWindowS)
+			setDefault(&ca.Step, DefaultCanaryStep)
+			setDefault(&ca.MinRequests, DefaultCanaryMinRequests)
+			setDefault(&ca.CooldownSeconds, DefaultCanaryCooldownS)
+		}
+	}
+}
+
+func setDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}
+
+// Clone returns a deep copy of s that shares no memory with it; nil slices
+// stay nil and empty ones empty. Clone of nil is nil. It only reads s, so it
+// is safe to call concurrently with other readers.
+func (s *Spec) Clone() *Spec {
+	if s == nil {
+		return nil
+	}
+	c := &Spec{
+		Upstreams: cloneSlice(s.Upstreams),
+		Services:  cloneSlice(s.Services),
+	}
+	for i := range c.Upstreams {
+		u := &c.Upstreams[i]
+		u.Endpoints = cloneSlice(u.Endpoints)
+		u.HealthCheck = clonePtr(u.HealthCheck)
+	}
+	for i := range c.Services {
+		svc := &c.Services[i]
+		svc.Sticky = clonePtr(svc.Sticky)
+		if svc.Split != nil {
+			sp := *svc.Split
+			sp.Targets = cloneSlice(sp.Targets)
+			sp.CanaryAnalysis = clonePtr(sp.CanaryAnalysis)
+			svc.Split = &sp
+		}
+	}
+	return c
+}
+
+func cloneSlice[T any](s []T) []T {
+	if s == nil {
+		return nil
+	}
+	return append(make([]T, 0, len(s)), s...)
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
+}
+
+// Service returns the service with the given name and its index in
+// s.Services, or nil and -1 when there is none (or s is nil). The pointer
+// aliases s.Services, so writes through it change s.
+func (s *Spec) Service(name string) (*Service, int) {
+	if s == nil {
+		return nil, -1
+	}
+	for i := range s.Services {
+		if s.Services[i].Name == name {
+			return &s.Services[i], i
+		}
+	}
+	return nil, -1
+}
+
+// Upstream returns the upstream with the given name and its index in
+// s.Upstreams, or nil and -1 when there is none (or s is nil). The pointer
+// aliases s.Upstreams, so writes through it change s.
+func (s *Spec) Upstream(name string) (*Upstream, int) {
+	if s == nil {
+		return nil, -1
+	}
+	for i := range s.Upstreams {
+		if s.Upstreams[i].Name == name {
+			return &s.Upstreams[i], i
+		}
+	}
+	return nil, -1
+}

@@ -1,0 +1,361 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// The structural check walks the JSON token stream against the shape of the
+// Spec types (derived from their json tags), so that syntax errors, values of
+// the wrong type, duplicate and unknown fields are all reported with their
+// field path and all at once, which encoding/json cannot do: it stops at the
+// first error and names fields by Go-ish dotted paths without indexes.
+
+// kind is the JSON type a Go field accepts.
+type kind int
+
+const (
+	kindObject kind = iota
+	kindArray
+	kindString
+	kindInteger
+	kindNumber
+	kindBoolean
+)
+
+// shape is the JSON form of a Go type.
+type shape struct {
+	kind   kind
+	fields []shapeField // kindObject, in declaration order
+	elem   *shape       // kindArray
+}
+
+type shapeField struct {
+	name  string
+	shape *shape
+}
+
+func (sh *shape) field(name string) *shape {
+	for _, f := range sh.fields {
+		if f.name == name {
+			return f.shape
+		}
+	}
+	return nil
+}
+
+func (sh *shape) fieldNames() string {
+	names := make([]string, len(sh.fields))
+	for i, f := range sh.fields {
+		names[i] = f.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// specShape is the shape of Spec, built once.
+var specShape = sync.OnceValue(func() *shape {
+	return shapeOf(reflect.TypeFor[Spec]())
+})
+
+// shapeOf derives the shape of the config types. It supports exactly the
+// kinds they use and panics on anything else, which a test catches the moment
+// spec.go grows a field of a new kind.
+func shapeOf(t reflect.Type) *shape {
+	switch t.Kind() {
+	case reflect.Pointer:
+		return shapeOf(t.Elem())
+	case reflect.Slice:
+		return &shape{kind: kindArray, elem: shapeOf(t.Elem())}
+	case reflect.String:
+		return &shape{kind: kindString}
+	case reflect.Int:
+		return &shape{kind: kindInteger}
+	case reflect.Float64:
+		return &shape{kind: kindNumber}
+	case reflect.Bool:
+		return &shape{kind: kindBoolean}
+	case reflect.Struct:
+		sh := &shape{kind: kindObject}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !f.IsExported() || name == "-" || name == "" {
+				panic(fmt.Sprintf("config: field %s.%s needs a json name", t.Name(), f.Name))
+			}
+			sh.fields = append(sh.fields, shapeField{name: name, shape: shapeOf(f.Type)})
+		}
+		return sh
+	default:
+		panic(fmt.Sprintf("config: unsupported field type %s", t))
+	}
+}
+
+func (k kind) String() string {
+	switch k {
+	case kindObject:
+		return "an object"
+	case kindArray:
+		return "an array"
+	case kindString:
+		return "a string"
+	case kindInteger:
+		return "an integer"
+	case kindNumber:
+		return "a number"
+	default:
+		return "a boolean"
+	}
+}
+
+// checker walks one JSON document.
+type checker struct {
+	data  []byte
+	dec   *json.Decoder
+	probs problems
+	// usable is false once a problem makes the document unfit to decode
+	// (syntax, type or duplicate field); unknown fields are only dropped.
+	usable bool
+}
+
+// errSyntax stops the walk; the problem is already recorded.
+var errSyntax = errors.New("syntax error")
+
+// checkStructure checks data against the shape of Spec. It returns the
+// document with unknown fields and nulls removed (ready to be decoded), the
+// problems found, and whether the document is usable: false when any problem
+// other than an unknown field was found.
+func checkStructure(data []byte) (any, problems, bool) {
+	c := &checker{data: data, dec: json.NewDecoder(bytes.NewReader(data)), usable: true}
+	if t := bytes.TrimSpace(data); len(t) == 0 || string(t) == "null" {
+		// An empty body, an empty YAML document, or JSON null.
+		c.fail("", "the spec is empty; expected an object with upstreams and services")
+		return nil, c.probs, false
+	}
+	c.dec.UseNumber()
+	v, err := c.value(specShape(), "", true)
+	if err == nil {
+		c.end()
+	}
+	return v, c.probs, c.usable
+}
+
+func (c *checker) fail(path, format string, args ...any) {
+	c.usable = false
+	c.probs.add(path, format, args...)
+}
+
+// token reads the next token; a syntax error is recorded at path.
+func (c *checker) token(path string) (json.Token, error) {
+	tok, err := c.dec.Token()
+	if err == nil {
+		return tok, nil
+	}
+	c.syntax(path, err)
+	return nil, errSyntax
+}
+
+// syntax records a syntax error with its line and column.
+func (c *checker) syntax(path string, err error) {
+	off := c.dec.InputOffset()
+	var se *json.SyntaxError
+	msg := err.Error()
+	switch {
+	case errors.As(err, &se):
+		off = se.Offset
+		msg = strings.TrimPrefix(se.Error(), "json: ")
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		off = int64(len(c.data))
+		msg = "unexpected end of input"
+	}
+	line, col := position(c.data, off)
+	c.fail(path, "invalid JSON at line %d, column %d: %s", line, col, msg)
+}
+
+// end checks that nothing follows the spec.
+func (c *checker) end() {
+	off := c.dec.InputOffset()
+	_, err := c.dec.Token()
+	if errors.Is(err, io.EOF) {
+		return
+	}
+	// Point at the first byte after the spec that is not white space.
+	for int(off) < len(c.data) && isSpace(c.data[off]) {
+		off++
+	}
+	line, col := position(c.data, off)
+	c.fail("", "unexpected data after the spec at line %d, column %d", line, col)
+}
+
+func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\n' }
+
+// position converts a byte offset to a 1-based line and column.
+func position(data []byte, off int64) (line, col int) {
+	off = min(max(off, 0), int64(len(data)))
+	before := data[:off]
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = int(off) - (bytes.LastIndexByte(before, '\n') + 1) + 1
+	return line, col
+}
+
+// value reads one value expected to have shape sh. It returns the value to
+// keep (nil for null, which means "absent", or for a value of the wrong type)
+// and errSyntax when the walk cannot continue. element is true for array
+// elements and the document itself, where null is not allowed.
+func (c *checker) value(sh *shape, path string, element bool) (any, error) {
+	tok, err := c.token(path)
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch {
+		case t == '{' && sh.kind == kindObject:
+			return c.object(sh, path)
+		case t == '[' && sh.kind == kindArray:
+			return c.array(sh, path)
+		}
+		got := "an object"
+		if t == '[' {
+			got = "an array"
+		}
+		c.fail(path, "must be %s, got %s", sh.kind, got)
+		return nil, c.skip(path)
+	case nil:
+		if element {
+			c.fail(path, "must be %s, got null", sh.kind)
+		}
+		return nil, nil
+	case string:
+		if sh.kind == kindString {
+			return t, nil
+		}
+		c.fail(path, "must be %s, got a string", sh.kind)
+	case bool:
+		if sh.kind == kindBoolean {
+			return t, nil
+		}
+		c.fail(path, "must be %s, got a boolean", sh.kind)
+	case json.Number:
+		return c.number(sh, path, t)
+	}
+	return nil, nil
+}
+
+// number checks a number against an integer or float field.
+func (c *checker) number(sh *shape, path string, n json.Number) (any, error) {
+	switch sh.kind {
+	case kindInteger:
+		if _, err := strconv.ParseInt(n.String(), 10, strconv.IntSize); err != nil {
+			if errors.Is(err, strconv.ErrRange) {
+				c.fail(path, "integer %s is out of range", quote(n.String()))
+			} else {
+				c.fail(path, "must be an integer, got %s", quote(n.String()))
+			}
+			return nil, nil
+		}
+		return n, nil
+	case kindNumber:
+		if _, err := strconv.ParseFloat(n.String(), 64); err != nil {
+			c.fail(path, "number %s is out of range", quote(n.String()))
+			return nil, nil
+		}
+		return n, nil
+	}
+	c.fail(path, "must be %s, got a number", sh.kind)
+	return nil, nil
+}
+
+// object reads the members of an object after its "{".
+func (c *checker) object(sh *shape, path string) (any, error) {
+	out := make(map[string]any, len(sh.fields))
+	seen := make(map[string]bool, len(sh.fields))
+	for c.dec.More() {
+		tok, err := c.token(path)
+		if err != nil {
+			return nil, err
+		}
+		key, _ := tok.(string) // the decoder guarantees a string key here
+		p := member(path, key)
+		fs := sh.field(key)
+		switch {
+		case seen[key]:
+			c.fail(p, "duplicate field")
+			if err := c.discard(p); err != nil {
+				return nil, err
+			}
+			continue
+		case fs == nil:
+			c.probs.add(p, "unknown field; allowed: %s", sh.fieldNames())
+			if err := c.discard(p); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		seen[key] = true
+		v, err := c.value(fs, p, false)
+		if err != nil {
+			return nil, err
+		}
+		if v != nil {
+			out[key] = v
+		}
+	}
+	if _, err := c.token(path); err != nil { // "}"
+		return nil, err
+	}
+	return out, nil
+}
+
+// array reads the elements of an array after its "[".
+func (c *checker) array(sh *shape, path string) (any, error) {
+	out := []any{}
+	for i := 0; c.dec.More(); i++ {
+		v, err := c.value(sh.elem, index(path, i), true)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if _, err := c.token(path); err != nil { // "]"
+		return nil, err
+	}
+	return out, nil
+}
+
+// discard reads and drops one value of any shape.
+func (c *checker) discard(path string) error {
+	tok, err := c.token(path)
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') {
+		return c.skip(path)
+	}
+	return nil
+}
+
+// skip drops the rest of a container whose opening delimiter was just read.
+// It loops instead of recursing, so deep nesting costs no stack.
+func (c *checker) skip(path string) error {
+	for depth := 1; depth > 0; {
+		tok, err := c.token(path)
+		if err != nil {
+			return err
+		}
+		if d, ok := tok.(json.Delim); ok {
+			if d == '{' || d == '[' {
+				depth++
+			} else {
+				depth--
+			}
+		}
+	}
+	return nil
+}

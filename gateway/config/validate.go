@@ -1,0 +1,463 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Limits enforced by Validate.
+const (
+	MaxEndpoints     = 64
+	MinTargets       = 2
+	MaxTargets       = 8
+	MaxWeight        = 1_000_000
+	MaxStickyTTLS    = 2_592_000
+	MaxCookieName    = 64
+	MaxHealthS       = 3600
+	MaxThreshold     = 100
+	MaxWindowSeconds = 3600
+	MaxCooldownS     = 86_400
+	MaxLatencyP99S   = 600
+)
+
+// namePattern is the pattern of upstream and service names.
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+const nameRule = "must match [a-z0-9][a-z0-9._-]{0,62}: 1..63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+var balancers = []string{BalancerRoundRobin, BalancerLeastConn, BalancerIPHash, BalancerPeakEWMA}
+
+var metrics = []string{MetricErrorRate, MetricLatencyP99}
+
+// Validate checks the whole spec and returns nil or a *ValidationError that
+// lists every problem, in the order met walking the spec top-down. It judges
+// the spec as Defaults would leave it (an empty balancer is round_robin, and
+// so on) without modifying s, so it is safe to call concurrently with other
+// readers of s. A nil s is invalid.
+func (s *Spec) Validate() error {
+	if s == nil {
+		return &ValidationError{Errors: []FieldError{{Message: "the spec is empty; expected an object with upstreams and services"}}}
+	}
+	c := s.Clone()
+	c.Defaults()
+	v := validator{spec: c}
+	v.run()
+	return v.probs.err()
+}
+
+type validator struct {
+	spec  *Spec
+	probs problems
+	// upstreams maps each declared upstream name to its first index.
+	upstreams map[string]int
+}
+
+func (v *validator) run() {
+	v.upstreams = make(map[string]int, len(v.spec.Upstreams))
+	for i := range v.spec.Upstreams {
+		v.upstream(&v.spec.Upstreams[i], index("upstreams", i), i)
+	}
+	if len(v.spec.Services) == 0 {
+		v.probs.add("services", "at least one service is required")
+	}
+	services := make(map[string]int, len(v.spec.Services))
+	routes := make(map[string]int, len(v.spec.Services))
+	for i := range v.spec.Services {
+		svc := &v.spec.Services[i]
+		path := index("services", i)
+		v.name(svc.Name, path, i, "service", "services", services)
+		v.route(svc, path, i, routes)
+		v.service(svc, path)
+	}
+}
+
+// name checks the name of element i of list (at path) and its uniqueness;
+// seen maps the names met so far to their index.
+func (v *validator) name(name, path string, i int, what, list string, seen map[string]int) {
+	path = member(path, "name")
+	if !namePattern.MatchString(name) {
+		if name == "" {
+			v.probs.add(path, "is required; %s", nameRule)
+		} else {
+			v.probs.add(path, "invalid %s name %s; %s", what, quote(name), nameRule)
+		}
+	}
+	if j, dup := seen[name]; dup {
+		v.probs.add(path, "duplicate %s name %s (also %s)", what, quote(name), index(list, j))
+		return
+	}
+	seen[name] = i
+}
+
+func (v *validator) upstream(u *Upstream, path string, i int) {
+	v.name(u.Name, path, i, "upstream", "upstreams", v.upstreams)
+	if !slices.Contains(balancers, u.Balancer) {
+		v.probs.add(member(path, "balancer"), "unknown balancer %s; allowed: %s", quote(u.Balancer), strings.Join(balancers, ", "))
+	}
+	eps := member(path, "endpoints")
+	if n := len(u.Endpoints); n < 1 || n > MaxEndpoints {
+		v.probs.add(eps, "must list 1..%d endpoints, got %d", MaxEndpoints, n)
+	}
+	seen := make(map[string]int, len(u.Endpoints))
+	for i, ep := range u.Endpoints {
+		p := index(eps, i)
+		url, err := ParseEndpoint(ep)
+		if err != nil {
+			v.probs.add(p, "%v", err)
+			continue
+		}
+		key := url.String()
+		if j, dup := seen[key]; dup {
+			v.probs.add(p, "duplicate endpoint %s (also %s)", quote(ep), index(eps, j))
+			continue
+		}
+		seen[key] = i
+	}
+	if hc := u.HealthCheck; hc != nil {
+		v.healthCheck(hc, member(path, "health_check"))
+	}
+}
+
+func (v *validator) healthCheck(hc *HealthCheck, path string) {
+	if msg := checkHealthPath(hc.Path); msg != "" {
+		v.probs.add(member(path, "path"), "%s", msg)
+	}
+	intervalOK := v.between(member(path, "interval_s"), hc.IntervalS, 1, MaxHealthS)
+	if intervalOK {
+		if hc.TimeoutS < 1 || hc.TimeoutS > hc.IntervalS {
+			v.probs.add(member(path, "timeout_s"), "must be 1..interval_s (%d), got %d", hc.IntervalS, hc.TimeoutS)
+		}
+	} else {
+		v.between(member(path, "timeout_s"), hc.TimeoutS, 1, MaxHealthS)
+	}
+	v.between(member(path, "healthy_threshold"), hc.HealthyThreshold, 1, MaxThreshold)
+	v.between(member(path, "unhealthy_threshold"), hc.UnhealthyThreshold, 1, MaxThreshold)
+}
+
+// checkHealthPath returns what is wrong with a health-check request path, or
+// "".
+func checkHealthPath(p string) string {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return fmt.Sprintf("must start with \"/\", got %s", quote(p))
+	case strings.ContainsRune(p, '#'):
+		return "must not contain a fragment (\"#\")"
+	case strings.ContainsFunc(p, isSpaceOrControl):
+		return "must not contain spaces or control characters"
+	}
+	return ""
+}
+
+func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f }
+
+// between reports whether lo <= n <= hi, recording a problem when not.
+func (v *validator) between(path string, n, lo, hi int) bool {
+	if n < lo || n > hi {
+		v.probs.add(path, "must be %d..%d, got %d", lo, hi, n)
+		return false
+	}
+	return true
+}
+
+// route checks base_path and host, and that no earlier service has the same
+// (host, base_path); routes maps each route seen so far to its service index.
+func (v *validator) route(svc *Service, path string, i int, routes map[string]int) {
+	if msg := checkBasePath(svc.BasePath); msg != "" {
+		v.probs.add(member(path, "base_path"), "%s", msg)
+	}
+	if svc.Host != "" {
+		if msg := checkHost(svc.Host); msg != "" {
+			v.probs.add(member(path, "host"), "%s", msg)
+		}
+	}
+	key := svc.Host + "\x00" + svc.BasePath
+	if j, dup := routes[key]; dup {
+		v.probs.add(member(path, "base_path"), "host %s and base_path %s are already routed by services[%d]", quote(svc.Host), quote(svc.BasePath), j)
+		return
+	}
+	routes[key] = i
+}
+
+// checkBasePath returns what is wrong with a base path, or "".
+func checkBasePath(p string) string {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return fmt.Sprintf("must start with \"/\", got %s", quote(p))
+	case strings.ContainsAny(p, "?#"):
+		return "must not contain \"?\" or \"#\"; it is a path prefix, not a URL"
+	case strings.ContainsFunc(p, isSpaceOrControl):
+		return "must not contain spaces or control characters"
+	case p == "/":
+		return ""
+	case strings.HasSuffix(p, "/"):
+		return fmt.Sprintf("must not end with \"/\" (write %s); it matches on path-segment boundaries", quote(strings.TrimRight(p, "/")))
+	}
+	for seg := range strings.SplitSeq(p[1:], "/") {
+		switch seg {
+		case "":
+			return "must not contain \"//\""
+		case ".", "..":
+			return "must not contain \".\" or \"..\" segments"
+		}
+	}
+	return ""
+}
+
+// checkHost returns what is wrong with a service host, or "".
+func checkHost(h string) string {
+	lower := strings.ToLower(h)
+	if lower != h {
+		if checkHost(lower) == "" {
+			return fmt.Sprintf("must be lowercase (%s)", quote(lower))
+		}
+		h = lower
+	}
+	if addr, err := netip.ParseAddr(h); err == nil {
+		switch {
+		case addr.Zone() != "":
+			return "must not carry an IPv6 zone"
+		case addr.String() != h:
+			return fmt.Sprintf("must be written in canonical form %s", quote(addr.String()))
+		}
+		return ""
+	}
+	if strings.HasPrefix(h, "[") {
+		return "must be an IP address without brackets or port"
+	}
+	if _, port, err := net.SplitHostPort(h); err == nil && isDigits(port) {
+		return "must not include a port"
+	}
+	if !isDNSName(h) {
+		return fmt.Sprintf("must be a DNS name (lowercase letters, digits, '-' and '.') or an IP address, got %s", quote(h))
+	}
+	return ""
+}
+
+// isDNSName reports whether h is a lowercase DNS name: dot-separated labels
+// of 1..63 letters, digits and inner hyphens, at most 253 bytes in all, no
+// trailing dot, and a last label that is not all digits (which would make it
+// a mistyped IPv4 address rather than a name).
+func isDNSName(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	if isDigits(h[strings.LastIndexByte(h, '.')+1:]) {
+		return false
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isDigits(s string) bool {
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func (v *validator) service(svc *Service, path string) {
+	switch {
+	case svc.Upstream != "" && svc.Split != nil:
+		v.probs.add(path, "set exactly one of upstream or split, not both")
+	case svc.Upstream == "" && svc.Split == nil:
+		v.probs.add(path, "one of upstream or split is required")
+	case svc.Upstream != "":
+		v.ref(svc.Upstream, member(path, "upstream"))
+	}
+	if svc.Split != nil {
+		v.split(svc.Split, member(path, "split"))
+	}
+	if svc.Sticky != nil {
+		v.sticky(svc.Sticky, member(path, "sticky"))
+	}
+}
+
+// ref checks that name is a declared upstream.
+func (v *validator) ref(name, path string) {
+	if name == "" {
+		v.probs.add(path, "is required; name a declared upstream")
+		return
+	}
+	if _, ok := v.upstreams[name]; ok {
+		return
+	}
+	msg := "unknown upstream " + quote(name)
+	if len(v.upstreams) == 0 {
+		msg += "; no upstreams are declared"
+	} else if near := v.closest(name); near != "" {
+		msg += fmt.Sprintf("; did you mean %s?", quote(near))
+	}
+	v.probs.add(path, "%s", msg)
+}
+
+// closest returns the first declared upstream within edit distance 2 of
+// name (the nearest one if several are), or "".
+func (v *validator) closest(name string) string {
+	best, bestD := "", 3
+	for _, u := range v.spec.Upstreams {
+		if d := editDistance(name, u.Name, bestD); d < bestD {
+			best, bestD = u.Name, d
+		}
+	}
+	return best
+}
+
+// editDistance returns the Levenshtein distance of a and b, or limit when it
+// is at least limit. The length check keeps a huge operator-supplied name
+// from costing quadratic time.
+func editDistance(a, b string, limit int) int {
+	if abs(len(a)-len(b)) >= limit {
+		return limit
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return min(prev[len(b)], limit)
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+func (v *validator) split(sp *Split, path string) {
+	tp := member(path, "targets")
+	n := len(sp.Targets)
+	if n < MinTargets || n > MaxTargets {
+		v.probs.add(tp, "must list %d..%d targets, got %d", MinTargets, MaxTargets, n)
+	}
+	seen := make(map[string]int, n)
+	total, weightsOK := 0, true
+	for i, t := range sp.Targets {
+		p := index(tp, i)
+		v.ref(t.Upstream, member(p, "upstream"))
+		if j, dup := seen[t.Upstream]; dup && t.Upstream != "" {
+			v.probs.add(member(p, "upstream"), "upstream %s is already a target (also %s)", quote(t.Upstream), index(tp, j))
+		} else if !dup {
+			seen[t.Upstream] = i
+		}
+		if t.Weight < 0 || t.Weight > MaxWeight {
+			v.probs.add(member(p, "weight"), "must be 0..%d, got %d", MaxWeight, t.Weight)
+			weightsOK = false
+			continue
+		}
+		total += t.Weight // at most MaxTargets*MaxWeight when weightsOK
+	}
+	if n > 0 && weightsOK && n <= MaxTargets && (total < 1 || total > MaxWeight) {
+		v.probs.add(tp, "total weight must be 1..%d, got %d", MaxWeight, total)
+		weightsOK = false
+	}
+	if sp.CanaryAnalysis != nil {
+		if !weightsOK || n > MaxTargets {
+			total = 0 // unknown: the weights are invalid
+		}
+		v.canary(sp.CanaryAnalysis, member(path, "canary_analysis"), n, total)
+	}
+}
+
+// canary checks canary analysis for a split of n targets with the given
+// total weight (0 when the weights are invalid and the total is unknown).
+func (v *validator) canary(ca *CanaryAnalysis, path string, n, total int) {
+	if n != 2 {
+		v.probs.add(path, "needs exactly 2 targets (baseline, canary), got %d", n)
+	}
+	v.between(member(path, "window_seconds"), ca.WindowSeconds, 1, MaxWindowSeconds)
+	if total > 0 {
+		if ca.Step < 1 || ca.Step > total {
+			v.probs.add(member(path, "step"), "must be 1..%d (the total weight), got %d", total, ca.Step)
+		}
+	} else if ca.Step < 1 {
+		v.probs.add(member(path, "step"), "must be at least 1, got %d", ca.Step)
+	}
+	if ca.MinRequests < 1 {
+		v.probs.add(member(path, "min_requests"), "must be at least 1, got %d", ca.MinRequests)
+	}
+	v.between(member(path, "cooldown_seconds"), ca.CooldownSeconds, 0, MaxCooldownS)
+	promoteOK := v.threshold(ca.Promote, member(path, "promote"))
+	rollbackOK := v.threshold(ca.Rollback, member(path, "rollback"))
+	if promoteOK && rollbackOK && ca.Promote.Metric == ca.Rollback.Metric && ca.Promote.Threshold >= ca.Rollback.Threshold {
+		v.probs.add(member(path, "promote.threshold"), "must be below rollback.threshold (%g) when both use %s, got %g",
+			ca.Rollback.Threshold, ca.Promote.Metric, ca.Promote.Threshold)
+	}
+}
+
+// threshold checks one promote or rollback bound and reports whether it is
+// valid.
+func (v *validator) threshold(t Threshold, path string) bool {
+	if !slices.Contains(metrics, t.Metric) {
+		if t.Metric == "" {
+			v.probs.add(member(path, "metric"), "is required; allowed: %s", strings.Join(metrics, ", "))
+		} else {
+			v.probs.add(member(path, "metric"), "unknown metric %s; allowed: %s", quote(t.Metric), strings.Join(metrics, ", "))
+		}
+		return false
+	}
+	x := t.Threshold
+	switch t.Metric {
+	case MetricErrorRate:
+		// Written so that NaN fails too.
+		if !(x >= 0 && x <= 1) {
+			v.probs.add(member(path, "threshold"), "must be in [0, 1] for error_rate (a fraction of requests), got %g", x)
+			return false
+		}
+	case MetricLatencyP99:
+		if !(x > 0 && x <= MaxLatencyP99S) {
+			v.probs.add(member(path, "threshold"), "must be in (0, %d] for latency_p99 (seconds), got %g", MaxLatencyP99S, x)
+			return false
+		}
+	}
+	return true
+}
+
+func (v *validator) sticky(st *Sticky, path string) {
+	if !isCookieToken(st.Cookie) {
+		v.probs.add(member(path, "cookie"), "must be an RFC 6265 token of 1..%d characters without control characters, spaces or separators ()<>@,;:\\\"/[]?={}, got %s",
+			MaxCookieName, quote(st.Cookie))
+	}
+	v.between(member(path, "ttl_s"), st.TTLS, 1, MaxStickyTTLS)
+}
+
+// isCookieToken reports whether s is a cookie name: an RFC 6265 token (RFC
+// 2616 token: visible US-ASCII except separators) of 1..MaxCookieName bytes.
+func isCookieToken(s string) bool {
+	if s == "" || len(s) > MaxCookieName {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`()<>@,;:\"/[]?={}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
