@@ -29,9 +29,19 @@ type Pool struct {
 
 // StartPool starts n endpoints called name, each on 127.0.0.1 on a free port.
 func StartPool(name string, n int) (*Pool, error) {
-	p := &Pool{Name: name, hits: make([]atomic.Int64, n)}
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = "127.0.0.1:0"
+	}
+	return StartPoolOn(name, addrs...)
+}
+
+// StartPoolOn starts one endpoint called name on each address (host:port;
+// port 0 picks a free one).
+func StartPoolOn(name string, addrs ...string) (*Pool, error) {
+	p := &Pool{Name: name, hits: make([]atomic.Int64, len(addrs))}
+	for i, a := range addrs {
+		ln, err := net.Listen("tcp", a)
 		if err != nil {
 			p.Close()
 			return nil, fmt.Errorf("start pool %s: %w", name, err)

@@ -1,0 +1,34 @@
+# Dwara — make targets. `make run` and `make test` work on a fresh machine:
+# scripts/postgres.sh finds PostgreSQL on 127.0.0.1:5432 or starts a private
+# cluster under .dwara/pg (DESIGN.md section 7).
+
+GO      ?= go
+BIN     := bin/dwara
+PKGS    := ./...
+# Flags for `make run`; override with e.g. make run RUN_FLAGS=
+RUN_FLAGS ?= --demo
+
+.PHONY: build run test bench lint fmt fuzz clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/dwara
+
+run: build
+	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" ./$(BIN) serve $(RUN_FLAGS)
+
+test:
+	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+bench:
+	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzReadCookie -fuzztime=30s ./gateway/split
+	$(GO) test -run='^$$' -fuzz=FuzzParseSpec -fuzztime=30s ./gateway/config
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+clean:
+	rm -rf bin

@@ -1,0 +1,144 @@
+package db_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/dwara/dwara/db"
+)
+
+func TestPublishNotifies(t *testing.T) {
+	t.Parallel()
+	s, url := newStore(t)
+	ctx := context.Background()
+	notes, connects := listen(t, url, db.NotifyChannel)
+	recv(t, connects, "listener connect")
+
+	g := publish(t, s, 1)
+	if n := recv(t, notes, "notification of generation 1"); n != (note{db.NotifyChannel, "1"}) || g.ID != 1 {
+		t.Fatalf("notification = %+v, want %s 1", n, db.NotifyChannel)
+	}
+
+	// Failed publishes roll back and notify nothing: the next notification
+	// is the next successful publish.
+	if _, err := s.Publish(ctx, db.PublishParams{Spec: spec(2), IfMatch: ptr(int64(0))}); !errors.Is(err, db.ErrPreconditionFailed) {
+		t.Fatalf("publish with stale if-match = %v, want ErrPreconditionFailed", err)
+	}
+	if _, err := s.Publish(ctx, db.PublishParams{Spec: json.RawMessage(`"not an object"`)}); err == nil {
+		t.Fatal("publish of a non-object spec succeeded")
+	}
+	publish(t, s, 2)
+	if n := recv(t, notes, "notification of generation 2"); n.payload != "2" {
+		t.Fatalf("notification after failed publishes = %+v, want payload 2", n)
+	}
+}
+
+func TestListenerChannelsAndReconnect(t *testing.T) {
+	t.Parallel()
+	url := dbtestURL(t)
+	notes, connects := listen(t, url, "alpha", "Beta channel")
+	recv(t, connects, "first connect")
+
+	exec(t, url, `SELECT pg_notify('alpha', 'a1'), pg_notify('Beta channel', 'b1'), pg_notify('gamma', 'g1')`)
+	if n := recv(t, notes, "alpha"); n != (note{"alpha", "a1"}) {
+		t.Errorf("first notification = %+v, want alpha a1", n)
+	}
+	if n := recv(t, notes, "Beta channel"); n != (note{"Beta channel", "b1"}) {
+		t.Errorf("second notification = %+v, want Beta channel b1", n)
+	}
+
+	if k := killListeners(t, url); k != 1 {
+		t.Fatalf("terminated %d listener backends, want 1", k)
+	}
+	recv(t, connects, "reconnect after the backend was terminated")
+	exec(t, url, `SELECT pg_notify('alpha', 'a2')`)
+	if n := recv(t, notes, "alpha after reconnect"); n != (note{"alpha", "a2"}) {
+		t.Errorf("notification after reconnect = %+v, want alpha a2 (gamma must never arrive)", n)
+	}
+}
+
+func TestListenerOnConnectErrorReconnects(t *testing.T) {
+	t.Parallel()
+	url := dbtestURL(t)
+	calls := make(chan int, 100)
+	n := 0
+	l := &db.Listener{
+		ConnString: url,
+		Channels:   []string{"c"},
+		OnConnect: func(context.Context) error {
+			n++
+			calls <- n
+			if n == 1 {
+				return errors.New("first load failed")
+			}
+			return nil
+		},
+		OnNotify: func(string, string) {},
+		Logger:   testLogger(t, nil),
+	}
+	runInBackground(t, l.Run)
+	recv(t, calls, "first OnConnect")
+	if got := recv(t, calls, "OnConnect after the failed one"); got != 2 {
+		t.Errorf("OnConnect call = %d, want 2", got)
+	}
+}
+
+func TestListenerRetriesWhileUnreachable(t *testing.T) {
+	t.Parallel()
+	// A port that was just free: connections are refused.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	msgs := make(chan string, 100)
+	l := &db.Listener{
+		ConnString: fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=5", addr),
+		Channels:   []string{"c"},
+		OnConnect:  func(context.Context) error { t.Error("OnConnect called without a server"); return nil },
+		OnNotify:   func(string, string) {},
+		Logger:     testLogger(t, msgs),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	waitMessage(t, msgs, "listener connect failed")
+	waitMessage(t, msgs, "listener connect failed")
+	cancel()
+	if err := recv(t, done, "Run to return after cancel"); err != nil {
+		t.Errorf("Run = %v, want nil after cancel", err)
+	}
+}
+
+func TestListenerMisconfigured(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		l    db.Listener
+	}{
+		{name: "no channels", l: db.Listener{ConnString: "postgres://127.0.0.1/x", OnNotify: func(string, string) {}}},
+		{name: "nil OnNotify", l: db.Listener{ConnString: "postgres://127.0.0.1/x", Channels: []string{"c"}}},
+		{name: "bad conn string", l: db.Listener{ConnString: "postgres://%zz", Channels: []string{"c"}, OnNotify: func(string, string) {}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			start := time.Now()
+			if err := tt.l.Run(ctx); err == nil {
+				t.Fatal("Run = nil, want a configuration error")
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("Run returned only after %v, want at once", time.Since(start))
+			}
+		})
+	}
+}

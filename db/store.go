@@ -1,0 +1,387 @@
+// Package db is Dwara's PostgreSQL storage: the append-only generations, the
+// audit log and the gateway instances (Store), the schema migrations
+// (Migrate), and the LISTEN/NOTIFY side that carries a publish to every data
+// plane (Listener, Subscriber).
+//
+// A publish inserts the generation and notifies NotifyChannel in one
+// transaction. A Subscriber listens on a dedicated connection and on every
+// (re)connect loads the newest generation, so a notification missed while
+// disconnected is never a missed generation.
+//
+// Errors from PostgreSQL are translated to the sentinels of this package
+// (ErrNotFound, ErrPreconditionFailed) at the boundary; anything else is
+// returned wrapped with the operation that failed.
+package db
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// GatewayNotifyChannel is the PostgreSQL channel on which UpsertGateway
+// announces that an instance applied a different generation. The payload is
+// the JSON of the GatewayInstance.
+const GatewayNotifyChannel = "dwara_gateway"
+
+// publishLockKey is the pg_advisory_xact_lock key that serialises
+// publishers, so generation ids are assigned without gaps. Advisory locks
+// are scoped to the current database, so one constant serves every database.
+const publishLockKey int64 = 0x64776172610001 // "dwara" + 1
+
+// SQLSTATE codes translated at the boundary.
+const (
+	codeForeignKeyViolation = "23503"
+)
+
+// Store is the PostgreSQL store of generations, audit entries and gateway
+// instances, backed by a pgx connection pool. It is safe for concurrent use.
+// Create it with Open and release it with Close; the zero value is not usable.
+type Store struct {
+	pool    *pgxpool.Pool
+	connStr string
+}
+
+// Open returns a Store for the database at databaseURL (a postgres:// URL or
+// a key=value connection string). The pool connects lazily: Open fails only
+// on a malformed URL; use Ping to check that the database answers.
+func Open(ctx context.Context, databaseURL string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return &Store{pool: pool, connStr: databaseURL}, nil
+}
+
+// Close closes every connection of the pool, waiting for the ones in use to
+// be released. The Store must not be used afterwards.
+func (s *Store) Close() {
+	s.pool.Close()
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping database: %w", err)
+	}
+	return nil
+}
+
+// ConnString returns the connection string the Store was opened with, for
+// components that need a dedicated connection of their own (a Listener).
+func (s *Store) ConnString() string {
+	return s.connStr
+}
+
+// Publish stores a new generation and announces its id on NotifyChannel, in
+// one transaction: subscribers never hear of a generation that is not
+// committed, and a failed publish notifies nothing.
+//
+// Publishers are serialised by a transaction-scoped advisory lock, so ids
+// run 1, 2, 3 ... without gaps under concurrency; the new generation's parent
+// is the previous newest (nil for the first). An empty p.Action means
+// ActionCreate. When p.IfMatch is non-nil and the active generation's id (0
+// when there is none) differs from *p.IfMatch, Publish stores nothing and
+// returns ErrPreconditionFailed. A p.SourceID that names no generation gives
+// ErrNotFound. p.Spec must be a JSON object; it is stored as given (as jsonb)
+// and the returned Generation carries it as the database returns it.
+func (s *Store) Publish(ctx context.Context, p PublishParams) (Generation, error) {
+	if p.Action == "" {
+		p.Action = ActionCreate
+	}
+	if !validAction(p.Action) {
+		return Generation{}, fmt.Errorf("publish generation: unknown action %q", p.Action)
+	}
+	if len(p.Spec) == 0 {
+		return Generation{}, errors.New("publish generation: empty spec")
+	}
+
+	var g Generation
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, publishLockKey); err != nil {
+			return fmt.Errorf("take publish lock: %w", err)
+		}
+		var newest int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM generations`).Scan(&newest); err != nil {
+			return fmt.Errorf("load newest id: %w", err)
+		}
+		if p.IfMatch != nil && *p.IfMatch != newest {
+			return fmt.Errorf("if-match %d, active %d: %w", *p.IfMatch, newest, ErrPreconditionFailed)
+		}
+		var parent *int64
+		if newest > 0 {
+			parent = &newest
+		}
+		row := tx.QueryRow(ctx, `
+			INSERT INTO generations (id, spec, parent_id, action, source_id, author, message)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			RETURNING `+generationColumns,
+			newest+1, []byte(p.Spec), parent, p.Action, p.SourceID, p.Author, p.Message)
+		var err error
+		if g, err = scanGeneration(row, true); err != nil {
+			if isCode(err, codeForeignKeyViolation) && p.SourceID != nil {
+				return fmt.Errorf("source generation %d: %w", *p.SourceID, ErrNotFound)
+			}
+			return fmt.Errorf("insert generation %d: %w", newest+1, err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprint(g.ID)); err != nil {
+			return fmt.Errorf("notify generation %d: %w", g.ID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Generation{}, fmt.Errorf("publish generation: %w", err)
+	}
+	return g, nil
+}
+
+// Current returns the active generation (the newest) with its spec, or
+// ErrNotFound when none has been published.
+func (s *Store) Current(ctx context.Context) (Generation, error) {
+	row := s.pool.QueryRow(ctx, `SELECT `+generationColumns+` FROM generations ORDER BY id DESC LIMIT 1`)
+	g, err := scanGeneration(row, true)
+	if err != nil {
+		return Generation{}, fmt.Errorf("load current generation: %w", notFound(err))
+	}
+	return g, nil
+}
+
+// Get returns generation id with its spec, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, id int64) (Generation, error) {
+	row := s.pool.QueryRow(ctx, `SELECT `+generationColumns+` FROM generations WHERE id = $1`, id)
+	g, err := scanGeneration(row, true)
+	if err != nil {
+		return Generation{}, fmt.Errorf("load generation %d: %w", id, notFound(err))
+	}
+	return g, nil
+}
+
+// List returns up to limit generations, newest first, without their specs.
+// beforeID > 0 returns only generations with id < beforeID (the next page
+// after a page whose last id was beforeID); 0 starts at the newest. A limit
+// <= 0 returns an empty list.
+func (s *Store) List(ctx context.Context, limit int, beforeID int64) ([]Generation, error) {
+	if limit <= 0 {
+		return []Generation{}, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+generationListColumns+` FROM generations
+		WHERE $1::bigint = 0 OR id < $1
+		ORDER BY id DESC
+		LIMIT $2`, beforeID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list generations: %w", err)
+	}
+	gens, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Generation, error) {
+		return scanGeneration(row, false)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list generations: %w", err)
+	}
+	return gens, nil
+}
+
+const (
+	generationListColumns = `id, parent_id, action, source_id, author, message, created_at`
+	generationColumns     = generationListColumns + `, spec`
+)
+
+// scanGeneration scans generationColumns (withSpec) or generationListColumns.
+func scanGeneration(row pgx.Row, withSpec bool) (Generation, error) {
+	var g Generation
+	dest := []any{&g.ID, &g.ParentID, &g.Action, &g.SourceID, &g.Author, &g.Message, &g.CreatedAt}
+	var spec []byte
+	if withSpec {
+		dest = append(dest, &spec)
+	}
+	if err := row.Scan(dest...); err != nil {
+		return Generation{}, err
+	}
+	if withSpec {
+		g.Spec = json.RawMessage(spec)
+	}
+	return g, nil
+}
+
+// RecordAudit appends e to the audit log and returns it with ID and At
+// filled in (At is the database's time unless e.At is set). e.Outcome must be
+// "accepted" or "refused"; a nil e.Detail is stored as SQL NULL.
+func (s *Store) RecordAudit(ctx context.Context, e AuditEntry) (AuditEntry, error) {
+	var at *time.Time
+	if !e.At.IsZero() {
+		at = &e.At
+	}
+	var detail []byte
+	if len(e.Detail) > 0 {
+		detail = e.Detail
+	}
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO audit_log (at, actor, action, outcome, status, generation_id, request_id, remote_addr, detail)
+		VALUES (coalesce($1, now()), $2, $3, $4, $5, $6, $7, $8, $9)
+		RETURNING id, at, detail`,
+		at, e.Actor, e.Action, e.Outcome, e.Status, e.GenerationID, e.RequestID, e.RemoteAddr, detail,
+	).Scan(&e.ID, &e.At, &detail)
+	if err != nil {
+		return AuditEntry{}, fmt.Errorf("record audit %s %s: %w", e.Action, e.Outcome, err)
+	}
+	e.Detail = nullableJSON(detail)
+	return e, nil
+}
+
+// ListAudit returns up to limit audit entries, newest first. beforeID > 0
+// returns only entries with id < beforeID; 0 starts at the newest. A limit
+// <= 0 returns an empty list.
+func (s *Store) ListAudit(ctx context.Context, limit int, beforeID int64) ([]AuditEntry, error) {
+	if limit <= 0 {
+		return []AuditEntry{}, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, at, actor, action, outcome, status, generation_id, request_id, remote_addr, detail
+		FROM audit_log
+		WHERE $1::bigint = 0 OR id < $1
+		ORDER BY id DESC
+		LIMIT $2`, beforeID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
+		var e AuditEntry
+		var detail []byte
+		err := row.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Outcome, &e.Status,
+			&e.GenerationID, &e.RequestID, &e.RemoteAddr, &detail)
+		e.Detail = nullableJSON(detail)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	return entries, nil
+}
+
+// UpsertGateway records instance g as it reports itself: its applied
+// generation (0 = none yet) and a heartbeat. A zero g.LastHeartbeat means the
+// database's now; a zero g.StartedAt keeps the stored start time (now for a
+// new instance); a zero g.AppliedAt is stored as NULL.
+//
+// When the instance is new or its applied generation changed, UpsertGateway
+// also notifies GatewayNotifyChannel with the instance's JSON, in the same
+// transaction; heartbeats alone notify nothing.
+func (s *Store) UpsertGateway(ctx context.Context, g GatewayInstance) error {
+	if g.ID == "" {
+		return errors.New("upsert gateway: empty instance id")
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var previous *int64
+		err := tx.QueryRow(ctx, `SELECT applied_generation FROM gateway_instances WHERE id = $1 FOR UPDATE`, g.ID).Scan(&previous)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("load instance: %w", err)
+		}
+		row := tx.QueryRow(ctx, `
+			INSERT INTO gateway_instances AS gi
+				(id, hostname, listen, applied_generation, applied_at, started_at, last_heartbeat)
+			VALUES ($1, $2, $3, $4, $5, coalesce($6, now()), coalesce($7, now()))
+			ON CONFLICT (id) DO UPDATE SET
+				hostname = EXCLUDED.hostname,
+				listen = EXCLUDED.listen,
+				applied_generation = EXCLUDED.applied_generation,
+				applied_at = EXCLUDED.applied_at,
+				started_at = coalesce($6, gi.started_at),
+				last_heartbeat = EXCLUDED.last_heartbeat
+			RETURNING `+gatewayColumns,
+			g.ID, g.Hostname, g.Listen, g.AppliedGeneration, nullTime(g.AppliedAt),
+			nullTime(g.StartedAt), nullTime(g.LastHeartbeat))
+		stored, err := scanGateway(row)
+		if err != nil {
+			return fmt.Errorf("store instance: %w", err)
+		}
+		if previous != nil && *previous == stored.AppliedGeneration {
+			return nil
+		}
+		payload, err := json.Marshal(stored)
+		if err != nil {
+			return fmt.Errorf("encode instance: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, GatewayNotifyChannel, string(payload)); err != nil {
+			return fmt.Errorf("notify instance: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("upsert gateway %q: %w", g.ID, err)
+	}
+	return nil
+}
+
+// ListGateways returns every recorded gateway instance, ordered by id.
+func (s *Store) ListGateways(ctx context.Context) ([]GatewayInstance, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+gatewayColumns+` FROM gateway_instances ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list gateways: %w", err)
+	}
+	gws, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (GatewayInstance, error) {
+		return scanGateway(row)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list gateways: %w", err)
+	}
+	return gws, nil
+}
+
+const gatewayColumns = `id, hostname, listen, applied_generation, applied_at, started_at, last_heartbeat`
+
+func scanGateway(row pgx.Row) (GatewayInstance, error) {
+	var g GatewayInstance
+	var appliedAt *time.Time
+	if err := row.Scan(&g.ID, &g.Hostname, &g.Listen, &g.AppliedGeneration, &appliedAt, &g.StartedAt, &g.LastHeartbeat); err != nil {
+		return GatewayInstance{}, err
+	}
+	if appliedAt != nil {
+		g.AppliedAt = *appliedAt
+	}
+	return g, nil
+}
+
+func validAction(a string) bool {
+	switch a {
+	case ActionCreate, ActionFlip, ActionWeights, ActionRollback, ActionKill, ActionAdopt:
+		return true
+	}
+	return false
+}
+
+// notFound translates pgx.ErrNoRows to ErrNotFound.
+func notFound(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+func isCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func nullableJSON(b []byte) json.RawMessage {
+	if b == nil {
+		return nil
+	}
+	return json.RawMessage(b)
+}

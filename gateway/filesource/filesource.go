@@ -1,0 +1,131 @@
+// Package filesource serves the data plane from a spec file: it loads the
+// file at start, and reloads it when the file changes on disk or when told
+// to (SIGHUP). A file that fails to parse or validate is refused with every
+// error logged, and the generation already applied keeps serving.
+package filesource
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/dwara/dwara/gateway/config"
+)
+
+// debounce is how long the watcher waits for a burst of file events (an
+// editor's write, rename and chmod) to settle before reloading once.
+const debounce = 100 * time.Millisecond
+
+// Source loads a spec file into a data plane. Fields are read once by Run.
+type Source struct {
+	// Path is the YAML or JSON spec file.
+	Path string
+	// Apply makes spec the serving generation; generations count 1, 2, 3
+	// over the successful loads of this process.
+	Apply func(spec *config.Spec, generation int64) error
+	// Reload, when non-nil, triggers a reload on every receive (main feeds
+	// it from SIGHUP).
+	Reload <-chan os.Signal
+	// Loaded, when non-nil, is called after every load attempt with its
+	// generation (0 when refused) and error. Tests wait on it.
+	Loaded func(generation int64, err error)
+	// Logger: nil means slog.Default().
+	Logger *slog.Logger
+
+	generation int64
+	last       []byte
+}
+
+// Run loads the file, then watches it until ctx is done. It fails at once
+// when the first load fails, since there is nothing to serve; later failures
+// are logged and keep the old generation.
+func (s *Source) Run(ctx context.Context) error {
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if err := s.load(false); err != nil {
+		return err
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", s.Path, err)
+	}
+	defer w.Close()
+	// Watch the directory: editors and config managers replace files by
+	// rename, which a watch on the file itself would lose.
+	dir := filepath.Dir(s.Path)
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("watch %s: %w", dir, err)
+	}
+	abs, _ := filepath.Abs(s.Path)
+	var timer <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.Reload:
+			s.Logger.Info("reload requested", "file", s.Path)
+			_ = s.load(true)
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("file watcher closed")
+			}
+			if p, _ := filepath.Abs(ev.Name); p == abs && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
+				timer = time.After(debounce)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("file watcher closed")
+			}
+			s.Logger.Warn("file watcher error", "file", s.Path, "err", err)
+		case <-timer:
+			timer = nil
+			_ = s.load(false)
+		}
+	}
+}
+
+// load reads, parses and applies the file. Unless force is set, content
+// identical to the last applied file is not applied again.
+func (s *Source) load(force bool) (err error) {
+	var gen int64
+	defer func() {
+		if s.Loaded != nil {
+			s.Loaded(gen, err)
+		}
+	}()
+	data, err := os.ReadFile(s.Path)
+	if err != nil {
+		s.Logger.Error("spec file refused: cannot read it; the current generation keeps serving", "file", s.Path, "err", err)
+		return fmt.Errorf("read %s: %w", s.Path, err)
+	}
+	if !force && s.last != nil && bytes.Equal(data, s.last) {
+		return nil
+	}
+	spec, err := config.Parse(data)
+	if err == nil {
+		err = s.Apply(spec, s.generation+1)
+	}
+	if err != nil {
+		var ve *config.ValidationError
+		if errors.As(err, &ve) {
+			for _, fe := range ve.Errors {
+				s.Logger.Error("spec file error", "file", s.Path, "path", fe.Path, "error", fe.Message)
+			}
+		}
+		s.Logger.Error("spec file refused; the current generation keeps serving", "file", s.Path, "err", err)
+		return fmt.Errorf("load %s: %w", s.Path, err)
+	}
+	s.generation++
+	gen = s.generation
+	s.last = data
+	s.Logger.Info("generation applied", "file", s.Path, "generation", gen)
+	return nil
+}

@@ -1,0 +1,146 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/dwara/dwara/api"
+	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/proxy"
+)
+
+// Serve runs `dwara serve`: the REST API on AdminListen and the embedded
+// proxy on Listen, the proxy following the newest generation in the
+// database. It returns when ctx is done (after a graceful shutdown) or when
+// something fails to start.
+func Serve(ctx context.Context, c Config) error {
+	c.defaults()
+	log := c.Logger
+	if c.AdminToken == "" && !isLoopback(c.AdminListen) {
+		return fmt.Errorf("admin listener %s is not loopback: set DWARA_ADMIN_TOKEN to expose the API beyond this machine", c.AdminListen)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	store, err := openStore(ctx, c.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	if c.Demo {
+		pools, err := startDemo(ctx, store)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			for _, p := range pools {
+				p.Close()
+			}
+		}()
+	}
+
+	reg := newRegistry()
+	px := proxy.New(proxy.Options{Metrics: reg, Logger: log})
+	apiSrv := api.New(api.Options{
+		Store:   store,
+		Token:   c.AdminToken,
+		Logger:  log,
+		Metrics: metricsHandler(reg),
+		Ready:   func() bool { return px.Generation() > 0 },
+	})
+	proxyL, err := listen("proxy", c.Listen, px)
+	if err != nil {
+		return err
+	}
+	adminL, err := listen("admin", c.AdminListen, apiSrv.Handler())
+	if err != nil {
+		proxyL.ln.Close()
+		return err
+	}
+	sub := &db.Subscriber{
+		Store:     store,
+		Instance:  instance(proxyL.addr()),
+		Apply:     ApplyGeneration(px),
+		Heartbeat: c.Heartbeat,
+		Resync:    c.Resync,
+		Logger:    log,
+	}
+	go func() { _ = sub.Run(ctx) }()
+	go func() { _ = apiSrv.Run(ctx) }()
+	if c.Started != nil {
+		c.Started(Addrs{Proxy: proxyL.addr(), Admin: adminL.addr()})
+	}
+	return serveAll(ctx, log, proxyL, adminL)
+}
+
+// Demo pool addresses: fixed, so that the seeded generation keeps pointing
+// at them across restarts.
+var (
+	demoStable = []string{"127.0.0.1:9001", "127.0.0.1:9002"}
+	demoCanary = []string{"127.0.0.1:9101"}
+)
+
+// DemoSpec is the example generation `serve --demo` seeds: a 90/10 split of
+// web-stable and web-canary with a sticky cookie.
+func DemoSpec(stable, canary []string) string {
+	q := func(addrs []string) string {
+		b, _ := json.Marshal(addrs)
+		return string(b)
+	}
+	return `upstreams:
+  - name: web-stable
+    endpoints: ` + q(stable) + `
+  - name: web-canary
+    endpoints: ` + q(canary) + `
+services:
+  - name: web
+    base_path: /
+    split:
+      targets:
+        - {upstream: web-stable, weight: 90}
+        - {upstream: web-canary, weight: 10}
+    sticky:
+      cookie: dwara_affinity
+      ttl_s: 3600
+`
+}
+
+// startDemo starts the demo pools and, when the database holds no
+// generation, publishes DemoSpec.
+func startDemo(ctx context.Context, store *db.Store) ([]*demo.Pool, error) {
+	stable, err := demo.StartPoolOn("web-stable", demoStable...)
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w (the demo upstreams need ports 9001, 9002 and 9101 free)", err)
+	}
+	canary, err := demo.StartPoolOn("web-canary", demoCanary...)
+	if err != nil {
+		stable.Close()
+		return nil, fmt.Errorf("demo: %w (the demo upstreams need ports 9001, 9002 and 9101 free)", err)
+	}
+	pools := []*demo.Pool{stable, canary}
+	if _, err := store.Current(ctx); !errors.Is(err, db.ErrNotFound) {
+		return pools, err // nil when a generation exists: nothing to seed
+	}
+	spec, err := config.Parse([]byte(DemoSpec(demoStable, demoCanary)))
+	if err != nil {
+		return pools, fmt.Errorf("demo spec: %w", err)
+	}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return pools, err
+	}
+	zero := int64(0)
+	_, err = store.Publish(ctx, db.PublishParams{
+		Spec: js, Action: db.ActionCreate, Author: "demo",
+		Message: "demo: 90/10 split of web-stable and web-canary with a sticky cookie", IfMatch: &zero,
+	})
+	if errors.Is(err, db.ErrPreconditionFailed) {
+		err = nil // another process seeded first
+	}
+	return pools, err
+}
