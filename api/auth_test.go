@@ -1,0 +1,261 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dwara/dwara/db"
+)
+
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	const token = "s3cret-token"
+	e := newEnv(t, Options{Token: token})
+	tests := []struct {
+		name   string
+		auth   string
+		path   string
+		status int
+	}{
+		{"no header", "", "/api/v1/generations", http.StatusUnauthorized},
+		{"wrong token", "Bearer nope", "/api/v1/generations", http.StatusUnauthorized},
+		{"token prefix", "Bearer s3cret", "/api/v1/generations", http.StatusUnauthorized},
+		{"wrong scheme", "Basic " + token, "/api/v1/generations", http.StatusUnauthorized},
+		{"right token", "Bearer " + token, "/api/v1/generations", http.StatusOK},
+		{"scheme is case-insensitive", "bearer " + token, "/api/v1/generations", http.StatusOK},
+		{"audit needs the token", "", "/api/v1/audit", http.StatusUnauthorized},
+		{"gateways need the token", "", "/api/v1/gateways", http.StatusUnauthorized},
+		{"events need the token", "", "/api/v1/events", http.StatusUnauthorized},
+		{"healthz is open", "", "/healthz", http.StatusOK},
+		{"readyz is open", "", "/readyz", http.StatusOK},
+		{"openapi.yaml is open", "", "/openapi.yaml", http.StatusOK},
+		{"docs are open", "", "/docs", http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := map[string]string{}
+			if tt.auth != "" {
+				h["Authorization"] = tt.auth
+			}
+			r := e.in(t).do(call{method: "GET", path: tt.path, header: h}).want(t, tt.status)
+			if tt.status == http.StatusUnauthorized {
+				if p := r.problem(t); p.Status != 401 {
+					t.Errorf("problem = %+v", p)
+				}
+				if !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
+					t.Errorf("WWW-Authenticate = %q", r.header.Get("WWW-Authenticate"))
+				}
+			}
+		})
+	}
+}
+
+func TestAuthRefusalsAreAudited(t *testing.T) {
+	t.Parallel()
+	const token = "s3cret-token"
+	e := newEnv(t, Options{Token: token})
+	bearer := map[string]string{"Authorization": "Bearer " + token}
+
+	e.do(call{method: "POST", path: "/api/v1/generations", body: map[string]any{"spec": specWith(95, 5)},
+		header: map[string]string{"Authorization": "Bearer wrong", "X-Dwara-Actor": "mallory", "X-Request-Id": "bad-token"}}).
+		want(t, http.StatusUnauthorized)
+	e.do(call{method: "POST", path: "/api/v1/services/api/flip", header: map[string]string{"X-Request-Id": "no-token"}}).
+		want(t, http.StatusUnauthorized)
+	e.do(call{method: "POST", path: "/api/v1/generations", body: map[string]any{"spec": specWith(95, 5)},
+		header: mergeHeader(bearer, "X-Dwara-Actor", "alice")}).want(t, http.StatusCreated)
+
+	var page AuditList
+	e.do(call{method: "GET", path: "/api/v1/audit", header: bearer}).want(t, http.StatusOK).decode(t, &page)
+	if len(page.Items) != 3 {
+		t.Fatalf("%d audit entries, want 3: %+v", len(page.Items), page.Items)
+	}
+	ok, flip, bad := page.Items[0], page.Items[1], page.Items[2]
+	if bad.RequestID != "bad-token" || bad.Actor != "unauthenticated" || bad.Outcome != "refused" ||
+		bad.Status != http.StatusUnauthorized || bad.Action != db.ActionCreate || bad.RemoteAddr == "" {
+		t.Errorf("wrong-token entry = %+v", bad)
+	}
+	if flip.RequestID != "no-token" || flip.Action != db.ActionFlip || flip.Status != http.StatusUnauthorized {
+		t.Errorf("no-token entry = %+v", flip)
+	}
+	if ok.Actor != "alice" || ok.Outcome != "accepted" || ok.Status != http.StatusCreated {
+		t.Errorf("accepted entry = %+v", ok)
+	}
+	if e.generationCount() != 1 {
+		t.Errorf("refused calls stored generations")
+	}
+}
+
+func TestBodyLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	big := `{"message": "` + strings.Repeat("x", MaxBodyBytes) + `", "spec": {}}`
+	p := e.do(call{method: "POST", path: "/api/v1/generations", body: big, violates: true,
+		header: map[string]string{"X-Request-Id": "too-large"}}).want(t, http.StatusRequestEntityTooLarge).problem(t)
+	if p.Status != http.StatusRequestEntityTooLarge {
+		t.Errorf("problem = %+v", p)
+	}
+	e.do(call{method: "PUT", path: "/api/v1/services/api/weights", body: big, violates: true}).
+		want(t, http.StatusRequestEntityTooLarge)
+
+	a := e.audit()
+	if len(a) != 2 || a[1].RequestID != "too-large" || a[1].Status != http.StatusRequestEntityTooLarge || a[1].Outcome != "refused" ||
+		a[0].Action != db.ActionWeights || a[0].Status != http.StatusRequestEntityTooLarge {
+		t.Errorf("audit = %+v", a)
+	}
+}
+
+func TestRequestID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	tests := []struct {
+		name, sent string
+		kept       bool
+	}{
+		{"well-formed", "abc.DEF_123:x-y", true},
+		{"longest", strings.Repeat("a", 128), true},
+		{"too long", strings.Repeat("a", 129), false},
+		{"bad character", "abc/def", false},
+		{"space", "abc def", false},
+		{"absent", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := map[string]string{}
+			if tt.sent != "" {
+				h["X-Request-Id"] = tt.sent
+			}
+			r := e.in(t).do(call{method: "GET", path: "/healthz", header: h}).want(t, http.StatusOK)
+			got := r.header.Get("X-Request-Id")
+			if tt.kept && got != tt.sent || !tt.kept && (got == tt.sent || !validRequestID(got)) {
+				t.Errorf("sent %q, got %q", tt.sent, got)
+			}
+		})
+	}
+}
+
+func TestHealthAndOperations(t *testing.T) {
+	t.Parallel()
+	var ready struct {
+		sync.Mutex
+		ok bool
+	}
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		w.Write([]byte("dwara_generation_active 1\n"))
+	})
+	e := newEnv(t, Options{Metrics: metrics, Ready: func() bool { ready.Lock(); defer ready.Unlock(); return ready.ok }})
+
+	var h health
+	e.do(call{method: "GET", path: "/healthz"}).want(t, http.StatusOK).decode(t, &h)
+	if h.Status != "ok" {
+		t.Errorf("healthz = %+v", h)
+	}
+	p := e.do(call{method: "GET", path: "/readyz"}).want(t, http.StatusServiceUnavailable).problem(t)
+	if !strings.Contains(p.Detail, "generation") {
+		t.Errorf("readyz problem = %+v", p)
+	}
+	ready.Lock()
+	ready.ok = true
+	ready.Unlock()
+	e.do(call{method: "GET", path: "/readyz"}).want(t, http.StatusOK)
+
+	if r := e.do(call{method: "GET", path: "/metrics"}).want(t, http.StatusOK); !strings.Contains(string(r.body), "dwara_generation_active") {
+		t.Errorf("metrics body %q", r.body)
+	}
+	if r := e.do(call{method: "GET", path: "/openapi.yaml"}).want(t, http.StatusOK); !bytes.HasPrefix(r.body, []byte("openapi: 3.0.3")) ||
+		r.header.Get("Content-Type") != "application/yaml" {
+		t.Errorf("openapi.yaml: %s %.40q", r.header.Get("Content-Type"), r.body)
+	}
+	for _, path := range []string{"/docs", "/docs/"} {
+		r := e.do(call{method: "GET", path: path}).want(t, http.StatusOK)
+		if !strings.Contains(string(r.body), "/openapi.yaml") || !strings.Contains(string(r.body), "/docs/swagger-ui-bundle.js") {
+			t.Errorf("%s does not load the spec and the embedded bundle: %.300s", path, r.body)
+		}
+	}
+	if r := e.do(call{method: "GET", path: "/docs/swagger-ui-bundle.js"}).want(t, http.StatusOK); len(r.body) < 100_000 {
+		t.Errorf("swagger-ui-bundle.js is %d bytes", len(r.body))
+	}
+	e.do(call{method: "GET", path: "/docs/no-such-asset.js"}).want(t, http.StatusNotFound)
+}
+
+func TestMetricsDisabled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	e.do(call{method: "GET", path: "/metrics"}).want(t, http.StatusNotFound).problem(t)
+}
+
+// lockedBuffer is a goroutine-safe log sink.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A 5xx names the request id and nothing of its cause; the log has both.
+func TestInternalErrorsDoNotLeak(t *testing.T) {
+	t.Parallel()
+	var logs lockedBuffer
+	e := newEnv(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	e.publish(specWith(95, 5), "")
+	e.store.Close() // every query now fails
+
+	for _, c := range []call{
+		{method: "GET", path: "/api/v1/generations"},
+		{method: "GET", path: "/api/v1/generations/current"},
+		{method: "POST", path: "/api/v1/services/api/flip"},
+	} {
+		c.header = map[string]string{"X-Request-Id": "boom-" + strings.ReplaceAll(c.path[8:], "/", "-")}
+		r := e.do(c).want(t, http.StatusInternalServerError)
+		p := r.problem(t)
+		if strings.Contains(string(r.body), "closed") || strings.Contains(string(r.body), "pool") || p.RequestID != c.header["X-Request-Id"] {
+			t.Errorf("500 body leaks or lacks the request id: %s", r.body)
+		}
+		if !strings.Contains(logs.String(), "request_id="+c.header["X-Request-Id"]) || !strings.Contains(logs.String(), "closed") {
+			t.Errorf("the log lacks the request id or the cause: %s", logs.String())
+		}
+	}
+	e.do(call{method: "GET", path: "/readyz"}).want(t, http.StatusServiceUnavailable)
+}
+
+// An audit entry that cannot be written is logged; the publish it records
+// still succeeds.
+func TestAuditFailureDoesNotFailPublish(t *testing.T) {
+	t.Parallel()
+	var logs lockedBuffer
+	e := newEnv(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	conn, err := pgx.Connect(t.Context(), e.store.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), `ALTER TABLE audit_log RENAME TO audit_log_gone`); err != nil {
+		t.Fatal(err)
+	}
+	g := e.publish(specWith(95, 5), "")
+	if g.ID != 1 {
+		t.Errorf("generation = %+v", g)
+	}
+	if !strings.Contains(logs.String(), "record audit entry") {
+		t.Errorf("the failed audit write is not logged: %s", logs.String())
+	}
+}

@@ -1,0 +1,236 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dwara/dwara/db"
+)
+
+// Server-sent event names.
+const (
+	EventGenerationPublished = "generation_published"
+	EventGenerationApplied   = "generation_applied"
+)
+
+// Event hub sizing and timing.
+const (
+	// clientBuffer is how many events a client may lag behind before the
+	// hub drops it.
+	clientBuffer = 64
+	// notifyQueue buffers notifications between the listener and the hub,
+	// so the listener never blocks.
+	notifyQueue = 1024
+	// pingInterval is the period of the ": ping" comments that keep idle
+	// streams (and proxies in between) alive.
+	pingInterval = 15 * time.Second
+	// loadTimeout bounds loading a published generation for its event.
+	loadTimeout = 5 * time.Second
+)
+
+// event is one server-sent event.
+type event struct {
+	name string
+	data []byte // one line of JSON
+}
+
+// subscriber is one connected event-stream client.
+type subscriber struct {
+	events chan event
+	gone   chan struct{} // closed when the hub drops the client
+}
+
+// hub fans events out to the connected clients. A client whose buffer is
+// full is dropped rather than waited for, so one slow client never delays the
+// others. It is safe for concurrent use.
+type hub struct {
+	mu      sync.Mutex
+	clients map[*subscriber]struct{}
+
+	listenOnce sync.Once
+	listening  chan struct{} // closed once the listener first LISTENs
+}
+
+func newHub() *hub {
+	return &hub{clients: map[*subscriber]struct{}{}, listening: make(chan struct{})}
+}
+
+func (h *hub) subscribe() *subscriber {
+	c := &subscriber{events: make(chan event, clientBuffer), gone: make(chan struct{})}
+	h.mu.Lock()
+	h.clients[c] = struct{}{}
+	h.mu.Unlock()
+	return c
+}
+
+func (h *hub) unsubscribe(c *subscriber) {
+	h.mu.Lock()
+	delete(h.clients, c)
+	h.mu.Unlock()
+}
+
+// broadcast sends e to every client without blocking; a client that cannot
+// take it is dropped (its stream ends and it should reconnect).
+func (h *hub) broadcast(e event) (dropped int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.clients {
+		select {
+		case c.events <- e:
+		default:
+			delete(h.clients, c)
+			close(c.gone)
+			dropped++
+		}
+	}
+	return dropped
+}
+
+// clientCount is the number of connected clients.
+func (h *hub) clientCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.clients)
+}
+
+// notification is one NOTIFY handed from the listener to the hub.
+type notification struct {
+	channel, payload string
+}
+
+// Run runs the event hub until ctx is done: a db.Listener on the
+// generation and gateway channels whose notifications become
+// generation_published and generation_applied events for every client of
+// GET /api/v1/events. It returns nil when ctx is done, or the listener's
+// error when it is misconfigured; either way it ends every open event stream,
+// so cancel it before shutting the HTTP server down. Run at most once per
+// Server; without it the event streams stay silent apart from pings.
+func (s *Server) Run(ctx context.Context) error {
+	queue := make(chan notification, notifyQueue)
+	l := &db.Listener{
+		ConnString: s.store.ConnString(),
+		Channels:   []string{db.NotifyChannel, db.GatewayNotifyChannel},
+		OnConnect: func(context.Context) error {
+			s.hub.listenOnce.Do(func() { close(s.hub.listening) })
+			return nil
+		},
+		OnNotify: func(channel, payload string) {
+			select {
+			case queue <- notification{channel, payload}:
+			default:
+				s.log.Warn("event hub: queue full, dropping a notification", "channel", channel, "payload", payload)
+			}
+		},
+		Logger: s.log,
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	// Streams end with the hub, so a graceful shutdown is not held up by them.
+	defer s.closeOnce.Do(func() { close(s.closing) })
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("event hub: %w", err)
+			}
+			return nil
+		case n := <-queue:
+			e, err := s.toEvent(ctx, n)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("event hub: dropping a notification", "channel", n.channel, "payload", n.payload, "err", err)
+				}
+				continue
+			}
+			if dropped := s.hub.broadcast(e); dropped > 0 {
+				s.log.Warn("event hub: dropped slow clients", "count", dropped, "event", e.name)
+			}
+		}
+	}
+}
+
+// toEvent turns a notification into its event: a published generation is
+// loaded (and sent without its spec); a gateway instance is re-encoded.
+func (s *Server) toEvent(ctx context.Context, n notification) (event, error) {
+	switch n.channel {
+	case db.NotifyChannel:
+		id, err := strconv.ParseInt(n.payload, 10, 64)
+		if err != nil {
+			return event{}, fmt.Errorf("bad generation id %q", n.payload)
+		}
+		ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+		defer cancel()
+		g, err := s.store.Get(ctx, id)
+		if err != nil {
+			return event{}, fmt.Errorf("load generation %d: %w", id, err)
+		}
+		g.Spec = nil
+		data, err := json.Marshal(g)
+		return event{name: EventGenerationPublished, data: data}, err
+	case db.GatewayNotifyChannel:
+		var gw db.GatewayInstance
+		if err := json.Unmarshal([]byte(n.payload), &gw); err != nil {
+			return event{}, fmt.Errorf("decode gateway instance: %w", err)
+		}
+		data, err := json.Marshal(gw)
+		return event{name: EventGenerationApplied, data: data}, err
+	}
+	return event{}, errors.New("unknown channel")
+}
+
+// events answers GET /api/v1/events with a server-sent event stream that
+// lasts until the client leaves, the server shuts down, or the client falls
+// too far behind.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	// A stream outlives any write timeout of the server.
+	_ = rc.SetWriteDeadline(time.Time{})
+
+	c := s.hub.subscribe()
+	defer s.hub.unsubscribe(c)
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	// The first comment tells the client it is subscribed.
+	if _, err := fmt.Fprint(w, ": connected\n\n"); err != nil {
+		return
+	}
+	if err := rc.Flush(); err != nil {
+		s.log.WarnContext(r.Context(), "event stream cannot flush", "request_id", requestID(r.Context()), "err", err)
+		return
+	}
+
+	ping := time.NewTicker(s.pingEvery)
+	defer ping.Stop()
+	for {
+		var err error
+		select {
+		case <-r.Context().Done():
+			return
+		case <-s.closing:
+			return
+		case <-c.gone:
+			s.log.InfoContext(r.Context(), "event stream client too slow; dropped", "request_id", requestID(r.Context()))
+			return
+		case e := <-c.events:
+			_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.name, e.data)
+		case <-ping.C:
+			_, err = fmt.Fprint(w, ": ping\n\n")
+		}
+		if err == nil {
+			err = rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
+}

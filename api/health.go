@@ -1,0 +1,62 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/dwara/dwara/openapi"
+)
+
+// readyTimeout bounds the database ping of GET /readyz.
+const readyTimeout = 2 * time.Second
+
+// health is the body of a positive health or readiness answer.
+type health struct {
+	Status string `json:"status"`
+}
+
+// healthz answers GET /healthz: the process is alive.
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	s.writeJSON(w, r, http.StatusOK, health{Status: "ok"})
+}
+
+// readyz answers GET /readyz: 200 when the database answers and the Ready
+// condition holds, else 503.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		s.log.WarnContext(ctx, "not ready: database ping failed", "request_id", requestID(ctx), "err", err)
+		s.writeProblem(w, r, problemf(http.StatusServiceUnavailable, "the database does not answer"))
+		return
+	}
+	if !s.ready() {
+		s.writeProblem(w, r, problemf(http.StatusServiceUnavailable, "not ready yet: no generation has been applied"))
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, health{Status: "ok"})
+}
+
+// metrics answers GET /metrics with Options.Metrics, or 404 without one.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	if s.metricsHandler == nil {
+		s.writeProblem(w, r, problemf(http.StatusNotFound, "metrics are not enabled"))
+		return
+	}
+	s.metricsHandler.ServeHTTP(w, r)
+}
+
+// openAPI answers GET /openapi.yaml with the embedded document.
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", contentYAML)
+	w.Header().Set("Cache-Control", "no-cache")
+	if _, err := w.Write(openapi.Spec); err != nil {
+		s.log.DebugContext(r.Context(), "write openapi.yaml", "request_id", requestID(r.Context()), "err", err)
+	}
+}
+
+// docs answers GET /docs and /docs/{asset} with the embedded docs page.
+func (s *Server) docs(w http.ResponseWriter, r *http.Request) {
+	s.docsHandler.ServeHTTP(w, r)
+}

@@ -1,0 +1,285 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/dwara/dwara/gateway/config"
+)
+
+// MaxBodyBytes caps every request body; a larger one is answered with 413.
+const MaxBodyBytes = 1 << 20
+
+// Media types the API reads and writes.
+const (
+	contentJSON    = "application/json"
+	contentProblem = "application/problem+json"
+	contentYAML    = "application/yaml"
+)
+
+// yamlTypes are the Content-Types accepted for a YAML request body.
+var yamlTypes = []string{"application/yaml", "application/x-yaml", "text/yaml"}
+
+// Problem is an RFC 9457 problem details object, the body of every error
+// answer (Content-Type application/problem+json). A Problem is also an error,
+// so request helpers can return one and handlers write it as it is.
+type Problem struct {
+	// Type is a URI reference naming the problem type; "about:blank" means
+	// the HTTP status says it all and Title is the status text.
+	Type string `json:"type"`
+	// Title is a short human-readable summary of the problem type.
+	Title string `json:"title"`
+	// Status is the HTTP status code of the answer.
+	Status int `json:"status"`
+	// Detail explains this occurrence; empty when Title says enough.
+	Detail string `json:"detail,omitempty"`
+	// Instance is the path of the request that failed.
+	Instance string `json:"instance,omitempty"`
+	// RequestID is the request id of the failed call, also found in the
+	// server log and the audit log.
+	RequestID string `json:"request_id,omitempty"`
+	// Errors lists every validation problem (422, and 400 for bad
+	// parameters), each with its field path.
+	Errors []config.FieldError `json:"errors,omitempty"`
+}
+
+// Error implements error: "status title: detail".
+func (p *Problem) Error() string {
+	s := fmt.Sprintf("%d %s", p.Status, p.Title)
+	if p.Detail != "" {
+		s += ": " + p.Detail
+	}
+	for _, e := range p.Errors {
+		s += "; " + e.Path + ": " + e.Message
+	}
+	return s
+}
+
+// problemf returns an about:blank Problem for status with a formatted detail.
+func problemf(status int, format string, args ...any) *Problem {
+	return &Problem{
+		Type:   "about:blank",
+		Title:  http.StatusText(status),
+		Status: status,
+		Detail: fmt.Sprintf(format, args...),
+	}
+}
+
+// fieldProblem returns a Problem for status listing one field error.
+func fieldProblem(status int, path, format string, args ...any) *Problem {
+	p := problemf(status, "invalid %s", path)
+	p.Errors = []config.FieldError{{Path: path, Message: fmt.Sprintf(format, args...)}}
+	return p
+}
+
+// validationProblem turns a *config.ValidationError into a 422 Problem
+// listing every error.
+func validationProblem(detail string, v *config.ValidationError) *Problem {
+	p := problemf(http.StatusUnprocessableEntity, "%s", detail)
+	p.Errors = v.Errors
+	if len(p.Errors) == 0 {
+		p.Errors = []config.FieldError{{Path: "spec", Message: v.Error()}}
+	}
+	return p
+}
+
+// writeJSON writes v as the JSON body of a status answer.
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		s.internalError(w, r, fmt.Errorf("encode response: %w", err))
+		return
+	}
+	w.Header().Set("Content-Type", contentJSON)
+	w.WriteHeader(status)
+	if _, err := w.Write(append(body, '\n')); err != nil {
+		s.log.DebugContext(r.Context(), "write response", "request_id", requestID(r.Context()), "err", err)
+	}
+}
+
+// writeProblem writes p as an application/problem+json answer and notes it
+// on the call's audit record, if any.
+func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
+	if p.Type == "" {
+		p.Type = "about:blank"
+	}
+	if p.Title == "" {
+		p.Title = http.StatusText(p.Status)
+	}
+	p.Instance = r.URL.Path
+	p.RequestID = requestID(r.Context())
+	if rec := auditFrom(r.Context()); rec != nil {
+		rec.problem = p
+	}
+	body, err := json.Marshal(p)
+	if err != nil { // a Problem always encodes; keep the answer well-formed anyway
+		body = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500}`)
+	}
+	w.Header().Set("Content-Type", contentProblem)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	if _, err := w.Write(append(body, '\n')); err != nil {
+		s.log.DebugContext(r.Context(), "write problem", "request_id", p.RequestID, "err", err)
+	}
+}
+
+// writeError writes err: a *Problem as it is, anything else as a 500 that
+// is logged but never shown to the client.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if p, ok := errors.AsType[*Problem](err); ok {
+		s.writeProblem(w, r, p)
+		return
+	}
+	s.internalError(w, r, err)
+}
+
+// internalError logs err with the request id and answers a 500 that names
+// only the request id.
+func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	id := requestID(r.Context())
+	s.log.ErrorContext(r.Context(), "request failed", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
+	s.writeProblem(w, r, problemf(http.StatusInternalServerError,
+		"the request failed; the server log has the details under request id %s", id))
+}
+
+// readBody reads the whole (capped) request body. A body over MaxBodyBytes
+// is a 413 Problem.
+func readBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, problemf(http.StatusRequestEntityTooLarge, "the request body exceeds %d bytes", MaxBodyBytes)
+		}
+		return nil, problemf(http.StatusBadRequest, "reading the request body failed")
+	}
+	return body, nil
+}
+
+// mediaType returns the lowercased media type of the request's Content-Type
+// without parameters; "" when absent or malformed.
+func mediaType(r *http.Request) string {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(mt)
+}
+
+// unsupported returns the 415 Problem for a body of media type mt where only
+// the accepted types may be sent.
+func unsupported(mt string, accepted ...string) *Problem {
+	if mt == "" {
+		mt = "(none)"
+	}
+	return problemf(http.StatusUnsupportedMediaType, "Content-Type %s is not accepted here; send %s", mt, strings.Join(accepted, " or "))
+}
+
+// readJSON decodes the request body, which must be application/json, into
+// v: unknown fields and trailing data are refused. When optional is true an
+// empty body leaves v as it is. The error is always a *Problem: 413 for a
+// body over the cap, 415 for another Content-Type, 400 for malformed JSON,
+// 422 for a well-formed body of the wrong shape.
+func readJSON(r *http.Request, v any, optional bool) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		if optional {
+			return nil
+		}
+		return fieldProblem(http.StatusUnprocessableEntity, "body", "a JSON body is required")
+	}
+	if mt := mediaType(r); mt != contentJSON {
+		return unsupported(mt, contentJSON)
+	}
+	return decodeJSON(body, v)
+}
+
+// decodeJSON strictly decodes one JSON value from body into v, translating
+// errors to Problems (400 syntax, 422 shape).
+func decodeJSON(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeProblem(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return problemf(http.StatusBadRequest, "malformed JSON: unexpected data after the top-level value")
+	}
+	return nil
+}
+
+// decodeProblem translates an encoding/json error to a Problem.
+func decodeProblem(err error) *Problem {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		path := te.Field
+		if path == "" {
+			path = "body"
+		}
+		return fieldProblem(http.StatusUnprocessableEntity, path, "must be %s, not %s", jsonKind(te.Type.Kind().String()), te.Value)
+	}
+	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name := strings.Trim(field, `"`)
+		return fieldProblem(http.StatusUnprocessableEntity, name, "unknown field")
+	}
+	if _, ok := errors.AsType[*json.SyntaxError](err); ok || errors.Is(err, io.ErrUnexpectedEOF) {
+		return problemf(http.StatusBadRequest, "malformed JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return problemf(http.StatusBadRequest, "malformed JSON body")
+}
+
+// jsonKind names a Go kind the way a JSON client thinks of it.
+func jsonKind(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "an integer"
+	case "float32", "float64":
+		return "a number"
+	case "map", "struct":
+		return "an object"
+	case "slice", "array":
+		return "an array"
+	}
+	return kind
+}
+
+// readJSONOrYAML decodes a required request body sent as JSON or as YAML
+// (application/yaml, application/x-yaml, text/yaml) into v, with the same
+// strictness and Problems as readJSON.
+func readJSONOrYAML(r *http.Request, v any) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	mt := mediaType(r)
+	isYAML := false
+	for _, t := range yamlTypes {
+		isYAML = isYAML || mt == t
+	}
+	switch {
+	case len(bytes.TrimSpace(body)) == 0:
+		return fieldProblem(http.StatusUnprocessableEntity, "body", "a JSON or YAML body is required")
+	case isYAML:
+		js, err := yaml.YAMLToJSON(body)
+		if err != nil {
+			return problemf(http.StatusBadRequest, "malformed YAML: %s", strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "))
+		}
+		body = js
+	case mt != contentJSON:
+		return unsupported(mt, append([]string{contentJSON}, yamlTypes...)...)
+	}
+	return decodeJSON(body, v)
+}

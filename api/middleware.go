@@ -1,0 +1,243 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+type ctxKey int
+
+const (
+	requestIDKey ctxKey = iota
+	auditKey
+	actorKey
+)
+
+// RequestIDHeader carries the request id in both directions.
+const RequestIDHeader = "X-Request-Id"
+
+// ActorHeader names who makes a change; it becomes the generation's author
+// and the audit actor.
+const ActorHeader = "X-Dwara-Actor"
+
+// Actors recorded when the caller did not (or could not) say who it is.
+const (
+	actorAnonymous       = "anonymous"
+	actorUnauthenticated = "unauthenticated"
+)
+
+// maxActorLen is the longest accepted X-Dwara-Actor, in characters.
+const maxActorLen = 64
+
+// requestID returns the request id stored by withRequestID; "" outside a
+// request.
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+// validRequestID reports whether id is 1..128 characters of [A-Za-z0-9._:-].
+func validRequestID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == ':' || c == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// withRequestID keeps a well-formed client X-Request-Id or mints a fresh one,
+// stores it in the request context and echoes it in the response.
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(RequestIDHeader)
+		if !validRequestID(id) {
+			id = rand.Text()
+		}
+		w.Header().Set(RequestIDHeader, id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+	})
+}
+
+// statusWriter remembers the status code written through it. It unwraps for
+// http.ResponseController, so flushing and deadlines reach the connection.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush lets the event stream flush through the wrapper without a
+// ResponseController.
+func (w *statusWriter) Flush() {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	http.NewResponseController(w.ResponseWriter).Flush() //nolint:errcheck // best effort, as http.Flusher
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// status is the code written so far; 200 when the handler wrote nothing.
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// logRequests logs each request once it is answered: mutations at Info,
+// reads at Debug, and every 5xx at Warn (the cause is logged at Error where
+// it happened).
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		level := slog.LevelDebug
+		switch {
+		case sw.status() >= 500:
+			level = slog.LevelWarn
+		case r.Method != http.MethodGet && r.Method != http.MethodHead:
+			level = slog.LevelInfo
+		}
+		s.log.Log(r.Context(), level, "http request",
+			"request_id", requestID(r.Context()),
+			"method", r.Method,
+			"path", r.URL.Path,
+			"status", sw.status(),
+			"duration", time.Since(start),
+			"remote_addr", r.RemoteAddr)
+	})
+}
+
+// recoverPanics turns a handler panic into a logged 500 problem (unless the
+// answer was already started) instead of a dropped connection.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.ErrorContext(r.Context(), "handler panic", "request_id", requestID(r.Context()), "panic", v, "stack", string(debug.Stack()))
+			s.internalError(w, r, fmt.Errorf("panic: %v", v))
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitBodies caps every request body at MaxBodyBytes.
+func limitBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authenticate requires "Authorization: Bearer <token>" when the server has a
+// token; the comparison takes constant time (over digests, so not even the
+// token's length leaks). A refusal is a 401 problem with a WWW-Authenticate
+// challenge, and a mutation's audit record gets the actor "unauthenticated".
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	if !s.hasToken {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		challenge := `Bearer realm="dwara"`
+		var p *Problem
+		switch {
+		case scheme == "":
+			p = problemf(http.StatusUnauthorized, "this call needs an Authorization: Bearer <token> header")
+		case !strings.EqualFold(scheme, "Bearer"):
+			p = problemf(http.StatusUnauthorized, "the Authorization scheme must be Bearer")
+			challenge += `, error="invalid_request"`
+		default:
+			got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+			if subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) == 1 {
+				next.ServeHTTP(w, r)
+				return
+			}
+			p = problemf(http.StatusUnauthorized, "the bearer token is not valid")
+			challenge += `, error="invalid_token"`
+		}
+		if rec := auditFrom(r.Context()); rec != nil {
+			rec.actor = actorUnauthenticated
+		}
+		w.Header().Set("WWW-Authenticate", challenge)
+		s.writeProblem(w, r, p)
+	})
+}
+
+// parseActor returns the trimmed X-Dwara-Actor header, "anonymous" when it is
+// absent or blank, or a 400 Problem when it is longer than 64 characters or
+// holds non-printable characters.
+func parseActor(r *http.Request) (string, error) {
+	a := strings.TrimSpace(r.Header.Get(ActorHeader))
+	if a == "" {
+		return actorAnonymous, nil
+	}
+	if !utf8.ValidString(a) || utf8.RuneCountInString(a) > maxActorLen || strings.IndexFunc(a, func(c rune) bool { return !unicode.IsPrint(c) }) >= 0 {
+		return "", fieldProblem(http.StatusBadRequest, ActorHeader, "must be at most %d printable characters", maxActorLen)
+	}
+	return a, nil
+}
+
+// withActor resolves the caller's actor (400 when malformed), records it on
+// the audit record and stores it in the context for actorFrom.
+func (s *Server) withActor(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		actor, err := parseActor(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if rec := auditFrom(r.Context()); rec != nil {
+			rec.actor = actor
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey, actor)))
+	})
+}
+
+// actorFrom returns the actor stored by withActor, "anonymous" outside one.
+func actorFrom(ctx context.Context) string {
+	if a, ok := ctx.Value(actorKey).(string); ok {
+		return a
+	}
+	return actorAnonymous
+}

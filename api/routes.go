@@ -1,0 +1,59 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/dwara/dwara/db"
+)
+
+// routes is the route table of the admin listener. openapi/openapi.yaml
+// documents exactly these routes (a test walks both).
+func (s *Server) routes() chi.Router {
+	r := chi.NewRouter()
+	r.Use(withRequestID, s.logRequests, s.recoverPanics, limitBodies)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		s.writeProblem(w, r, problemf(http.StatusNotFound, "no such endpoint: %s", r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		s.writeProblem(w, r, problemf(http.StatusMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
+	})
+
+	// Operations: never authenticated.
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.Get("/metrics", s.metrics)
+	r.Get("/openapi.yaml", s.openAPI)
+	r.Get("/docs", s.docs)
+	r.Get("/docs/", s.docs)
+	r.Get("/docs/{asset}", s.docs)
+
+	r.Route("/api/v1", func(r chi.Router) {
+		// Reads.
+		r.Group(func(r chi.Router) {
+			r.Use(s.authenticate)
+			r.Get("/generations", s.listGenerations)
+			r.Get("/generations/current", s.currentGeneration)
+			r.Get("/generations/{id}", s.getGeneration)
+			r.Get("/generations/{id}/diff", s.diffGeneration)
+			r.Get("/audit", s.listAudit)
+			r.Get("/gateways", s.listGateways)
+			r.Get("/events", s.events)
+		})
+
+		// Mutations: audited whatever the outcome, then authenticated.
+		r.Post("/generations", s.mutation(db.ActionCreate, s.createGeneration))
+		r.Post("/generations/{id}/rollback", s.mutation(db.ActionRollback, s.rollback))
+		r.Post("/services/{name}/flip", s.mutation(db.ActionFlip, s.flip))
+		r.Put("/services/{name}/weights", s.mutation(db.ActionWeights, s.setWeights))
+		r.Post("/services/{name}/kill", s.mutation(db.ActionKill, s.kill))
+	})
+	return r
+}
+
+// mutation wraps a mutating handler: audit record first (so even a refusal
+// by auth is recorded), then authentication, then the caller's actor.
+func (s *Server) mutation(action string, h http.HandlerFunc) http.HandlerFunc {
+	return s.audited(action, s.authenticate(s.withActor(h)))
+}

@@ -1,0 +1,297 @@
+package api
+
+import (
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/split"
+)
+
+func TestFlip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	e.publish(specWith(90, 10), "")
+
+	g := e.do(call{method: "POST", path: "/api/v1/services/api/flip", header: map[string]string{"X-Dwara-Actor": "carol"}}).
+		want(t, http.StatusCreated).generation(t)
+	if ws := weightsOf(t, g, "api"); !slices.Equal(ws, []int{10, 90}) {
+		t.Errorf("after flip weights = %v, want [10 90]", ws)
+	}
+	if g.Action != db.ActionFlip || g.Author != "carol" || g.ID != 2 || *g.ParentID != 1 {
+		t.Errorf("flip generation = %+v", g)
+	}
+	g = e.do(call{method: "POST", path: "/api/v1/services/api/flip", body: map[string]any{"message": "back"}}).
+		want(t, http.StatusCreated).generation(t)
+	if ws := weightsOf(t, g, "api"); !slices.Equal(ws, []int{90, 10}) || g.Message != "back" {
+		t.Errorf("after second flip weights = %v, message %q", ws, g.Message)
+	}
+	// Other services are untouched.
+	if ws := weightsOf(t, g, "tri"); !slices.Equal(ws, []int{1, 1, 1}) {
+		t.Errorf("tri weights = %v", ws)
+	}
+	if a := e.lastAudit(); a.Action != db.ActionFlip || a.Outcome != "accepted" || a.GenerationID == nil || *a.GenerationID != 3 {
+		t.Errorf("audit entry = %+v", a)
+	}
+}
+
+func TestServiceEditRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	// No generation yet: no service.
+	e.do(call{method: "POST", path: "/api/v1/services/api/flip"}).want(t, http.StatusNotFound).problem(t)
+	e.publish(specWith(95, 5), "")
+
+	tests := []struct {
+		name   string
+		call   call
+		status int
+		path   string
+	}{
+		{"flip a 3-target split", call{method: "POST", path: "/api/v1/services/tri/flip"}, 409, ""},
+		{"flip a single upstream", call{method: "POST", path: "/api/v1/services/web/flip"}, 409, ""},
+		{"flip an unknown service", call{method: "POST", path: "/api/v1/services/nope/flip"}, 404, ""},
+		{"kill a single upstream", call{method: "POST", path: "/api/v1/services/web/kill"}, 409, ""},
+		{"kill an unknown service", call{method: "POST", path: "/api/v1/services/nope/kill"}, 404, ""},
+		{"weights of a single upstream", call{method: "PUT", path: "/api/v1/services/web/weights", body: map[string]any{"weights": map[string]int{"api-stable": 2}}}, 409, ""},
+		{"weights of an unknown service", call{method: "PUT", path: "/api/v1/services/nope/weights", body: map[string]any{"weights": map[string]int{"a": 1}}}, 404, ""},
+		{"weights change the total", call{method: "PUT", path: "/api/v1/services/api/weights", body: map[string]any{"weights": map[string]int{"api-canary": 20}}}, 422, "weights"},
+		{"weights name no target", call{method: "PUT", path: "/api/v1/services/api/weights", body: map[string]any{"weights": map[string]int{"api-next": 5, "api-stable": 90}}}, 422, "weights"},
+		{"weights empty", call{method: "PUT", path: "/api/v1/services/api/weights", body: map[string]any{"weights": map[string]int{}}, violates: true}, 422, "weights"},
+		{"weights missing", call{method: "PUT", path: "/api/v1/services/api/weights", body: map[string]any{}, violates: true}, 422, "weights"},
+		{"weights no body", call{method: "PUT", path: "/api/v1/services/api/weights", violates: true}, 422, "body"},
+		{"weights not integers", call{method: "PUT", path: "/api/v1/services/api/weights", body: `{"weights": {"api-stable": "ninety"}}`, violates: true}, 422, "weights"},
+		{"weights negative", call{method: "PUT", path: "/api/v1/services/api/weights", body: map[string]any{"weights": map[string]int{"api-stable": -1, "api-canary": 101}}, violates: true}, 422, ""},
+		{"flip with a stale If-Match", call{method: "POST", path: "/api/v1/services/api/flip", header: map[string]string{"If-Match": `"9"`}}, 412, ""},
+		{"flip with a YAML body", call{method: "POST", path: "/api/v1/services/api/flip", body: "message: x", contentType: "application/yaml", violates: true}, 415, ""},
+		{"kill with an unknown field", call{method: "POST", path: "/api/v1/services/api/kill", body: map[string]any{"reason": "x"}, violates: true}, 422, "reason"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := tt.call
+			c.header = mergeHeader(c.header, "X-Request-Id", "edit-"+strings.ReplaceAll(tt.name, " ", "-"))
+			p := e.in(t).do(c).want(t, tt.status).problem(t)
+			if tt.path != "" && !slices.Contains(p.paths(), tt.path) {
+				t.Errorf("errors %v lack path %q", p.Errors, tt.path)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			return
+		}
+		if n := e.generationCount(); n != 1 {
+			t.Errorf("%d generations after refused edits, want 1", n)
+		}
+		byID := map[string]db.AuditEntry{}
+		for _, a := range e.audit() {
+			byID[a.RequestID] = a
+		}
+		for _, tt := range tests {
+			a, ok := byID["edit-"+strings.ReplaceAll(tt.name, " ", "-")]
+			if !ok || a.Outcome != "refused" || a.Status != tt.status || !strings.Contains(tt.call.path, "/"+a.Action) {
+				t.Errorf("%s: audit entry %+v (found %t)", tt.name, a, ok)
+			}
+		}
+	})
+}
+
+func TestWeights(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	e.publish(specWith(95, 5), "")
+
+	g := e.do(call{method: "PUT", path: "/api/v1/services/api/weights",
+		body: map[string]any{"weights": map[string]int{"api-stable": 90, "api-canary": 10}, "message": "ramp"}}).
+		want(t, http.StatusCreated).generation(t)
+	if ws := weightsOf(t, g, "api"); !slices.Equal(ws, []int{90, 10}) || g.Action != db.ActionWeights || g.Message != "ramp" {
+		t.Errorf("weights generation = %+v, weights %v", g, ws)
+	}
+	p := e.do(call{method: "PUT", path: "/api/v1/services/api/weights",
+		body: map[string]any{"weights": map[string]int{"api-canary": 20}}}).want(t, http.StatusUnprocessableEntity).problem(t)
+	if len(p.Errors) != 1 || p.Errors[0].Path != "weights" || !strings.Contains(p.Errors[0].Message, "100") {
+		t.Errorf("total change errors = %v", p.Errors)
+	}
+	g = e.do(call{method: "PUT", path: "/api/v1/services/api/weights",
+		body: map[string]any{"weights": map[string]int{"api-canary": 20}, "allow_reshuffle": true}}).
+		want(t, http.StatusCreated).generation(t)
+	if ws := weightsOf(t, g, "api"); !slices.Equal(ws, []int{90, 20}) {
+		t.Errorf("reshuffled weights = %v, want [90 20]", ws)
+	}
+}
+
+func TestKill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	e.publish(specWith(90, 10), "")
+	g := e.do(call{method: "POST", path: "/api/v1/services/api/kill", body: map[string]any{"message": "errors spiking"}}).
+		want(t, http.StatusCreated).generation(t)
+	if ws := weightsOf(t, g, "api"); !slices.Equal(ws, []int{100, 0}) || g.Action != db.ActionKill || g.Message != "errors spiking" {
+		t.Errorf("kill generation = %+v, weights %v", g, ws)
+	}
+	g = e.do(call{method: "POST", path: "/api/v1/services/tri/kill"}).want(t, http.StatusCreated).generation(t)
+	if ws := weightsOf(t, g, "tri"); !slices.Equal(ws, []int{3, 0, 0}) || g.Message != "kill tri" {
+		t.Errorf("kill of tri: weights %v, message %q", ws, g.Message)
+	}
+}
+
+func TestServiceEditIfMatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	e.publish(specWith(90, 10), "")
+	e.publish(specWith(80, 20), "")
+	e.do(call{method: "POST", path: "/api/v1/services/api/flip", header: map[string]string{"If-Match": `"1"`}}).
+		want(t, http.StatusPreconditionFailed)
+	g := e.do(call{method: "POST", path: "/api/v1/services/api/flip", header: map[string]string{"If-Match": `"2"`}}).
+		want(t, http.StatusCreated).generation(t)
+	if ws := weightsOf(t, g, "api"); !slices.Equal(ws, []int{20, 80}) {
+		t.Errorf("weights = %v", ws)
+	}
+}
+
+// Concurrent edits without If-Match never lose an update: each retries from
+// a fresh read, so four flips leave the weights where they started.
+func TestServiceEditConcurrentRetries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	e.publish(specWith(90, 10), "")
+	const n = editRetries + 1 // each failed attempt means another edit succeeded
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			statuses[i] = e.do(call{method: "POST", path: "/api/v1/services/api/flip"}).status
+		})
+	}
+	wg.Wait()
+	for _, s := range statuses {
+		if s != http.StatusCreated {
+			t.Fatalf("statuses %v, want all 201", statuses)
+		}
+	}
+	if cur := e.current(); cur.ID != n+1 || !slices.Equal(weightsOf(t, cur, "api"), []int{90, 10}) {
+		t.Errorf("current = generation %d with weights %v, want %d with [90 10]", cur.ID, weightsOf(t, cur, "api"), n+1)
+	}
+}
+
+func TestDiff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	e.publish(specWith(95, 5), "")
+	e.do(call{method: "PUT", path: "/api/v1/services/api/weights",
+		body: map[string]any{"weights": map[string]int{"api-stable": 90, "api-canary": 10}}}).want(t, http.StatusCreated)
+	e.do(call{method: "PUT", path: "/api/v1/services/api/weights",
+		body: map[string]any{"weights": map[string]int{"api-canary": 20}, "allow_reshuffle": true}}).want(t, http.StatusCreated)
+	spec4 := specWith(90, 20)
+	ups := spec4["upstreams"].([]any)
+	ups[0].(map[string]any)["endpoints"] = []string{"127.0.0.1:9001", "127.0.0.1:9003"}
+	ups[1].(map[string]any)["balancer"] = "least_conn"
+	spec4["services"] = spec4["services"].([]any)[:2] // tri removed
+	spec4["services"].([]any)[1].(map[string]any)["upstream"] = "api-canary"
+	e.publish(spec4, "")
+
+	diff := func(path string) Diff {
+		t.Helper()
+		var d Diff
+		e.do(call{method: "GET", path: path}).want(t, http.StatusOK).decode(t, &d)
+		return d
+	}
+
+	// 95/5 -> 90/10 keeps the total: exactly 5% of keys move.
+	d := diff("/api/v1/generations/2/diff")
+	if d.From == nil || *d.From != 1 || d.To == nil || *d.To != 2 {
+		t.Errorf("from/to = %v/%v, want 1/2", d.From, d.To)
+	}
+	api := findService(t, d, "api")
+	if api.Change != ChangeModified || !near(api.MovedShare, 0.05) ||
+		!slices.Equal(api.Details, []string{"weights api-stable 95->90", "weights api-canary 5->10"}) {
+		t.Errorf("api = %+v", api)
+	}
+	if web := findService(t, d, "web"); web.Change != ChangeUnchanged || web.MovedShare != 0 || len(web.Details) != 0 {
+		t.Errorf("web = %+v", web)
+	}
+
+	// 90/10 -> 90/20 changes the total: keys reshuffle, by the exact share.
+	d = diff("/api/v1/generations/3/diff")
+	api = findService(t, d, "api")
+	want := split.Displacement([]split.Branch{{Name: "api-stable", Weight: 90}, {Name: "api-canary", Weight: 10}}, []split.Branch{{Name: "api-stable", Weight: 90}, {Name: "api-canary", Weight: 20}})
+	if !near(api.MovedShare, want) || want <= 0.1 || !slices.Contains(api.Details, "total weight 100->110 (keys reshuffled)") {
+		t.Errorf("api = %+v, want moved_share %v", api, want)
+	}
+
+	// An explicit against: 1 -> 3.
+	d = diff("/api/v1/generations/3/diff?against=1")
+	api = findService(t, d, "api")
+	want = split.Displacement([]split.Branch{{Name: "api-stable", Weight: 95}, {Name: "api-canary", Weight: 5}}, []split.Branch{{Name: "api-stable", Weight: 90}, {Name: "api-canary", Weight: 20}})
+	if *d.From != 1 || !near(api.MovedShare, want) {
+		t.Errorf("api against 1 = %+v, want moved_share %v", api, want)
+	}
+
+	// Upstream and routing changes, and a removed service.
+	d = diff("/api/v1/generations/4/diff")
+	if web := findService(t, d, "web"); web.Change != ChangeModified || web.MovedShare != 1 ||
+		!slices.Equal(web.Details, []string{"upstream api-stable->api-canary"}) {
+		t.Errorf("web = %+v", web)
+	}
+	if tri := findService(t, d, "tri"); tri.Change != ChangeRemoved || tri.MovedShare != 1 {
+		t.Errorf("tri = %+v", tri)
+	}
+	if u := findUpstream(t, d, "api-stable"); u.Change != ChangeModified ||
+		!slices.Equal(u.Details, []string{"endpoint added 127.0.0.1:9003", "endpoint removed 127.0.0.1:9002"}) {
+		t.Errorf("api-stable = %+v", u)
+	}
+	if u := findUpstream(t, d, "api-canary"); !slices.Equal(u.Details, []string{"balancer round_robin->least_conn"}) {
+		t.Errorf("api-canary = %+v", u)
+	}
+	if u := findUpstream(t, d, "api-next"); u.Change != ChangeUnchanged {
+		t.Errorf("api-next = %+v", u)
+	}
+
+	// The first generation is compared with the empty spec.
+	d = diff("/api/v1/generations/1/diff")
+	if d.From != nil || len(d.Services) != 3 || findService(t, d, "api").Change != ChangeAdded || findService(t, d, "api").MovedShare != 1 {
+		t.Errorf("diff of the first generation = %+v", d)
+	}
+	// Against itself nothing changes.
+	for _, s := range diff("/api/v1/generations/2/diff?against=2").Services {
+		if s.Change != ChangeUnchanged || s.MovedShare != 0 {
+			t.Errorf("self diff %+v", s)
+		}
+	}
+
+	e.do(call{method: "GET", path: "/api/v1/generations/9/diff"}).want(t, http.StatusNotFound).problem(t)
+	e.do(call{method: "GET", path: "/api/v1/generations/2/diff?against=9"}).want(t, http.StatusNotFound).problem(t)
+	p := e.do(call{method: "GET", path: "/api/v1/generations/2/diff?against=x", violates: true}).want(t, http.StatusBadRequest).problem(t)
+	if !slices.Equal(p.paths(), []string{"against"}) {
+		t.Errorf("errors %v, want path against", p.Errors)
+	}
+}
+
+func findService(t *testing.T, d Diff, name string) ServiceDiff {
+	t.Helper()
+	for _, s := range d.Services {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("service %q not in diff %+v", name, d)
+	return ServiceDiff{}
+}
+
+func findUpstream(t *testing.T, d Diff, name string) UpstreamDiff {
+	t.Helper()
+	for _, u := range d.Upstreams {
+		if u.Name == name {
+			return u
+		}
+	}
+	t.Fatalf("upstream %q not in diff %+v", name, d)
+	return UpstreamDiff{}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
