@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
@@ -23,6 +24,8 @@ import (
 // *ValidationError. It lists every structural problem (syntax, type, unknown
 // or duplicate field) and, when the structure was usable, every validation
 // problem too, so one round trip shows the operator everything to fix.
+// Structural problems come first, in document order, then validation
+// problems. Parse is safe for concurrent use.
 func Parse(data []byte) (*Spec, error) {
 	if looksLikeJSON(data) {
 		return ParseJSON(data)
@@ -65,9 +68,11 @@ func yamlToJSON(data []byte) (js []byte, err error) {
 	js, err = yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		msg := err.Error()
-		msg = trimPrefix(msg, "error converting YAML to JSON: ")
-		msg = trimPrefix(msg, "yaml: ")
-		return nil, fmt.Errorf("invalid YAML: %s", msg)
+		msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		// One line, for the error list: the library indents a list of
+		// problems over several lines.
+		return nil, fmt.Errorf("invalid YAML: %s", strings.Join(strings.Fields(msg), " "))
 	}
 	return js, nil
 }
@@ -89,13 +94,6 @@ func extraDocuments(data []byte) bool {
 	}
 }
 
-func trimPrefix(s, prefix string) string {
-	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
-		return s[len(prefix):]
-	}
-	return s
-}
-
 // looksLikeJSON reports whether the first non-blank byte opens a JSON object
 // or array.
 func looksLikeJSON(data []byte) bool {
@@ -112,7 +110,10 @@ func parseJSON(data []byte) (*Spec, error) {
 	}
 	cleaned, err := json.Marshal(clean)
 	if err != nil {
-		return nil, fmt.Errorf("parse spec: re-encode: %w", err)
+		// Everything in clean came out of a JSON decoder; reaching this is
+		// a bug in the checker, reported rather than hidden.
+		probs.add("", "cannot re-encode spec: %v", err)
+		return nil, probs.err()
 	}
 	var s Spec
 	dec := json.NewDecoder(bytes.NewReader(cleaned))

@@ -226,7 +226,7 @@ func TestParseStructuralErrors(t *testing.T) {
 		{name: "duplicate json field", in: replace(example, `"base_path": "/v1",`, `"base_path": "/v1", "base_path": "/v2",`),
 			want: []problem{{"services[0].base_path", "duplicate field", ""}}},
 		{name: "duplicate yaml key", in: replace(exampleYAML, "    base_path: /v1", "    base_path: /v1\n    base_path: /v2"),
-			want: []problem{{"", "invalid YAML", ""}}},
+			want: []problem{{"", `invalid YAML: unmarshal errors: line 16: key "base_path" already set in map`, ""}}},
 
 		// syntax and framing
 		{name: "empty input", in: "", want: []problem{{"", "the spec is empty", ""}}},
