@@ -38,7 +38,7 @@ func Gateway(ctx context.Context, c Config) error {
 			sub := &db.Subscriber{
 				Store:     store,
 				Instance:  instance(proxyAddr),
-				Apply:     ApplyGeneration(px),
+				Apply:     ApplyGeneration(px, c.Applied),
 				Heartbeat: c.Heartbeat,
 				Resync:    c.Resync,
 				Logger:    log,

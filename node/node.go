@@ -59,7 +59,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Started, when non-nil, is called once every listener is bound.
 	Started func(Addrs)
-	// Subscriber tunes the database subscriber (zero values: its defaults).
+	// Applied, when non-nil, is called after the proxy applied a generation
+	// from the database.
+	Applied func(generation int64)
+	// Heartbeat and Resync tune the database subscriber (zero values: its
+	// defaults).
 	Heartbeat, Resync time.Duration
 }
 
@@ -84,14 +88,22 @@ func (c *Config) defaults() {
 }
 
 // ApplyGeneration returns the Subscriber.Apply that parses a stored
-// generation's spec and applies it to p.
-func ApplyGeneration(p *proxy.Proxy) func(ctx context.Context, g db.Generation) error {
+// generation's spec and applies it to p unless p already serves it or a
+// newer one. applied, when non-nil, is called with each generation applied.
+func ApplyGeneration(p *proxy.Proxy, applied func(generation int64)) func(ctx context.Context, g db.Generation) error {
 	return func(_ context.Context, g db.Generation) error {
+		if g.ID <= p.Generation() {
+			return nil
+		}
 		spec, err := config.ParseJSON(g.Spec)
 		if err != nil {
 			return fmt.Errorf("generation %d: %w", g.ID, err)
 		}
-		return p.Apply(spec, g.ID)
+		ok, err := p.ApplyNewer(spec, g.ID)
+		if ok && applied != nil {
+			applied(g.ID)
+		}
+		return err
 	}
 }
 

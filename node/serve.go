@@ -65,7 +65,7 @@ func Serve(ctx context.Context, c Config) error {
 	sub := &db.Subscriber{
 		Store:     store,
 		Instance:  instance(proxyL.addr()),
-		Apply:     ApplyGeneration(px),
+		Apply:     ApplyGeneration(px, c.Applied),
 		Heartbeat: c.Heartbeat,
 		Resync:    c.Resync,
 		Logger:    log,

@@ -105,21 +105,37 @@ func NewTransport() *http.Transport {
 // the next request. An invalid spec is refused with its *config.ValidationError
 // and the current generation keeps serving. Apply does not modify spec.
 func (p *Proxy) Apply(spec *config.Spec, generation int64) error {
+	_, err := p.apply(spec, generation, false)
+	return err
+}
+
+// ApplyNewer is Apply for a generation newer than the one serving; an older
+// or equal generation is skipped (applied false, nil error). Two sources
+// racing to apply generations (the database subscriber, and the API applying
+// its own publish before answering) therefore never move the proxy back.
+func (p *Proxy) ApplyNewer(spec *config.Spec, generation int64) (applied bool, err error) {
+	return p.apply(spec, generation, true)
+}
+
+func (p *Proxy) apply(spec *config.Spec, generation int64, onlyNewer bool) (bool, error) {
 	start := time.Now()
 	if err := spec.Validate(); err != nil {
-		return err
+		return false, err
 	}
 	p.applyMu.Lock()
 	defer p.applyMu.Unlock()
+	if onlyNewer && generation <= p.Generation() {
+		return false, nil
+	}
 	t, err := p.compile(spec, generation)
 	if err != nil {
-		return err
+		return false, err
 	}
 	p.table.Store(t)
 	p.retainEndpoints(t)
 	p.m.generation.Set(float64(generation))
 	p.m.applySecs.Observe(time.Since(start).Seconds())
-	return nil
+	return true, nil
 }
 
 // retainEndpoints forgets endpoint states no longer named and publishes the
