@@ -174,7 +174,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, "No generation loaded", "the gateway has not applied a configuration generation yet")
 		return
 	}
-	svc := t.match(hostOnly(r), r.URL.Path)
+	svc := t.match(r.Host, r.URL.Path)
 	if svc == nil {
 		writeProblem(w, http.StatusNotFound, "No service matches", "no service of the active generation matches this host and path")
 		return

@@ -22,6 +22,7 @@ import (
 
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/split"
 )
 
 // Chi-square critical values at p = 0.001 by degrees of freedom.
@@ -644,5 +645,34 @@ func BenchmarkServeHTTP(b *testing.B) {
 		if w.Code != 200 {
 			b.Fatal(w.Code)
 		}
+	}
+}
+
+// TestRoutingAllocs guards the part of the hot path Dwara owns: matching the
+// service, reading the affinity cookie, picking the branch and the endpoint
+// allocate nothing (the stdlib reverse proxy that follows does).
+func TestRoutingAllocs(t *testing.T) {
+	a := startPool(t, "a", 2)
+	b := startPool(t, "b", 2)
+	g := startGateway(t)
+	g.apply(t, 1, splitSpec([]*demo.Pool{a, b}, []int{95, 5}, "    sticky: {cookie: sid}\n")+
+		"  - {name: hosted, host: example.test, base_path: /x, upstream: a, sticky: {cookie: sid}}\n")
+	req := httptest.NewRequest(http.MethodGet, "http://Example.test:8080/x/y", nil)
+	if s := g.table.Load().match(req.Host, req.URL.Path); s == nil || s.name != "hosted" {
+		t.Fatalf("matched %+v, want the hosted service", s)
+	}
+	req.Header.Set("Cookie", "theme=dark; sid=0123456789abcdef01234567")
+	tbl := g.table.Load()
+	allocs := testing.AllocsPerRun(1000, func() {
+		svc := tbl.match(req.Host, req.URL.Path)
+		v, _ := split.ReadCookie(req.Header, svc.sticky.cookie)
+		tg := svc.targets[svc.split.Pick(v)]
+		if tg.up.balancer.Pick(v) < 0 {
+			t.Fatal("no endpoint")
+		}
+		_ = clientIP(req)
+	})
+	if allocs != 0 {
+		t.Errorf("routing allocates %.1f times per request, want 0", allocs)
 	}
 }

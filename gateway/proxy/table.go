@@ -186,11 +186,27 @@ func (p *Proxy) newReverseProxy(target *url.URL) *httputil.ReverseProxy {
 	}
 }
 
-// match returns the service for host (lowercase, no port) and path: the
-// longest base path on a segment boundary among the services of that host,
-// else among the hostless ones. nil when none matches.
+// match returns the service for host (as the client sent it: any case, with
+// or without port) and path: the longest base path on a segment boundary
+// among the services of that host, else among the hostless ones. nil when
+// none matches. It does not allocate.
 func (t *table) match(host, path string) *service {
-	if ss, ok := t.byHost[host]; ok {
+	if len(t.byHost) > 0 {
+		host = stripPort(host)
+		var ss []*service
+		if hasUpper(host) && len(host) <= 255 {
+			var buf [255]byte
+			for i := 0; i < len(host); i++ {
+				c := host[i]
+				if 'A' <= c && c <= 'Z' {
+					c += 'a' - 'A'
+				}
+				buf[i] = c
+			}
+			ss = t.byHost[string(buf[:len(host)])] // no allocation for a map key conversion
+		} else {
+			ss = t.byHost[host]
+		}
 		if s := longestPrefix(ss, path); s != nil {
 			return s
 		}
@@ -219,19 +235,21 @@ func pathHasPrefix(path, base string) bool {
 	return len(path) == len(base) || path[len(base)] == '/'
 }
 
-// hostOnly returns the request host lowercased, without port.
-func hostOnly(r *http.Request) string {
-	h := r.Host
+// stripPort returns host without its port and IPv6 brackets.
+func stripPort(h string) string {
 	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
 		h = h[:i]
 	}
-	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
-	for i := 0; i < len(h); i++ {
-		if 'A' <= h[i] && h[i] <= 'Z' {
-			return strings.ToLower(h)
+	return strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
 		}
 	}
-	return h
+	return false
 }
 
 // echoRequestID gives the client the request id the upstream saw, unless the
