@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -284,5 +283,3 @@ func (e *env) current() db.Generation {
 	e.t.Helper()
 	return e.do(call{method: "GET", path: "/api/v1/generations/current"}).want(e.t, http.StatusOK).generation(e.t)
 }
-
-func itoa(n int64) string { return fmt.Sprint(n) }

@@ -198,45 +198,46 @@ func TestCreateRefusals(t *testing.T) {
 		{"actor with control characters", call{body: valid, header: map[string]string{"X-Dwara-Actor": "a\tb"}}, 400, "X-Dwara-Actor"},
 	}
 	e := newEnv(t, Options{})
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			c := tt.call
-			c.method = "POST"
-			if c.path == "" {
-				c.path = "/api/v1/generations"
-			}
-			c.violates = true
-			c.header = mergeHeader(c.header, "X-Request-Id", "refusal-"+strings.ReplaceAll(tt.name, " ", "-"))
-			p := e.in(t).do(c).want(t, tt.status).problem(t)
-			if tt.path != "" && !slices.Contains(p.paths(), tt.path) {
-				t.Errorf("errors %v lack path %q", p.Errors, tt.path)
-			}
-		})
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			return
-		}
-		if n := e.generationCount(); n != 0 {
-			t.Errorf("%d generations stored by refused calls", n)
-		}
-		// Every refusal is in the audit log with its status.
-		byID := map[string]db.AuditEntry{}
-		for _, a := range e.audit() {
-			byID[a.RequestID] = a
-		}
+	// The refusals run in parallel; the checks below wait for all of them.
+	t.Run("refusals", func(t *testing.T) {
 		for _, tt := range tests {
-			a, ok := byID["refusal-"+strings.ReplaceAll(tt.name, " ", "-")]
-			if !ok {
-				t.Errorf("%s: no audit entry", tt.name)
-				continue
-			}
-			if a.Outcome != "refused" || a.Status != tt.status || a.Action != db.ActionCreate {
-				t.Errorf("%s: audit entry %+v", tt.name, a)
-			}
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				c := tt.call
+				c.method = "POST"
+				if c.path == "" {
+					c.path = "/api/v1/generations"
+				}
+				c.violates = true
+				c.header = mergeHeader(c.header, "X-Request-Id", "refusal-"+strings.ReplaceAll(tt.name, " ", "-"))
+				p := e.in(t).do(c).want(t, tt.status).problem(t)
+				if tt.path != "" && !slices.Contains(p.paths(), tt.path) {
+					t.Errorf("errors %v lack path %q", p.Errors, tt.path)
+				}
+			})
 		}
 	})
+	if t.Failed() {
+		return
+	}
+	if n := e.generationCount(); n != 0 {
+		t.Errorf("%d generations stored by refused calls", n)
+	}
+	// Every refusal is in the audit log with its status.
+	byID := map[string]db.AuditEntry{}
+	for _, a := range e.audit() {
+		byID[a.RequestID] = a
+	}
+	for _, tt := range tests {
+		a, ok := byID["refusal-"+strings.ReplaceAll(tt.name, " ", "-")]
+		if !ok {
+			t.Errorf("%s: no audit entry", tt.name)
+			continue
+		}
+		if a.Outcome != "refused" || a.Status != tt.status || a.Action != db.ActionCreate {
+			t.Errorf("%s: audit entry %+v", tt.name, a)
+		}
+	}
 }
 
 func mergeHeader(h map[string]string, k, v string) map[string]string {

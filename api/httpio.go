@@ -91,16 +91,28 @@ func validationProblem(detail string, v *config.ValidationError) *Problem {
 	return p
 }
 
+// marshal encodes v as JSON with a trailing newline, leaving <, > and &
+// unescaped so that terminal readers see "95->90".
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
 // writeJSON writes v as the JSON body of a status answer.
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
-	body, err := json.Marshal(v)
+	body, err := marshal(v)
 	if err != nil {
 		s.internalError(w, r, fmt.Errorf("encode response: %w", err))
 		return
 	}
 	w.Header().Set("Content-Type", contentJSON)
 	w.WriteHeader(status)
-	if _, err := w.Write(append(body, '\n')); err != nil {
+	if _, err := w.Write(body); err != nil {
 		s.log.DebugContext(r.Context(), "write response", "request_id", requestID(r.Context()), "err", err)
 	}
 }
@@ -119,14 +131,14 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, p *Problem
 	if rec := auditFrom(r.Context()); rec != nil {
 		rec.problem = p
 	}
-	body, err := json.Marshal(p)
+	body, err := marshal(p)
 	if err != nil { // a Problem always encodes; keep the answer well-formed anyway
-		body = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500}`)
+		body = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500}` + "\n")
 	}
 	w.Header().Set("Content-Type", contentProblem)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(p.Status)
-	if _, err := w.Write(append(body, '\n')); err != nil {
+	if _, err := w.Write(body); err != nil {
 		s.log.DebugContext(r.Context(), "write problem", "request_id", p.RequestID, "err", err)
 	}
 }

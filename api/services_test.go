@@ -70,35 +70,36 @@ func TestServiceEditRefusals(t *testing.T) {
 		{"flip with a YAML body", call{method: "POST", path: "/api/v1/services/api/flip", body: "message: x", contentType: "application/yaml", violates: true}, 415, ""},
 		{"kill with an unknown field", call{method: "POST", path: "/api/v1/services/api/kill", body: map[string]any{"reason": "x"}, violates: true}, 422, "reason"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			c := tt.call
-			c.header = mergeHeader(c.header, "X-Request-Id", "edit-"+strings.ReplaceAll(tt.name, " ", "-"))
-			p := e.in(t).do(c).want(t, tt.status).problem(t)
-			if tt.path != "" && !slices.Contains(p.paths(), tt.path) {
-				t.Errorf("errors %v lack path %q", p.Errors, tt.path)
-			}
-		})
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			return
-		}
-		if n := e.generationCount(); n != 1 {
-			t.Errorf("%d generations after refused edits, want 1", n)
-		}
-		byID := map[string]db.AuditEntry{}
-		for _, a := range e.audit() {
-			byID[a.RequestID] = a
-		}
+	// The refusals run in parallel; the checks below wait for all of them.
+	t.Run("refusals", func(t *testing.T) {
 		for _, tt := range tests {
-			a, ok := byID["edit-"+strings.ReplaceAll(tt.name, " ", "-")]
-			if !ok || a.Outcome != "refused" || a.Status != tt.status || !strings.Contains(tt.call.path, "/"+a.Action) {
-				t.Errorf("%s: audit entry %+v (found %t)", tt.name, a, ok)
-			}
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				c := tt.call
+				c.header = mergeHeader(c.header, "X-Request-Id", "edit-"+strings.ReplaceAll(tt.name, " ", "-"))
+				p := e.in(t).do(c).want(t, tt.status).problem(t)
+				if tt.path != "" && !slices.Contains(p.paths(), tt.path) {
+					t.Errorf("errors %v lack path %q", p.Errors, tt.path)
+				}
+			})
 		}
 	})
+	if t.Failed() {
+		return
+	}
+	if n := e.generationCount(); n != 1 {
+		t.Errorf("%d generations after refused edits, want 1", n)
+	}
+	byID := map[string]db.AuditEntry{}
+	for _, a := range e.audit() {
+		byID[a.RequestID] = a
+	}
+	for _, tt := range tests {
+		a, ok := byID["edit-"+strings.ReplaceAll(tt.name, " ", "-")]
+		if !ok || a.Outcome != "refused" || a.Status != tt.status || !strings.Contains(tt.call.path, "/"+a.Action) {
+			t.Errorf("%s: audit entry %+v (found %t)", tt.name, a, ok)
+		}
+	}
 }
 
 func TestWeights(t *testing.T) {
