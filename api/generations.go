@@ -162,6 +162,11 @@ func (s *Server) publishError(w http.ResponseWriter, r *http.Request, err error,
 // notes it on the audit record.
 func (s *Server) created(w http.ResponseWriter, r *http.Request, g db.Generation) {
 	published(r, g.ID)
+	if s.published != nil {
+		if err := s.published(r.Context(), g); err != nil {
+			s.log.Error("apply published generation", "generation", g.ID, "request_id", requestID(r.Context()), "err", err)
+		}
+	}
 	w.Header().Set("Location", "/api/v1/generations/"+strconv.FormatInt(g.ID, 10))
 	w.Header().Set("ETag", etag(g.ID))
 	s.writeJSON(w, r, http.StatusCreated, g)

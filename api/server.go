@@ -11,6 +11,7 @@
 package api
 
 import (
+	"context"
 	"crypto/sha256"
 	"log/slog"
 	"net/http"
@@ -40,6 +41,12 @@ type Options struct {
 	// database answering (for example: the embedded proxy applied a
 	// generation). It must be safe for concurrent use; nil means always true.
 	Ready func() bool
+	// Published, when non-nil, is called with every generation the API
+	// stored, before its 201 is written. `dwara serve` applies it to the
+	// embedded proxy there, so the next request after the 201 is served by
+	// it. An error is logged and does not change the answer: the generation
+	// is stored, and the proxy's subscriber applies it in any case.
+	Published func(ctx context.Context, g db.Generation) error
 }
 
 // Server is the control-plane API. Create it with New; serve Handler and run
@@ -52,6 +59,7 @@ type Server struct {
 	log            *slog.Logger
 	metricsHandler http.Handler
 	ready          func() bool
+	published      func(ctx context.Context, g db.Generation) error
 	docsHandler    http.Handler
 	handler        http.Handler
 
@@ -74,6 +82,7 @@ func New(o Options) *Server {
 		log:            o.Logger,
 		metricsHandler: o.Metrics,
 		ready:          o.Ready,
+		published:      o.Published,
 		docsHandler:    web.Docs("/openapi.yaml", "/docs/"),
 		hub:            newHub(),
 		pingEvery:      pingInterval,

@@ -46,12 +46,14 @@ func Serve(ctx context.Context, c Config) error {
 
 	reg := newRegistry()
 	px := proxy.New(proxy.Options{Metrics: reg, Logger: log})
+	apply := ApplyGeneration(px, c.Applied)
 	apiSrv := api.New(api.Options{
-		Store:   store,
-		Token:   c.AdminToken,
-		Logger:  log,
-		Metrics: metricsHandler(reg),
-		Ready:   func() bool { return px.Generation() > 0 },
+		Published: apply,
+		Store:     store,
+		Token:     c.AdminToken,
+		Logger:    log,
+		Metrics:   metricsHandler(reg),
+		Ready:     func() bool { return px.Generation() > 0 },
 	})
 	proxyL, err := listen("proxy", c.Listen, px)
 	if err != nil {
@@ -65,7 +67,7 @@ func Serve(ctx context.Context, c Config) error {
 	sub := &db.Subscriber{
 		Store:     store,
 		Instance:  instance(proxyL.addr()),
-		Apply:     ApplyGeneration(px, c.Applied),
+		Apply:     apply,
 		Heartbeat: c.Heartbeat,
 		Resync:    c.Resync,
 		Logger:    log,

@@ -33,8 +33,10 @@ type Source struct {
 	// Reload, when non-nil, triggers a reload on every receive (main feeds
 	// it from SIGHUP).
 	Reload <-chan os.Signal
-	// Loaded, when non-nil, is called after every load attempt with its
-	// generation (0 when refused) and error. Tests wait on it.
+	// Loaded, when non-nil, is called from Run's goroutine after every load
+	// attempt with the generation it applied and its error. The generation
+	// is 0 when the file was refused (err non-nil) and when its content was
+	// unchanged and nothing was applied (err nil). Tests wait on it.
 	Loaded func(generation int64, err error)
 	// Logger: nil means slog.Default().
 	Logger *slog.Logger
@@ -50,9 +52,8 @@ func (s *Source) Run(ctx context.Context) error {
 	if s.Logger == nil {
 		s.Logger = slog.Default()
 	}
-	if err := s.load(false); err != nil {
-		return err
-	}
+	// Watch first, then load: a change made between the first read and the
+	// start of the watch would otherwise go unnoticed until the next one.
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", s.Path, err)
@@ -65,6 +66,9 @@ func (s *Source) Run(ctx context.Context) error {
 		return fmt.Errorf("watch %s: %w", dir, err)
 	}
 	abs, _ := filepath.Abs(s.Path)
+	if err := s.load(false); err != nil {
+		return err
+	}
 	var timer <-chan time.Time
 	for {
 		select {
@@ -84,7 +88,10 @@ func (s *Source) Run(ctx context.Context) error {
 			if !ok {
 				return errors.New("file watcher closed")
 			}
+			// Events may have been lost (an inotify queue overflow): reload,
+			// which costs nothing when the content has not changed.
 			s.Logger.Warn("file watcher error", "file", s.Path, "err", err)
+			timer = time.After(debounce)
 		case <-timer:
 			timer = nil
 			_ = s.load(false)
