@@ -676,3 +676,21 @@ func TestRoutingAllocs(t *testing.T) {
 		t.Errorf("routing allocates %.1f times per request, want 0", allocs)
 	}
 }
+
+// BenchmarkDirect is BenchmarkProxy's baseline: the same request straight to
+// one upstream endpoint, without the proxy. The ratio of the two is the
+// proxy's cost on this machine.
+func BenchmarkDirect(b *testing.B) {
+	stable := startPool(b, "stable", 1)
+	req, _ := http.NewRequest(http.MethodGet, "http://"+stable.Addrs[0]+"/bench", nil)
+	req.Header.Set("Cookie", "sid=0123456789abcdef01234567")
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
