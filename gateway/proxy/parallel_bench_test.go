@@ -1,0 +1,29 @@
+package proxy
+
+import (
+	"io"
+	"testing"
+
+	"github.com/dwara/dwara/demo"
+)
+
+// BenchmarkProxyParallel drives the proxy from many concurrent clients, as a
+// load generator would.
+func BenchmarkProxyParallel(b *testing.B) {
+	stable := startPool(b, "stable", 2)
+	canary := startPool(b, "canary", 2)
+	g := startGateway(b)
+	g.apply(b, 1, splitSpec([]*demo.Pool{stable, canary}, []int{95, 5}, ""))
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := client.Get(g.URL + "/bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+}
