@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
@@ -361,4 +363,47 @@ func BenchmarkPublishToApplied(b *testing.B) {
 	b.ReportMetric(q(fromAck, 0.50), "commit-p50-ms")
 	b.ReportMetric(q(fromAck, 0.99), "commit-p99-ms")
 	b.ReportMetric(0, "ns/op")
+}
+
+// TestReplicaSurvivesListenerKill terminates every listener backend of the
+// database while a generation is published: the replica reconnects and
+// applies it without a restart.
+func TestReplicaSurvivesListenerKill(t *testing.T) {
+	t.Parallel()
+	url := dbtest.New(t)
+	a, b := pools(t)
+	srv := start(t, Serve, Config{DatabaseURL: url})
+	replica := start(t, Gateway, Config{DatabaseURL: url, Resync: time.Hour})
+	g1 := publish(t, srv.Admin, specJSON(a, b, 100, 0))
+	replica.waitApplied(t, g1.ID, 5*time.Second)
+
+	store, err := db.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var killed int
+	err = conn.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = $1 AND datname = current_database()`, db.ListenerApplicationName).Scan(&killed)
+	if err != nil || killed < 2 {
+		t.Fatalf("terminated %d listener backends (err %v), want serve's and the replica's", killed, err)
+	}
+	// Published while the listeners are down or reconnecting: the reconnect
+	// loads the newest generation, so it is not missed.
+	g2, err := store.Publish(context.Background(), db.PublishParams{Spec: specJSON(a, b, 0, 100), Action: db.ActionCreate, Author: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica.waitApplied(t, g2.ID, 10*time.Second)
+	srv.waitApplied(t, g2.ID, 10*time.Second)
+	for _, p := range []*proc{srv, replica} {
+		if got := pool(t, p.Proxy); got != "pool-b" {
+			t.Errorf("after the reconnect %s serves %q, want pool-b", p.Proxy, got)
+		}
+	}
 }
