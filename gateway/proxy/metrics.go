@@ -19,7 +19,7 @@ type metrics struct {
 	endpointUp *prometheus.GaugeVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 	m := &metrics{
 		picks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dwara_split_picks_total",
@@ -51,14 +51,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to compile and swap in a generation.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 8),
 		}),
-		endpointUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "dwara_upstream_endpoint_up",
-			Help: "1 when the endpoint is up (may receive requests), 0 when it is down.",
-		}, []string{"upstream", "endpoint"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.picks, m.failovers, m.sticky, m.requests, m.duration,
-			m.generation, m.applySecs, m.endpointUp)
+			m.generation, m.applySecs, endpointCollector{p})
 	}
 	return m
 }
@@ -84,4 +80,32 @@ func (c *codeCounters) inc(code int) {
 		p = c.byCode[code].Load()
 	}
 	(*p).Inc()
+}
+
+// endpointUpDesc describes dwara_upstream_endpoint_up.
+var endpointUpDesc = prometheus.NewDesc("dwara_upstream_endpoint_up",
+	"1 when the endpoint is up (may receive requests), 0 when it is down.",
+	[]string{"upstream", "endpoint"}, nil)
+
+// endpointCollector reports dwara_upstream_endpoint_up from the live endpoint
+// states of the generation being served, so the value is current at every
+// scrape and endpoints that left the configuration leave the metric.
+type endpointCollector struct{ p *Proxy }
+
+func (c endpointCollector) Describe(ch chan<- *prometheus.Desc) { ch <- endpointUpDesc }
+
+func (c endpointCollector) Collect(ch chan<- prometheus.Metric) {
+	t := c.p.table.Load()
+	if t == nil {
+		return
+	}
+	for name, u := range t.upstreams {
+		for _, e := range u.endpoints {
+			v := 0.0
+			if e.state.Up() {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(endpointUpDesc, prometheus.GaugeValue, v, name, e.addr)
+		}
+	}
 }

@@ -68,11 +68,11 @@ type Proxy struct {
 func New(o Options) *Proxy {
 	p := &Proxy{
 		reg:       o.Registry,
-		m:         newMetrics(o.Metrics),
 		transport: o.Transport,
 		buffers:   newBufferPool(256),
 		log:       o.Logger,
 	}
+	p.m = newMetrics(o.Metrics, p)
 	if p.reg == nil {
 		p.reg = balance.NewRegistry()
 	}
@@ -138,18 +138,12 @@ func (p *Proxy) apply(spec *config.Spec, generation int64, onlyNewer bool) (bool
 	return true, nil
 }
 
-// retainEndpoints forgets endpoint states no longer named and publishes the
-// up gauge of the ones that are.
+// retainEndpoints forgets the states of endpoints no longer named.
 func (p *Proxy) retainEndpoints(t *table) {
 	keep := make(map[string]struct{})
 	for _, u := range t.upstreams {
 		for _, e := range u.endpoints {
 			keep[e.addr] = struct{}{}
-			up := 0.0
-			if e.state.Up() {
-				up = 1
-			}
-			p.m.endpointUp.WithLabelValues(u.name, e.addr).Set(up)
 		}
 	}
 	p.reg.Retain(keep)

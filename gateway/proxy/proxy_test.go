@@ -694,3 +694,43 @@ func BenchmarkDirect(b *testing.B) {
 		resp.Body.Close()
 	}
 }
+
+func TestEndpointUpMetric(t *testing.T) {
+	t.Parallel()
+	a := startPool(t, "a", 2)
+	b := startPool(t, "b", 1)
+	g := startGateway(t)
+	g.apply(t, 1, splitSpec([]*demo.Pool{a, b}, []int{1, 1}, ""))
+	up := func() map[string]float64 {
+		mfs, err := g.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() != "dwara_upstream_endpoint_up" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				out[labels["upstream"]+"/"+labels["endpoint"]] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	got := up()
+	if len(got) != 3 || got["a/"+a.Addrs[0]] != 1 || got["b/"+b.Addrs[0]] != 1 {
+		t.Fatalf("endpoint up gauge %v, want 3 endpoints at 1", got)
+	}
+	g.Registry().Get(a.Addrs[1]).SetUp(false)
+	if got := up(); got["a/"+a.Addrs[1]] != 0 || got["a/"+a.Addrs[0]] != 1 {
+		t.Errorf("after marking %s down: %v", a.Addrs[1], got)
+	}
+	g.apply(t, 2, fmt.Sprintf("upstreams: [{name: a, endpoints: %s}]\nservices: [{name: web, upstream: a}]\n", endpoints(a)))
+	if got := up(); len(got) != 2 {
+		t.Errorf("after upstream b left the configuration: %v, want only a's 2 endpoints", got)
+	}
+}
