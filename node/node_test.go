@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -404,6 +405,21 @@ func TestReplicaSurvivesListenerKill(t *testing.T) {
 	for _, p := range []*proc{srv, replica} {
 		if got := pool(t, p.Proxy); got != "pool-b" {
 			t.Errorf("after the reconnect %s serves %q, want pool-b", p.Proxy, got)
+		}
+	}
+}
+
+func TestServeRefusesPublicAdminWithoutToken(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:9090"} {
+		err := Serve(context.Background(), Config{AdminListen: addr, DatabaseURL: "postgres://unused", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err == nil || !strings.Contains(err.Error(), "DWARA_ADMIN_TOKEN") {
+			t.Errorf("admin listen %s without a token: %v, want a refusal naming DWARA_ADMIN_TOKEN", addr, err)
+		}
+	}
+	for addr, want := range map[string]bool{"127.0.0.1:9090": true, "localhost:1": true, "[::1]:9090": true, "127.5.5.5:1": true, "0.0.0.0:1": false, "example.test:1": false, "garbage": false} {
+		if got := isLoopback(addr); got != want {
+			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)
 		}
 	}
 }
