@@ -4,9 +4,10 @@
 //	dwara gateway --config FILE        [--listen ADDR] [--metrics-listen ADDR]
 //	dwara gateway --database-url URL   [--listen ADDR] [--metrics-listen ADDR]
 //	dwara migrate [--database-url URL]
+//	dwara apply | flip | weights | kill | rollback | history | diff  (client verbs, client.go)
 //
 // The database URL defaults to $DWARA_DATABASE_URL; the admin token is read
-// from $DWARA_ADMIN_TOKEN.
+// from $DWARA_ADMIN_TOKEN. The client verbs call the API at $DWARA_API_URL.
 package main
 
 import (
@@ -31,8 +32,10 @@ Usage:
   dwara gateway [flags]   data plane only: from --config FILE, or a replica of --database-url
   dwara migrate [flags]   apply the database migrations and exit
 
+` + clientUsage + `
 Run "dwara COMMAND -h" for the flags of a command.
-Environment: DWARA_DATABASE_URL (database), DWARA_ADMIN_TOKEN (API bearer token), DWARA_LOG_LEVEL (debug|info|warn|error).
+Environment: DWARA_DATABASE_URL (database), DWARA_ADMIN_TOKEN (API bearer token), DWARA_API_URL (API of the client verbs),
+DWARA_LOG_LEVEL (debug|info|warn|error).
 `
 
 func main() {
@@ -53,6 +56,10 @@ func main() {
 		err = gateway(ctx, args, log)
 	case "migrate":
 		err = migrate(ctx, args)
+	case "apply", "flip", "weights", "kill", "rollback", "history", "diff":
+		code := runClient(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr, getenv: os.Getenv})
+		stop()
+		os.Exit(code)
 	case "-h", "--help", "help":
 		fmt.Fprint(os.Stdout, usage)
 	default:

@@ -1,0 +1,617 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	yamlv2 "go.yaml.in/yaml/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dwara/dwara/api"
+	"github.com/dwara/dwara/client"
+	"github.com/dwara/dwara/db"
+)
+
+// clientUsage is the client verbs' part of the usage text.
+const clientUsage = `Client verbs (they call the REST API of a running "dwara serve"):
+  dwara apply -f FILE [-m MESSAGE] [--dry-run] [--if-match ID]    publish a YAML or JSON spec (-f - reads stdin)
+  dwara flip SERVICE [-m MESSAGE]                                  swap the weights of a 2-target split
+  dwara weights SERVICE UPSTREAM=W... [--allow-reshuffle] [-m MESSAGE]
+                                                                   set split weights (the total must stay)
+  dwara kill SERVICE [-m MESSAGE]                                  every target but the first to 0
+  dwara rollback ID [-m MESSAGE]                                   publish the spec of generation ID again
+  dwara history [--limit N] [--cursor C]                           generations, newest first
+  dwara diff [ID] [--against ID]                                   what generation ID (default: the active one)
+                                                                   changed, and the share of keys it moves
+  Flags of every client verb: --api URL (default $DWARA_API_URL, else ` + client.DefaultURL + `),
+  --actor NAME (default $USER), --json (print the API's JSON answer), --timeout 30s.
+  The bearer token is read from DWARA_ADMIN_TOKEN.
+`
+
+// clientVerb is one client verb: its argument synopsis, and the function that
+// registers its own flags and returns the action to run once they are
+// parsed.
+type clientVerb struct {
+	synopsis string
+	setup    func(fs *flag.FlagSet) func(ctx context.Context, cc *clientCall, args []string) error
+}
+
+var clientVerbs = map[string]clientVerb{
+	"apply":    {"-f FILE [-m MESSAGE] [--dry-run] [--if-match ID]", setupApply},
+	"flip":     {"SERVICE [-m MESSAGE] [--if-match ID]", setupEdit("flip")},
+	"weights":  {"SERVICE UPSTREAM=WEIGHT... [--allow-reshuffle] [-m MESSAGE] [--if-match ID]", setupWeights},
+	"kill":     {"SERVICE [-m MESSAGE] [--if-match ID]", setupEdit("kill")},
+	"rollback": {"ID [-m MESSAGE] [--if-match ID]", setupRollback},
+	"history":  {"[--limit N] [--cursor C]", setupHistory},
+	"diff":     {"[ID] [--against ID]", setupDiff},
+}
+
+// stdio is what a client verb reads and writes: the process's streams and
+// environment in main, buffers and a map in tests.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+	getenv   func(string) string
+}
+
+// clientCall is one run of a client verb.
+type clientCall struct {
+	verb   string
+	io     stdio
+	c      *client.Client
+	json   bool
+	answer []byte // the last answer body, for --json
+}
+
+// usageError is a mistake on the command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Sprintf(format, args...)}
+}
+
+// runClient runs the client verb args[0] with the arguments args[1:] and
+// returns the exit status: 0 done, 1 the call failed (the reason is on
+// s.err), 2 a usage mistake.
+func runClient(ctx context.Context, args []string, s stdio) int {
+	if len(args) == 0 {
+		fmt.Fprintln(s.err, "dwara: no command")
+		return 2
+	}
+	verb := args[0]
+	v, ok := clientVerbs[verb]
+	if !ok {
+		fmt.Fprintf(s.err, "dwara: unknown command %q\n", verb)
+		return 2
+	}
+	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
+	fs.SetOutput(s.err)
+	fs.Usage = func() {
+		fmt.Fprintf(s.err, "usage: dwara %s %s [client flags]\n\n", verb, v.synopsis)
+		fs.PrintDefaults()
+	}
+	apiURL := fs.String("api", "", "base `URL` of the API (default $DWARA_API_URL, else "+client.DefaultURL+")")
+	actor := fs.String("actor", "", "who makes the change, recorded as the author (default $USER)")
+	asJSON := fs.Bool("json", false, "print the API's JSON answer instead of the summary")
+	timeout := fs.Duration("timeout", client.DefaultTimeout, "give up on the API after this long")
+	action := v.setup(fs)
+
+	rest, err := parseInterspersed(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return 2 // the flag package printed the error and the usage
+	}
+	if *timeout <= 0 {
+		fmt.Fprintf(s.err, "dwara %s: --timeout must be positive\n", verb)
+		return 2
+	}
+	if *apiURL == "" {
+		*apiURL = s.getenv("DWARA_API_URL")
+	}
+	if *actor == "" {
+		*actor = s.getenv("USER")
+	}
+	cc := &clientCall{verb: verb, io: s, json: *asJSON}
+	cc.c, err = client.New(client.Options{
+		URL:        *apiURL,
+		Token:      s.getenv("DWARA_ADMIN_TOKEN"),
+		Actor:      *actor,
+		HTTPClient: newHTTPClient(*timeout),
+		Answer:     func(_ int, body []byte) { cc.answer = body },
+	})
+	if err != nil {
+		fmt.Fprintf(s.err, "dwara %s: %v\n", verb, err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	err = action(ctx, cc, rest)
+	if err == nil {
+		return 0
+	}
+	if ue, ok := errors.AsType[usageError](err); ok {
+		fmt.Fprintf(s.err, "dwara %s: %s\n", verb, ue.msg)
+		fs.Usage()
+		return 2
+	}
+	cc.report(err, *timeout)
+	return 1
+}
+
+// newHTTPClient returns the HTTP client of one verb run.
+func newHTTPClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout}
+}
+
+// parseInterspersed parses fs from args while allowing flags after the
+// positional arguments ("dwara flip api -m why"), which the flag package
+// alone does not. Everything after "--" is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// ifMatchFlag registers --if-match and returns its parser.
+func ifMatchFlag(fs *flag.FlagSet) func() (*int64, error) {
+	v := fs.String("if-match", "", "only if generation `ID` is the active one (0: no generation yet); else 412")
+	return func() (*int64, error) {
+		if *v == "" {
+			return nil, nil
+		}
+		id, err := strconv.ParseInt(*v, 10, 64)
+		if err != nil || id < 0 {
+			return nil, usagef("--if-match must be a generation id, not %q", *v)
+		}
+		return &id, nil
+	}
+}
+
+// generationID parses a generation id argument named what.
+func generationID(what, v string) (int64, error) {
+	id, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || id < 1 {
+		return 0, usagef("%s must be a generation id (a positive integer), not %q", what, v)
+	}
+	return id, nil
+}
+
+func setupApply(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+	file := fs.String("f", "", "the spec `FILE`, YAML or JSON (- reads stdin)")
+	message := fs.String("m", "", "the change `MESSAGE`, stored with the generation")
+	dryRun := fs.Bool("dry-run", false, "validate and show the impact without storing anything")
+	ifMatch := ifMatchFlag(fs)
+	return func(ctx context.Context, cc *clientCall, args []string) error {
+		if len(args) > 0 {
+			return usagef("unexpected argument %q (the spec is given with -f FILE)", args[0])
+		}
+		if *file == "" {
+			return usagef("-f FILE is required (- reads stdin)")
+		}
+		match, err := ifMatch()
+		if err != nil {
+			return err
+		}
+		spec, msg, err := readSpec(cc.io.in, *file)
+		if err != nil {
+			return err
+		}
+		if *message != "" {
+			msg = *message
+		}
+		res, err := cc.c.Create(ctx, msg, spec, client.CreateOptions{DryRun: *dryRun, IfMatch: match})
+		if err != nil {
+			return err
+		}
+		if cc.printJSON() {
+			return nil
+		}
+		if res.DryRun != nil {
+			fmt.Fprintln(cc.io.out, "dry run: the spec is valid; nothing was stored")
+			printDiff(cc.io.out, res.DryRun.Impact)
+			return nil
+		}
+		printGeneration(cc.io.out, *res.Generation)
+		return nil
+	}
+}
+
+// readSpec reads the spec file name ("-": in) and returns it as JSON. The
+// file is just the spec, as for `dwara gateway --config`; a file holding a
+// whole request body ({"message": ..., "spec": ...}, as in the curl examples)
+// is accepted too, and its message returned.
+func readSpec(in io.Reader, name string) (json.RawMessage, string, error) {
+	var data []byte
+	var err error
+	if name == "-" {
+		name = "stdin"
+		data, err = io.ReadAll(io.LimitReader(in, api.MaxBodyBytes+1))
+	} else {
+		data, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("read spec: %w", err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, "", fmt.Errorf("read spec: %s is empty", name)
+	}
+	js, err := specJSON(data)
+	if err != nil {
+		return nil, "", fmt.Errorf("read spec %s: %w", name, err)
+	}
+	var wrapper map[string]json.RawMessage
+	if json.Unmarshal(js, &wrapper) == nil && wrapper["spec"] != nil {
+		onlyBody := true
+		for k := range wrapper {
+			onlyBody = onlyBody && (k == "spec" || k == "message")
+		}
+		if onlyBody {
+			var msg string
+			if m := wrapper["message"]; m != nil {
+				if err := json.Unmarshal(m, &msg); err != nil {
+					return nil, "", fmt.Errorf("read spec %s: message must be a string", name)
+				}
+			}
+			return wrapper["spec"], msg, nil
+		}
+	}
+	return js, "", nil
+}
+
+// specJSON returns data, a JSON or YAML document, as JSON. JSON (first
+// non-blank byte "{" or "[") is kept byte for byte, so the server reports
+// problems such as duplicate fields; YAML is converted with duplicate keys
+// refused and must be a single document.
+func specJSON(data []byte) ([]byte, error) {
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+		var v any
+		if err := json.Unmarshal(data, &v); err != nil {
+			return nil, fmt.Errorf("invalid JSON: %w", err)
+		}
+		return data, nil
+	}
+	dec := yamlv2.NewDecoder(bytes.NewReader(data))
+	for n := 0; ; n++ {
+		var v any
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) || err != nil && n == 0 {
+			break // the end, or a syntax error the converter reports below
+		}
+		if n > 0 && (err != nil || v != nil) {
+			return nil, errors.New("invalid YAML: more than one document; a spec is one document")
+		}
+	}
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
+		return nil, fmt.Errorf("invalid YAML: %s", strings.Join(strings.Fields(strings.TrimPrefix(msg, "yaml: ")), " "))
+	}
+	return js, nil
+}
+
+// setupEdit is the setup of flip and kill, which differ only in the call.
+func setupEdit(verb string) func(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+	return func(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+		message := fs.String("m", "", "the change `MESSAGE` (default: \""+verb+" SERVICE\")")
+		ifMatch := ifMatchFlag(fs)
+		return func(ctx context.Context, cc *clientCall, args []string) error {
+			if len(args) != 1 {
+				return usagef("give exactly one SERVICE")
+			}
+			match, err := ifMatch()
+			if err != nil {
+				return err
+			}
+			o := client.EditOptions{Message: *message, IfMatch: match}
+			call := cc.c.Flip
+			if verb == "kill" {
+				call = cc.c.Kill
+			}
+			g, err := call(ctx, args[0], o)
+			return cc.generation(g, err)
+		}
+	}
+}
+
+func setupWeights(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+	message := fs.String("m", "", "the change `MESSAGE` (default: \"weights SERVICE\")")
+	reshuffle := fs.Bool("allow-reshuffle", false, "accept a change of the total weight, which reshuffles every key between targets")
+	ifMatch := ifMatchFlag(fs)
+	return func(ctx context.Context, cc *clientCall, args []string) error {
+		if len(args) < 2 {
+			return usagef("give a SERVICE and at least one UPSTREAM=WEIGHT")
+		}
+		weights := make(map[string]int, len(args)-1)
+		for _, a := range args[1:] {
+			name, val, ok := strings.Cut(a, "=")
+			w, err := strconv.Atoi(val)
+			switch {
+			case !ok || name == "":
+				return usagef("%q is not UPSTREAM=WEIGHT", a)
+			case err != nil || w < 0:
+				return usagef("the weight in %q must be a non-negative integer", a)
+			}
+			if _, dup := weights[name]; dup {
+				return usagef("upstream %q is given twice", name)
+			}
+			weights[name] = w
+		}
+		match, err := ifMatch()
+		if err != nil {
+			return err
+		}
+		g, err := cc.c.SetWeights(ctx, args[0], weights, *reshuffle, client.EditOptions{Message: *message, IfMatch: match})
+		return cc.generation(g, err)
+	}
+}
+
+func setupRollback(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+	message := fs.String("m", "", "the change `MESSAGE` (default: \"rollback to generation ID\")")
+	ifMatch := ifMatchFlag(fs)
+	return func(ctx context.Context, cc *clientCall, args []string) error {
+		if len(args) != 1 {
+			return usagef("give exactly one generation ID to roll back to")
+		}
+		id, err := generationID("ID", args[0])
+		if err != nil {
+			return err
+		}
+		match, err := ifMatch()
+		if err != nil {
+			return err
+		}
+		g, err := cc.c.Rollback(ctx, id, client.EditOptions{Message: *message, IfMatch: match})
+		return cc.generation(g, err)
+	}
+}
+
+func setupHistory(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+	limit := fs.Int("limit", 0, "at most `N` generations (1..500; default 50)")
+	cursor := fs.String("cursor", "", "start after this cursor `C` (the hint printed under the previous page)")
+	return func(ctx context.Context, cc *clientCall, args []string) error {
+		if len(args) > 0 {
+			return usagef("unexpected argument %q", args[0])
+		}
+		if *limit < 0 {
+			return usagef("--limit must be positive")
+		}
+		page, err := cc.c.List(ctx, *limit, *cursor)
+		if err != nil {
+			return err
+		}
+		if cc.printJSON() {
+			return nil
+		}
+		w := cc.io.out
+		if len(page.Items) == 0 {
+			fmt.Fprintln(w, "no generations")
+			return nil
+		}
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tACTION\tSOURCE\tAUTHOR\tCREATED\tMESSAGE")
+		for _, g := range page.Items {
+			src := "-"
+			if g.SourceID != nil {
+				src = strconv.FormatInt(*g.SourceID, 10)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.ID, clean(g.Action), src, clean(g.Author),
+				g.CreatedAt.Local().Format("2006-01-02 15:04:05 MST"), clean(g.Message))
+		}
+		tw.Flush()
+		if page.NextCursor != "" {
+			more := "dwara history --cursor " + page.NextCursor
+			if *limit != 0 {
+				more = fmt.Sprintf("dwara history --limit %d --cursor %s", *limit, page.NextCursor)
+			}
+			fmt.Fprintf(w, "more: %s\n", more)
+		}
+		return nil
+	}
+}
+
+func setupDiff(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+	against := fs.String("against", "", "compare with generation `ID` (default: the generation's parent)")
+	return func(ctx context.Context, cc *clientCall, args []string) error {
+		var id, other int64
+		var err error
+		switch len(args) {
+		case 0:
+		case 1:
+			if id, err = generationID("ID", args[0]); err != nil {
+				return err
+			}
+		default:
+			return usagef("give at most one generation ID")
+		}
+		if *against != "" {
+			if other, err = generationID("--against", *against); err != nil {
+				return err
+			}
+		}
+		if id == 0 {
+			cur, err := cc.c.Current(ctx)
+			if err != nil {
+				return err
+			}
+			id = cur.ID
+		}
+		d, err := cc.c.Diff(ctx, id, other)
+		if err != nil {
+			return err
+		}
+		if cc.printJSON() {
+			return nil
+		}
+		printDiff(cc.io.out, d)
+		return nil
+	}
+}
+
+// generation prints the generation a mutating verb created, or returns err.
+func (cc *clientCall) generation(g db.Generation, err error) error {
+	if err != nil {
+		return err
+	}
+	if !cc.printJSON() {
+		printGeneration(cc.io.out, g)
+	}
+	return nil
+}
+
+// printJSON prints the last answer as the API wrote it when --json was
+// given, and reports whether it did.
+func (cc *clientCall) printJSON() bool {
+	if !cc.json {
+		return false
+	}
+	cc.io.out.Write(cc.answer)
+	if !bytes.HasSuffix(cc.answer, []byte("\n")) {
+		fmt.Fprintln(cc.io.out)
+	}
+	return true
+}
+
+// printGeneration prints the one-line summary of a new generation:
+// "generation 7 created (rollback of 3) by alice: why".
+func printGeneration(w io.Writer, g db.Generation) {
+	action := clean(g.Action)
+	if g.SourceID != nil {
+		action += fmt.Sprintf(" of %d", *g.SourceID)
+	}
+	line := fmt.Sprintf("generation %d created (%s) by %s", g.ID, action, clean(g.Author))
+	if g.Message != "" {
+		line += ": " + clean(g.Message)
+	}
+	fmt.Fprintln(w, line)
+}
+
+// printDiff prints a diff or a dry run's impact: every service with its
+// change, the share of keys that moves and the details, then the upstreams
+// that changed.
+func printDiff(w io.Writer, d api.Diff) {
+	side := func(id *int64, none string) string {
+		if id == nil {
+			return none
+		}
+		return "generation " + strconv.FormatInt(*id, 10)
+	}
+	fmt.Fprintf(w, "%s against %s\n", side(d.To, "the proposed spec"), side(d.From, "an empty configuration (no generation)"))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tCHANGE\tMOVED\tDETAILS")
+	for _, s := range d.Services {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", clean(s.Name), clean(s.Change), percent(s.MovedShare), clean(strings.Join(s.Details, "; ")))
+	}
+	tw.Flush()
+	var changed []api.UpstreamDiff
+	for _, u := range d.Upstreams {
+		if u.Change != api.ChangeUnchanged {
+			changed = append(changed, u)
+		}
+	}
+	if len(changed) == 0 {
+		fmt.Fprintln(w, "upstreams: no changes")
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "UPSTREAM\tCHANGE\tDETAILS")
+	for _, u := range changed {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", clean(u.Name), clean(u.Change), clean(strings.Join(u.Details, "; ")))
+	}
+	tw.Flush()
+}
+
+// percent formats a share of keys as a percentage with one decimal; a share
+// too small to show is "<0.1%", so a move is never shown as none.
+func percent(share float64) string {
+	if share > 0 && share < 0.0005 {
+		return "<0.1%"
+	}
+	return strconv.FormatFloat(share*100, 'f', 1, 64) + "%"
+}
+
+// clean makes text from the server safe for one line of a terminal: line
+// breaks and tabs become spaces, other control characters "?".
+func clean(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\r' || r == '\t':
+			return ' '
+		case unicode.IsControl(r):
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// report prints why a call failed: a problem answer with every field error,
+// or an unreachable API with what to do about it. With --json a problem
+// answer is also printed to stdout as the API wrote it.
+func (cc *clientCall) report(err error, timeout time.Duration) {
+	w := cc.io.err
+	prefix := "dwara " + cc.verb + ": "
+	if p, ok := errors.AsType[*api.Problem](err); ok {
+		if cc.json && len(cc.answer) > 0 {
+			cc.printJSON()
+		}
+		line := fmt.Sprintf("%d %s", p.Status, clean(p.Title))
+		if p.Detail != "" {
+			line += ": " + clean(p.Detail)
+		}
+		fmt.Fprintln(w, prefix+line)
+		for _, fe := range p.Errors {
+			fmt.Fprintln(w, "  "+clean(fe.String()))
+		}
+		switch p.Status {
+		case 401:
+			if cc.io.getenv("DWARA_ADMIN_TOKEN") == "" {
+				fmt.Fprintln(w, "hint: the API wants a token; set DWARA_ADMIN_TOKEN to the server's admin token")
+			} else {
+				fmt.Fprintln(w, "hint: the token in DWARA_ADMIN_TOKEN is not the server's admin token")
+			}
+		case 412:
+			fmt.Fprintln(w, "hint: another change was published first; see it with \"dwara history\" and \"dwara diff\", then retry")
+		}
+		return
+	}
+	base := cc.c.URL()
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		fmt.Fprintf(w, "%scannot reach the Dwara API at %s: connection refused\n", prefix, base)
+		fmt.Fprintln(w, "hint: is \"dwara serve\" running? Start one with \"make run\", or point --api (or DWARA_API_URL) at it")
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		fmt.Fprintf(w, "%sno answer from the Dwara API at %s within %s\n", prefix, base, timeout)
+	default:
+		fmt.Fprintf(w, "%s%v\n", prefix, err)
+	}
+}

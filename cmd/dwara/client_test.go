@@ -1,0 +1,724 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dwara/dwara/api"
+	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/gateway/config"
+)
+
+// cliAPI is a real API over a fresh database, served on 127.0.0.1, and the
+// environment the client verbs see when they call it.
+type cliAPI struct {
+	url   string
+	store *db.Store
+	env   map[string]string
+}
+
+// startCLIAPI starts an API; token "" means one without auth. The verbs run
+// against it as "alice" (through $USER) with the token in
+// $DWARA_ADMIN_TOKEN.
+func startCLIAPI(t *testing.T, token string) *cliAPI {
+	t.Helper()
+	store, err := db.Open(t.Context(), dbtest.New(t))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(store.Close)
+	srv := api.New(api.Options{Store: store, Token: token, Logger: slog.New(slog.DiscardHandler)})
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	return &cliAPI{
+		url:   ts.URL,
+		store: store,
+		env:   map[string]string{"DWARA_API_URL": ts.URL, "USER": "alice", "DWARA_ADMIN_TOKEN": token},
+	}
+}
+
+// cliResult is what one run of a client verb did.
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r cliResult) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// runVerb runs `dwara args...` through runClient, as main does, with stdin
+// and the environment env.
+func runVerb(t *testing.T, env map[string]string, stdin string, args ...string) cliResult {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := runClient(t.Context(), args, stdio{
+		in:     strings.NewReader(stdin),
+		out:    &out,
+		err:    &errOut,
+		getenv: func(k string) string { return env[k] },
+	})
+	return cliResult{code: code, stdout: out.String(), stderr: errOut.String()}
+}
+
+// run runs a verb against a with an empty stdin.
+func (a *cliAPI) run(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	return runVerb(t, a.env, "", args...)
+}
+
+// must runs a verb that must succeed and returns its stdout.
+func (a *cliAPI) must(t *testing.T, args ...string) string {
+	t.Helper()
+	r := a.run(t, args...)
+	if r.code != 0 {
+		t.Fatalf("dwara %s: %s", strings.Join(args, " "), r)
+	}
+	return r.stdout
+}
+
+// current returns the active generation.
+func (a *cliAPI) current(t *testing.T) db.Generation {
+	t.Helper()
+	g, err := a.store.Current(t.Context())
+	if err != nil {
+		t.Fatalf("current generation: %v", err)
+	}
+	return g
+}
+
+// count returns the number of stored generations.
+func (a *cliAPI) count(t *testing.T) int {
+	t.Helper()
+	gens, err := a.store.List(t.Context(), 1000, 0)
+	if err != nil {
+		t.Fatalf("list generations: %v", err)
+	}
+	return len(gens)
+}
+
+// cliSpecYAML is a spec with service "api" split api-stable/api-canary by
+// the weights; extra endpoints are added to api-canary.
+func cliSpecYAML(stable, canary int, extra ...string) string {
+	endpoints := append([]string{`"127.0.0.1:9101"`}, extra...)
+	return fmt.Sprintf(`# the api service
+upstreams:
+  - name: api-stable
+    endpoints: ["127.0.0.1:9001", "127.0.0.1:9002"]
+  - name: api-canary
+    endpoints: [%s]
+services:
+  - name: api
+    base_path: /v1
+    split:
+      targets:
+        - { upstream: api-stable, weight: %d }
+        - { upstream: api-canary, weight: %d }
+`, strings.Join(endpoints, ", "), stable, canary)
+}
+
+// cliSpecJSON is cliSpecYAML as JSON.
+func cliSpecJSON(stable, canary int) string {
+	return fmt.Sprintf(`{
+  "upstreams": [
+    {"name": "api-stable", "endpoints": ["127.0.0.1:9001", "127.0.0.1:9002"]},
+    {"name": "api-canary", "endpoints": ["127.0.0.1:9101"]}
+  ],
+  "services": [
+    {"name": "api", "base_path": "/v1",
+     "split": {"targets": [{"upstream": "api-stable", "weight": %d}, {"upstream": "api-canary", "weight": %d}]}}
+  ]
+}
+`, stable, canary)
+}
+
+// writeSpec writes content to a file name in a fresh directory.
+func writeSpec(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// splitWeights returns the weights of service "api" in g.
+func splitWeights(t *testing.T, g db.Generation) []int {
+	t.Helper()
+	var spec config.Spec
+	if err := json.Unmarshal(g.Spec, &spec); err != nil {
+		t.Fatalf("decode spec of generation %d: %v", g.ID, err)
+	}
+	svc, _ := spec.Service("api")
+	if svc == nil || svc.Split == nil {
+		t.Fatalf("generation %d has no split service api", g.ID)
+	}
+	var ws []int
+	for _, tg := range svc.Split.Targets {
+		ws = append(ws, tg.Weight)
+	}
+	return ws
+}
+
+func TestApply(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		file      string // file name; "" means -f - with content on stdin
+		content   string
+		args      []string
+		env       map[string]string // overrides
+		wantOut   string
+		wantMsg   string
+		wantActor string
+	}{
+		{name: "YAML file", file: "spec.yaml", content: cliSpecYAML(95, 5), args: []string{"-m", "canary at 5%"},
+			wantOut: "generation 1 created (create) by alice: canary at 5%\n", wantMsg: "canary at 5%", wantActor: "alice"},
+		{name: "JSON file", file: "spec.json", content: cliSpecJSON(95, 5),
+			wantOut: "generation 1 created (create) by alice\n", wantActor: "alice"},
+		{name: "YAML on stdin", content: cliSpecYAML(95, 5), args: []string{"--actor", "carol", "-m", "from a pipe"},
+			wantOut: "generation 1 created (create) by carol: from a pipe\n", wantMsg: "from a pipe", wantActor: "carol"},
+		{name: "JSON on stdin", content: cliSpecJSON(95, 5), env: map[string]string{"USER": "bob"},
+			wantOut: "generation 1 created (create) by bob\n", wantActor: "bob"},
+		{name: "no actor", file: "spec.yaml", content: cliSpecYAML(95, 5), env: map[string]string{"USER": ""},
+			wantOut: "generation 1 created (create) by anonymous\n", wantActor: "anonymous"},
+		{name: "a whole request body", file: "gen.yaml",
+			content: "message: from the file\nspec:\n" + indent(cliSpecYAML(95, 5)),
+			wantOut: "generation 1 created (create) by alice: from the file\n", wantMsg: "from the file", wantActor: "alice"},
+		{name: "a request body with -m", file: "gen.json",
+			content: `{"message": "from the file", "spec": ` + cliSpecJSON(95, 5) + `}`, args: []string{"-m", "from the flag"},
+			wantOut: "generation 1 created (create) by alice: from the flag\n", wantMsg: "from the flag", wantActor: "alice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a := startCLIAPI(t, "")
+			env := maps(a.env, tt.env)
+			args := []string{"apply", "-f", "-"}
+			stdin := tt.content
+			if tt.file != "" {
+				args[2], stdin = writeSpec(t, tt.file, tt.content), ""
+			}
+			r := runVerb(t, env, stdin, append(args, tt.args...)...)
+			if r.code != 0 || r.stdout != tt.wantOut || r.stderr != "" {
+				t.Fatalf("got %s\nwant stdout %q", r, tt.wantOut)
+			}
+			g := a.current(t)
+			if g.ID != 1 || g.Action != db.ActionCreate || g.Author != tt.wantActor || g.Message != tt.wantMsg {
+				t.Errorf("stored %+v", g)
+			}
+			if ws := splitWeights(t, g); !slices.Equal(ws, []int{95, 5}) {
+				t.Errorf("stored weights %v, want [95 5]", ws)
+			}
+		})
+	}
+}
+
+// indent indents every line of s by two spaces.
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n  ") + "\n"
+}
+
+// maps returns a copy of base with over applied.
+func maps(base, over map[string]string) map[string]string {
+	m := make(map[string]string, len(base)+len(over))
+	for k, v := range base {
+		m[k] = v
+	}
+	for k, v := range over {
+		m[k] = v
+	}
+	return m
+}
+
+func TestApplyDryRun(t *testing.T) {
+	t.Parallel()
+	a := startCLIAPI(t, "")
+
+	// Before any generation the impact is against the empty configuration.
+	r := runVerb(t, a.env, cliSpecYAML(95, 5), "apply", "-f", "-", "--dry-run")
+	if r.code != 0 || !strings.Contains(r.stdout, "the proposed spec against an empty configuration") ||
+		!regexp.MustCompile(`(?m)^api\s+added\s+100\.0%\s+split api-stable 95 / api-canary 5$`).MatchString(r.stdout) {
+		t.Fatalf("dry run on an empty database: %s", r)
+	}
+	if n := a.count(t); n != 0 {
+		t.Fatalf("a dry run stored %d generations", n)
+	}
+
+	a.must(t, "apply", "-f", writeSpec(t, "spec.yaml", cliSpecYAML(95, 5)))
+	path := writeSpec(t, "spec.yaml", cliSpecYAML(90, 10, `"127.0.0.1:9102"`))
+	r = a.run(t, "apply", "--dry-run", "-f", path, "-m", "ramp")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("dry run: %s", r)
+	}
+	for _, re := range []string{
+		`^dry run: the spec is valid; nothing was stored\n`,
+		`(?m)^the proposed spec against generation 1$`,
+		`(?m)^SERVICE\s+CHANGE\s+MOVED\s+DETAILS$`,
+		`(?m)^api\s+modified\s+5\.0%\s+weights api-stable 95->90; weights api-canary 5->10$`,
+		`(?m)^api-canary\s+modified\s+endpoint added 127\.0\.0\.1:9102$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("dry run output lacks %s:\n%s", re, r.stdout)
+		}
+	}
+	if n := a.count(t); n != 1 {
+		t.Errorf("after a dry run %d generations are stored, want 1", n)
+	}
+
+	r = a.run(t, "apply", "--dry-run", "--json", "-f", path)
+	var res api.DryRunResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); r.code != 0 || err != nil {
+		t.Fatalf("dry run --json: %v\n%s", err, r)
+	}
+	if !res.Valid || len(res.Impact.Services) != 1 || res.Impact.Services[0].MovedShare != 0.05 {
+		t.Errorf("dry run --json = %+v", res)
+	}
+	if n := a.count(t); n != 1 {
+		t.Errorf("after a dry run %d generations are stored, want 1", n)
+	}
+}
+
+func TestApplyInvalid(t *testing.T) {
+	t.Parallel()
+	a := startCLIAPI(t, "")
+	bad := `upstreams:
+  - name: api-stable
+    endpoints: []
+  - name: api-canary
+    endpoints: ["127.0.0.1:9101"]
+services:
+  - name: api
+    base_path: v1
+    split:
+      targets:
+        - { upstream: api-stable, weight: -3 }
+        - { upstream: api-canry, weight: 5 }
+`
+	r := a.run(t, "apply", "-f", writeSpec(t, "bad.yaml", bad))
+	if r.code != 1 || r.stdout != "" {
+		t.Fatalf("apply of an invalid spec: %s", r)
+	}
+	if !strings.HasPrefix(r.stderr, "dwara apply: 422 Unprocessable Entity: the spec is invalid\n") {
+		t.Errorf("stderr does not start with the problem:\n%s", r.stderr)
+	}
+	// Every error the validator finds is printed as "path: message".
+	_, err := config.Parse([]byte(bad))
+	v, ok := errors.AsType[*config.ValidationError](err)
+	if !ok || len(v.Errors) < 4 {
+		t.Fatalf("the test spec should have several errors, got %v", err)
+	}
+	for _, fe := range v.Errors {
+		if !strings.Contains(r.stderr, "\n  "+fe.Path+": "+fe.Message+"\n") {
+			t.Errorf("stderr lacks %q:\n%s", fe.String(), r.stderr)
+		}
+	}
+	for _, path := range []string{"upstreams[0].endpoints", "services[0].base_path", "services[0].split.targets[0].weight", "services[0].split.targets[1].upstream"} {
+		if !strings.Contains(r.stderr, "\n  "+path+": ") {
+			t.Errorf("stderr lacks the path %s:\n%s", path, r.stderr)
+		}
+	}
+	if n := a.count(t); n != 0 {
+		t.Errorf("an invalid spec stored %d generations", n)
+	}
+	// With --json the problem document is also printed, for scripts.
+	r = a.run(t, "apply", "--json", "-f", writeSpec(t, "bad.yaml", bad))
+	var p api.Problem
+	if err := json.Unmarshal([]byte(r.stdout), &p); r.code != 1 || err != nil || p.Status != 422 || len(p.Errors) != len(v.Errors) {
+		t.Errorf("apply --json of an invalid spec: %v, %+v\n%s", err, p, r)
+	}
+
+	// Problems found before the call: nothing is sent.
+	local := []struct {
+		name, content, want string
+	}{
+		{"broken YAML", "services: [\n", "invalid YAML"},
+		{"two YAML documents", cliSpecYAML(95, 5) + "---\nservices: []\n", "more than one document"},
+		{"broken JSON", `{"services": [}`, "invalid JSON"},
+		{"duplicate YAML key", "services: []\nservices: []\n", "invalid YAML"},
+		{"empty", "\n\n", "is empty"},
+	}
+	for _, tt := range local {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := a.run(t, "apply", "-f", writeSpec(t, "spec.yaml", tt.content))
+			if r.code != 1 || !strings.Contains(r.stderr, tt.want) {
+				t.Errorf("want exit 1 and %q: %s", tt.want, r)
+			}
+		})
+	}
+	t.Run("missing file", func(t *testing.T) {
+		t.Parallel()
+		r := a.run(t, "apply", "-f", filepath.Join(t.TempDir(), "nope.yaml"))
+		if r.code != 1 || !strings.Contains(r.stderr, "nope.yaml: no such file") {
+			t.Errorf("want exit 1 naming the file: %s", r)
+		}
+	})
+}
+
+func TestApplyIfMatch(t *testing.T) {
+	t.Parallel()
+	a := startCLIAPI(t, "")
+	path := writeSpec(t, "spec.yaml", cliSpecYAML(95, 5))
+	a.must(t, "apply", "-f", path, "--if-match", "0")
+	a.must(t, "apply", "-f", path)
+
+	r := a.run(t, "apply", "-f", path, "--if-match", "1")
+	if r.code != 1 || r.stdout != "" ||
+		!strings.Contains(r.stderr, "dwara apply: 412 Precondition Failed: If-Match asks for generation 1 but the active generation is 2\n") ||
+		!strings.Contains(r.stderr, "hint: another change was published first") {
+		t.Fatalf("apply with a stale --if-match: %s", r)
+	}
+	if n := a.count(t); n != 2 {
+		t.Errorf("a refused apply left %d generations, want 2", n)
+	}
+	if out := a.must(t, "apply", "-f", path, "--if-match", "2"); out != "generation 3 created (create) by alice\n" {
+		t.Errorf("apply --if-match 2 printed %q", out)
+	}
+	if r := a.run(t, "apply", "-f", path, "--if-match", "two"); r.code != 2 || !strings.Contains(r.stderr, "--if-match must be a generation id") {
+		t.Errorf("a malformed --if-match: %s", r)
+	}
+}
+
+func TestEdits(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		before  [][]string // verbs run first, after the 95/5 generation 1
+		args    []string
+		code    int
+		out     string // exact stdout
+		errLike string // substring of stderr
+		action  string // of the active generation after the call ("": no new one)
+		weights []int
+		source  int64
+	}{
+		{name: "flip", args: []string{"flip", "api", "-m", "blue-green"},
+			out: "generation 2 created (flip) by alice: blue-green\n", action: db.ActionFlip, weights: []int{5, 95}},
+		{name: "flip without a message", args: []string{"flip", "api"},
+			out: "generation 2 created (flip) by alice: flip api\n", action: db.ActionFlip, weights: []int{5, 95}},
+		{name: "weights", args: []string{"weights", "api", "api-stable=90", "api-canary=10"},
+			out: "generation 2 created (weights) by alice: weights api\n", action: db.ActionWeights, weights: []int{90, 10}},
+		{name: "weights reshuffle allowed", args: []string{"weights", "api", "api-canary=20", "--allow-reshuffle", "-m", "more"},
+			out: "generation 2 created (weights) by alice: more\n", action: db.ActionWeights, weights: []int{95, 20}},
+		{name: "weights reshuffle refused", args: []string{"weights", "api", "api-canary=20"}, code: 1,
+			errLike: "\n  weights: total weight would change from 100 to 115"},
+		{name: "weights of an unknown target", args: []string{"weights", "api", "stable=90", "canary=10"}, code: 1,
+			errLike: `weights: "canary" is not a target of service "api"; its targets are "api-stable", "api-canary"`},
+		{name: "kill", args: []string{"kill", "api", "-m", "errors"},
+			out: "generation 2 created (kill) by alice: errors\n", action: db.ActionKill, weights: []int{100, 0}},
+		{name: "rollback", before: [][]string{{"flip", "api"}, {"kill", "api"}}, args: []string{"rollback", "1"},
+			out: "generation 4 created (rollback of 1) by alice: rollback to generation 1\n", action: db.ActionRollback, weights: []int{95, 5}, source: 1},
+		{name: "rollback with if-match", before: [][]string{{"flip", "api"}}, args: []string{"rollback", "--if-match", "2", "1", "-m", "undo"},
+			out: "generation 3 created (rollback of 1) by alice: undo\n", action: db.ActionRollback, weights: []int{95, 5}, source: 1},
+		{name: "rollback to nothing", args: []string{"rollback", "7"}, code: 1,
+			errLike: "dwara rollback: 404 Not Found: generation 7 does not exist"},
+		{name: "flip an unknown service", args: []string{"flip", "nope"}, code: 1,
+			errLike: `dwara flip: 404 Not Found: service "nope" does not exist in generation 1`},
+		{name: "flip with a stale if-match", args: []string{"flip", "api", "--if-match", "5"}, code: 1,
+			errLike: "412 Precondition Failed"},
+		{name: "kill as json", args: []string{"kill", "api", "--json"}, action: db.ActionKill, weights: []int{100, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a := startCLIAPI(t, "")
+			a.must(t, "apply", "-f", writeSpec(t, "spec.yaml", cliSpecYAML(95, 5)))
+			for _, b := range tt.before {
+				a.must(t, b...)
+			}
+			before := a.count(t)
+			r := a.run(t, tt.args...)
+			if r.code != tt.code || (tt.out != "" && r.stdout != tt.out) || !strings.Contains(r.stderr, tt.errLike) {
+				t.Fatalf("got %s\nwant exit %d, stdout %q, stderr with %q", r, tt.code, tt.out, tt.errLike)
+			}
+			if tt.action == "" {
+				if n := a.count(t); n != before {
+					t.Errorf("a refused call changed the generation count from %d to %d", before, n)
+				}
+				return
+			}
+			g := a.current(t)
+			if g.ID != int64(before+1) || g.Action != tt.action || g.Author != "alice" {
+				t.Errorf("active generation %+v, want %d (%s) by alice", g, before+1, tt.action)
+			}
+			if ws := splitWeights(t, g); !slices.Equal(ws, tt.weights) {
+				t.Errorf("weights %v, want %v", ws, tt.weights)
+			}
+			if tt.source != 0 && (g.SourceID == nil || *g.SourceID != tt.source) {
+				t.Errorf("source %v, want %d", g.SourceID, tt.source)
+			}
+			if slices.Contains(tt.args, "--json") {
+				var got db.Generation
+				if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.ID != g.ID || got.Action != g.Action {
+					t.Errorf("--json printed %q (%v); want generation %d", r.stdout, err, g.ID)
+				}
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	// Usage mistakes never reach the API: there is none at this URL.
+	env := map[string]string{"DWARA_API_URL": "http://127.0.0.1:1"}
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"apply"}, "-f FILE is required"},
+		{[]string{"apply", "-f", "x.yaml", "extra"}, `unexpected argument "extra"`},
+		{[]string{"flip"}, "give exactly one SERVICE"},
+		{[]string{"kill", "a", "b"}, "give exactly one SERVICE"},
+		{[]string{"weights", "api"}, "at least one UPSTREAM=WEIGHT"},
+		{[]string{"weights", "api", "api-stable"}, `"api-stable" is not UPSTREAM=WEIGHT`},
+		{[]string{"weights", "api", "=5"}, `"=5" is not UPSTREAM=WEIGHT`},
+		{[]string{"weights", "api", "a=-1"}, "must be a non-negative integer"},
+		{[]string{"weights", "api", "a=1", "a=2"}, `upstream "a" is given twice`},
+		{[]string{"rollback"}, "give exactly one generation ID"},
+		{[]string{"rollback", "x"}, `ID must be a generation id (a positive integer), not "x"`},
+		{[]string{"history", "x"}, `unexpected argument "x"`},
+		{[]string{"history", "--limit", "-1"}, "--limit must be positive"},
+		{[]string{"diff", "1", "2"}, "at most one generation ID"},
+		{[]string{"diff", "--against", "0", "2"}, "--against must be a generation id"},
+		{[]string{"flip", "--bogus", "api"}, "flag provided but not defined: -bogus"},
+		{[]string{"flip", "api", "--api", "ftp://x"}, "the scheme must be http or https"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			r := runVerb(t, env, "", tt.args...)
+			if r.code != 2 || !strings.Contains(r.stderr, tt.want) || r.stdout != "" {
+				t.Errorf("want exit 2 and %q: %s", tt.want, r)
+			}
+		})
+	}
+	t.Run("help", func(t *testing.T) {
+		t.Parallel()
+		r := runVerb(t, env, "", "weights", "-h")
+		if r.code != 0 || !strings.Contains(r.stderr, "usage: dwara weights SERVICE UPSTREAM=WEIGHT...") || !strings.Contains(r.stderr, "-allow-reshuffle") {
+			t.Errorf("weights -h: %s", r)
+		}
+	})
+}
+
+// historyRow matches one row of the history table: id, action, source,
+// author, created_at, message.
+var historyRow = regexp.MustCompile(`^(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+)\s+(.*)$`)
+
+func TestHistory(t *testing.T) {
+	t.Parallel()
+	a := startCLIAPI(t, "")
+	if out := a.must(t, "history"); out != "no generations\n" {
+		t.Errorf("history of an empty database: %q", out)
+	}
+	a.must(t, "apply", "-f", writeSpec(t, "spec.yaml", cliSpecYAML(95, 5)), "-m", "start")
+	a.must(t, "weights", "api", "api-stable=90", "api-canary=10", "--actor", "bob")
+	a.must(t, "flip", "api", "-m", "line one\nline two")
+	a.must(t, "kill", "api")
+	a.must(t, "rollback", "1")
+
+	type row struct{ id, action, source, author, message string }
+	table := func(out string) ([]row, string) {
+		t.Helper()
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if !regexp.MustCompile(`^ID\s+ACTION\s+SOURCE\s+AUTHOR\s+CREATED\s+MESSAGE$`).MatchString(lines[0]) {
+			t.Fatalf("no table header:\n%s", out)
+		}
+		var rows []row
+		more := ""
+		for _, l := range lines[1:] {
+			if m, ok := strings.CutPrefix(l, "more: "); ok {
+				more = m
+				continue
+			}
+			f := historyRow.FindStringSubmatch(l)
+			if f == nil {
+				t.Fatalf("not a history row: %q", l)
+			}
+			rows = append(rows, row{f[1], f[2], f[3], f[4], f[6]})
+		}
+		return rows, more
+	}
+
+	rows, more := table(a.must(t, "history", "--limit", "2"))
+	want := []row{
+		{"5", "rollback", "1", "alice", "rollback to generation 1"},
+		{"4", "kill", "-", "alice", "kill api"},
+	}
+	if !slices.Equal(rows, want) || more != "dwara history --limit 2 --cursor 4" {
+		t.Fatalf("first page %v, more %q", rows, more)
+	}
+	rows, more = table(a.must(t, "history", "--limit", "2", "--cursor", "4"))
+	want = []row{
+		{"3", "flip", "-", "alice", "line one line two"},
+		{"2", "weights", "-", "bob", "weights api"},
+	}
+	if !slices.Equal(rows, want) || more != "dwara history --limit 2 --cursor 2" {
+		t.Fatalf("second page %v, more %q", rows, more)
+	}
+	rows, more = table(a.must(t, "history", "--cursor", "2", "--limit", "2"))
+	if !slices.Equal(rows, []row{{"1", "create", "-", "alice", "start"}}) || more != "" {
+		t.Fatalf("last page %v, more %q", rows, more)
+	}
+	if rows, _ := table(a.must(t, "history")); len(rows) != 5 {
+		t.Errorf("history without --limit shows %d rows, want 5", len(rows))
+	}
+
+	var page api.GenerationList
+	if err := json.Unmarshal([]byte(a.must(t, "history", "--json", "--limit", "3")), &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Items) != 3 || page.Items[0].ID != 5 || page.NextCursor != "3" {
+		t.Errorf("history --json = %+v", page)
+	}
+	if r := a.run(t, "history", "--cursor", "zero"); r.code != 1 || !strings.Contains(r.stderr, "\n  cursor: must be the next_cursor of a previous page") {
+		t.Errorf("a bad cursor: %s", r)
+	}
+}
+
+func TestDiff(t *testing.T) {
+	t.Parallel()
+	a := startCLIAPI(t, "")
+	a.must(t, "apply", "-f", writeSpec(t, "a.yaml", cliSpecYAML(95, 5)))
+	a.must(t, "apply", "-f", writeSpec(t, "b.yaml", cliSpecYAML(90, 10, `"127.0.0.1:9102"`)))
+
+	moved := regexp.MustCompile(`(?m)^api\s+modified\s+5\.0%\s+weights api-stable 95->90; weights api-canary 5->10$`)
+	for _, args := range [][]string{{"diff", "2"}, {"diff"}, {"diff", "2", "--against", "1"}} {
+		out := a.must(t, args...)
+		if !strings.HasPrefix(out, "generation 2 against generation 1\n") || !moved.MatchString(out) ||
+			!regexp.MustCompile(`(?m)^api-canary\s+modified\s+endpoint added 127\.0\.0\.1:9102$`).MatchString(out) {
+			t.Errorf("dwara %s:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	out := a.must(t, "diff", "1", "--against", "2")
+	if !strings.HasPrefix(out, "generation 1 against generation 2\n") ||
+		!regexp.MustCompile(`(?m)^api\s+modified\s+5\.0%\s+weights api-stable 90->95; weights api-canary 10->5$`).MatchString(out) {
+		t.Errorf("diff 1 --against 2:\n%s", out)
+	}
+	out = a.must(t, "diff", "1")
+	if !strings.HasPrefix(out, "generation 1 against an empty configuration") ||
+		!regexp.MustCompile(`(?m)^api\s+added\s+100\.0%`).MatchString(out) {
+		t.Errorf("diff 1:\n%s", out)
+	}
+	a.must(t, "flip", "api")
+	if out := a.must(t, "diff", "3"); !regexp.MustCompile(`(?m)^api\s+modified\s+80\.0%`).MatchString(out) ||
+		!strings.HasSuffix(out, "upstreams: no changes\n") {
+		t.Errorf("diff of a flip 90/10 -> 10/90:\n%s", out)
+	}
+
+	var d api.Diff
+	if err := json.Unmarshal([]byte(a.must(t, "diff", "2", "--json")), &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Services) != 1 || d.Services[0].MovedShare != 0.05 || *d.From != 1 || *d.To != 2 {
+		t.Errorf("diff --json = %+v", d)
+	}
+	if r := a.run(t, "diff", "9"); r.code != 1 || !strings.Contains(r.stderr, "404 Not Found: generation 9 does not exist") {
+		t.Errorf("diff of a missing generation: %s", r)
+	}
+}
+
+func TestClientAuth(t *testing.T) {
+	t.Parallel()
+	a := startCLIAPI(t, "s3cret")
+	path := writeSpec(t, "spec.yaml", cliSpecYAML(95, 5))
+	tests := []struct {
+		name, token string
+		code        int
+		errLike     string
+	}{
+		{"no token", "", 1, "dwara apply: 401 Unauthorized: this call needs an Authorization: Bearer <token> header\nhint: the API wants a token; set DWARA_ADMIN_TOKEN"},
+		{"wrong token", "guess", 1, "401 Unauthorized: the bearer token is not valid\nhint: the token in DWARA_ADMIN_TOKEN is not the server's admin token"},
+	}
+	// The refusals run in parallel; the group returns when all are done.
+	t.Run("refusals", func(t *testing.T) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				r := runVerb(t, maps(a.env, map[string]string{"DWARA_ADMIN_TOKEN": tt.token}), "", "apply", "-f", path)
+				if r.code != tt.code || !strings.Contains(r.stderr, tt.errLike) {
+					t.Errorf("want exit %d and %q: %s", tt.code, tt.errLike, r)
+				}
+			})
+		}
+	})
+	if n := a.count(t); n != 0 {
+		t.Errorf("refused calls stored %d generations", n)
+	}
+	if out := a.must(t, "apply", "-f", path); out != "generation 1 created (create) by alice\n" {
+		t.Errorf("apply with the token printed %q", out)
+	}
+	if out := a.must(t, "history"); !strings.Contains(out, "alice") {
+		t.Errorf("history with the token printed %q", out)
+	}
+}
+
+func TestClientConnectionRefused(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close()
+	r := runVerb(t, map[string]string{"DWARA_API_URL": url}, "", "history")
+	if r.code != 1 || r.stdout != "" ||
+		!strings.Contains(r.stderr, "dwara history: cannot reach the Dwara API at "+url+": connection refused\n") ||
+		!strings.Contains(r.stderr, `Start one with "make run"`) {
+		t.Errorf("history against a closed port: %s", r)
+	}
+	// --api wins over the environment.
+	r = runVerb(t, map[string]string{"DWARA_API_URL": "http://127.0.0.1:1"}, "", "history", "--api", url)
+	if r.code != 1 || !strings.Contains(r.stderr, url) {
+		t.Errorf("--api is not used: %s", r)
+	}
+}
+
+// TestClientBinary runs the verbs through the built binary, proving main
+// dispatches them and passes the environment and exit status through.
+func TestClientBinary(t *testing.T) {
+	t.Parallel()
+	a := startCLIAPI(t, "")
+	run := func(stdin string, args ...string) (int, string, string) {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), binary, args...)
+		cmd.Env = append(os.Environ(), "DWARA_API_URL="+a.url, "USER=dora", "DWARA_ADMIN_TOKEN=")
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		code := 0
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("run dwara: %v", err)
+		}
+		return code, out.String(), errOut.String()
+	}
+	if code, out, errOut := run(cliSpecYAML(95, 5), "apply", "-f", "-", "-m", "via the binary"); code != 0 || out != "generation 1 created (create) by dora: via the binary\n" {
+		t.Fatalf("apply: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, _, errOut := run("", "flip"); code != 2 || !strings.Contains(errOut, "give exactly one SERVICE") {
+		t.Errorf("flip without a service: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := run("", "rollback", "9"); code != 1 || !strings.Contains(errOut, "404 Not Found") {
+		t.Errorf("rollback 9: exit %d, stderr %q", code, errOut)
+	}
+	if code, out, _ := run("", "help"); code != 0 || !strings.Contains(out, "dwara weights SERVICE UPSTREAM=W...") {
+		t.Errorf("help: exit %d, stdout %q", code, out)
+	}
+}
