@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/go-chi/chi/v5/middleware"
 )
 
 type ctxKey int
@@ -75,57 +77,21 @@ func withRequestID(next http.Handler) http.Handler {
 	})
 }
 
-// statusWriter remembers the status code written through it. It unwraps for
-// http.ResponseController, so flushing and deadlines reach the connection.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Flush lets the event stream flush through the wrapper without a
-// ResponseController.
-func (w *statusWriter) Flush() {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	http.NewResponseController(w.ResponseWriter).Flush() //nolint:errcheck // best effort, as http.Flusher
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// status is the code written so far; 200 when the handler wrote nothing.
-func (w *statusWriter) status() int {
-	if w.code == 0 {
-		return http.StatusOK
-	}
-	return w.code
-}
-
 // logRequests logs each request once it is answered: mutations at Info,
 // reads at Debug, and every 5xx at Warn (the cause is logged at Error where
 // it happened).
 func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		status := ww.Status()
+		if status == 0 {
+			status = http.StatusOK // the handler wrote nothing
+		}
 		level := slog.LevelDebug
 		switch {
-		case sw.status() >= 500:
+		case status >= 500:
 			level = slog.LevelWarn
 		case r.Method != http.MethodGet && r.Method != http.MethodHead:
 			level = slog.LevelInfo
@@ -134,7 +100,7 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			"request_id", requestID(r.Context()),
 			"method", r.Method,
 			"path", r.URL.Path,
-			"status", sw.status(),
+			"status", status,
 			"duration", time.Since(start),
 			"remote_addr", r.RemoteAddr)
 	})
