@@ -615,17 +615,7 @@ func BenchmarkProxy(b *testing.B) {
 	canary := startPool(b, "canary", 2)
 	g := startGateway(b)
 	g.apply(b, 1, splitSpec([]*demo.Pool{stable, canary}, []int{95, 5}, "    sticky: {cookie: sid}\n"))
-	req, _ := http.NewRequest(http.MethodGet, g.URL+"/bench", nil)
-	req.Header.Set("Cookie", "sid=0123456789abcdef01234567")
-	b.ReportAllocs()
-	for b.Loop() {
-		resp, err := client.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
+	benchRequests(b, g.URL)
 }
 
 // BenchmarkServeHTTP measures the proxy's own handler with an in-memory
@@ -682,7 +672,13 @@ func TestRoutingAllocs(t *testing.T) {
 // proxy's cost on this machine.
 func BenchmarkDirect(b *testing.B) {
 	stable := startPool(b, "stable", 1)
-	req, _ := http.NewRequest(http.MethodGet, "http://"+stable.Addrs[0]+"/bench", nil)
+	benchRequests(b, "http://"+stable.Addrs[0])
+}
+
+// benchRequests sends the benchmark's request, with a sticky cookie, to base
+// once per iteration.
+func benchRequests(b *testing.B, base string) {
+	req, _ := http.NewRequest(http.MethodGet, base+"/bench", nil)
 	req.Header.Set("Cookie", "sid=0123456789abcdef01234567")
 	b.ReportAllocs()
 	for b.Loop() {
