@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
+
+	"github.com/dwara/dwara/gateway/split"
 )
 
 // ringPointsPerEndpoint is the number of virtual points each endpoint places
@@ -113,8 +115,8 @@ func (r *ring) anyUp() bool {
 }
 
 // ringHash hashes a key or a point name onto the ring: FNV-1a 64 over the
-// bytes, written out as a loop because hash/fnv allocates through its
-// interface, followed by the 64-bit finaliser of MurmurHash3 (fmix64).
+// bytes (split.Hash, the hash of the weighted pick), followed by the 64-bit
+// finaliser of MurmurHash3 (fmix64).
 //
 // The finaliser matters for a ring, which orders hashes by their high bits.
 // FNV-1a's last step multiplies by a prime of 2^40 + 2^8 + 0xb3, so keys that
@@ -125,15 +127,7 @@ func (r *ring) anyUp() bool {
 // Unlike md5 (the original ketama point function) it costs a few
 // nanoseconds and nothing on the heap.
 func ringHash[T string | []byte](b T) uint64 {
-	const (
-		offset64 = 14695981039346656037
-		prime64  = 1099511628211
-	)
-	h := uint64(offset64)
-	for i := 0; i < len(b); i++ {
-		h ^= uint64(b[i])
-		h *= prime64
-	}
+	h := split.Hash(string(b)) // a []byte is only hashed while building the ring
 	h ^= h >> 33
 	h *= 0xff51afd7ed558ccd
 	h ^= h >> 33
