@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/proxy"
 )
 
 func TestAuth(t *testing.T) {
@@ -135,7 +136,7 @@ func TestRequestID(t *testing.T) {
 			}
 			r := e.in(t).do(call{method: "GET", path: "/healthz", header: h}).want(t, http.StatusOK)
 			got := r.header.Get("X-Request-Id")
-			if tt.kept && got != tt.sent || !tt.kept && (got == tt.sent || !validRequestID(got)) {
+			if tt.kept && got != tt.sent || !tt.kept && (got == tt.sent || !proxy.ValidRequestID(got)) {
 				t.Errorf("sent %q, got %q", tt.sent, got)
 			}
 		})

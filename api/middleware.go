@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/dwara/dwara/gateway/proxy"
 )
 
 type ctxKey int
@@ -48,28 +50,12 @@ func requestID(ctx context.Context) string {
 	return id
 }
 
-// validRequestID reports whether id is 1..128 characters of [A-Za-z0-9._:-].
-func validRequestID(id string) bool {
-	if len(id) == 0 || len(id) > 128 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '.' || c == '_' || c == ':' || c == '-'
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
 // withRequestID keeps a well-formed client X-Request-Id or mints a fresh one,
 // stores it in the request context and echoes it in the response.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(RequestIDHeader)
-		if !validRequestID(id) {
+		if !proxy.ValidRequestID(id) {
 			id = rand.Text()
 		}
 		w.Header().Set(RequestIDHeader, id)

@@ -261,7 +261,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 // requestID returns the request's X-Request-Id when it is 1..128 characters
 // of [A-Za-z0-9._:-]; otherwise it sets a fresh random one and returns it.
 func requestID(r *http.Request) string {
-	if vs := r.Header["X-Request-Id"]; len(vs) == 1 && validRequestID(vs[0]) {
+	if vs := r.Header["X-Request-Id"]; len(vs) == 1 && ValidRequestID(vs[0]) {
 		return vs[0]
 	}
 	var b [32]byte
@@ -279,7 +279,10 @@ func requestID(r *http.Request) string {
 
 const hexDigits = "0123456789abcdef"
 
-func validRequestID(v string) bool {
+// ValidRequestID reports whether v is a request id a client may choose: 1..128
+// characters of [A-Za-z0-9._:-]. The proxy and the API both keep such an
+// X-Request-Id and replace any other.
+func ValidRequestID(v string) bool {
 	if len(v) == 0 || len(v) > 128 {
 		return false
 	}

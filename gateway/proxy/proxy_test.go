@@ -478,7 +478,7 @@ services: [{name: web, upstream: a}]
 	}
 	for _, bad := range []string{"has space", "semi;colon", strings.Repeat("a", 129), "ünï"} {
 		e, _ := echo(map[string]string{"X-Request-Id": bad})
-		if got := e.Header.Get("X-Request-Id"); got == bad || !validRequestID(got) {
+		if got := e.Header.Get("X-Request-Id"); got == bad || !ValidRequestID(got) {
 			t.Errorf("X-Request-Id %q forwarded as %q, want a fresh id", bad, got)
 		}
 	}
