@@ -19,6 +19,8 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"log"
 	"log/slog"
@@ -264,20 +266,15 @@ func requestID(r *http.Request) string {
 	if vs := r.Header["X-Request-Id"]; len(vs) == 1 && ValidRequestID(vs[0]) {
 		return vs[0]
 	}
+	var raw [16]byte
+	binary.BigEndian.PutUint64(raw[:8], rand.Uint64())
+	binary.BigEndian.PutUint64(raw[8:], rand.Uint64())
 	var b [32]byte
-	a, c := rand.Uint64(), rand.Uint64()
-	for i := 15; i >= 0; i-- {
-		b[i] = hexDigits[a&0xf]
-		a >>= 4
-		b[16+i] = hexDigits[c&0xf]
-		c >>= 4
-	}
+	hex.Encode(b[:], raw[:])
 	id := string(b[:])
 	r.Header["X-Request-Id"] = []string{id}
 	return id
 }
-
-const hexDigits = "0123456789abcdef"
 
 // ValidRequestID reports whether v is a request id a client may choose: 1..128
 // characters of [A-Za-z0-9._:-]. The proxy and the API both keep such an
