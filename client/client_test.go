@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,23 +13,15 @@ import (
 	"testing"
 
 	"github.com/dwara/dwara/api"
+	"github.com/dwara/dwara/api/apitest"
 	"github.com/dwara/dwara/db"
-	"github.com/dwara/dwara/db/dbtest"
 )
 
 // newAPI serves a real API (token "" means none) over a fresh database on
 // 127.0.0.1 and returns its URL and store.
 func newAPI(t *testing.T, token string) (string, *db.Store) {
 	t.Helper()
-	store, err := db.Open(t.Context(), dbtest.New(t))
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(store.Close)
-	srv := api.New(api.Options{Store: store, Token: token, Logger: slog.New(slog.DiscardHandler)})
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	return ts.URL, store
+	return apitest.Start(t, token)
 }
 
 func newClient(t *testing.T, o Options) *Client {

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +15,8 @@ import (
 	"testing"
 
 	"github.com/dwara/dwara/api"
+	"github.com/dwara/dwara/api/apitest"
 	"github.com/dwara/dwara/db"
-	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/gateway/config"
 )
 
@@ -35,18 +33,11 @@ type cliAPI struct {
 // $DWARA_ADMIN_TOKEN.
 func startCLIAPI(t *testing.T, token string) *cliAPI {
 	t.Helper()
-	store, err := db.Open(t.Context(), dbtest.New(t))
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(store.Close)
-	srv := api.New(api.Options{Store: store, Token: token, Logger: slog.New(slog.DiscardHandler)})
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
+	url, store := apitest.Start(t, token)
 	return &cliAPI{
-		url:   ts.URL,
+		url:   url,
 		store: store,
-		env:   map[string]string{"DWARA_API_URL": ts.URL, "USER": "alice", "DWARA_ADMIN_TOKEN": token},
+		env:   map[string]string{"DWARA_API_URL": url, "USER": "alice", "DWARA_ADMIN_TOKEN": token},
 	}
 }
 
