@@ -23,7 +23,7 @@ bench:
 	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzReadCookie -fuzztime=30s ./gateway/split
+	$(GO) test -run='^$$' -fuzz=FuzzReadCookie -fuzztime=30s ./gateway/affinity
 	$(GO) test -run='^$$' -fuzz=FuzzParseSpec -fuzztime=30s ./gateway/config
 
 lint:

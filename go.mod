@@ -13,7 +13,8 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/swaggest/swgui v1.8.5
 	go.uber.org/goleak v1.3.0
-	go.yaml.in/yaml/v2 v2.4.4
+	go.yaml.in/yaml/v3 v3.0.5
+	golang.org/x/sync v0.23.0
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -35,8 +36,8 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/vearutop/statigz v1.4.0 // indirect
+	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v4 v4.0.0 // indirect
-	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect

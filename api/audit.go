@@ -8,13 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dwara/dwara/db"
-)
-
-// Audit outcomes stored in db.AuditEntry.Outcome.
-const (
-	outcomeAccepted = "accepted"
-	outcomeRefused  = "refused"
+	"github.com/dwara/dwara/api/apiv1"
 )
 
 // auditTimeout bounds the write of one audit entry.
@@ -27,8 +21,9 @@ type auditRecord struct {
 	actor        string
 	generationID *int64
 	detail       map[string]any
-	problem      *Problem // the problem answered, if any
-	skip         bool     // a dry run: nothing changed, nothing to audit
+	problem      *apiv1.Problem // the problem answered, if any
+	skip         bool           // a dry run: nothing changed, nothing to audit
+	unchanged    bool           // valid, but equal to the active spec: nothing stored
 }
 
 // auditFrom returns the audit record of a mutating call; nil for reads.
@@ -45,8 +40,9 @@ func note(r *http.Request, key string, value any) {
 	}
 }
 
-// published notes the generation a mutating call published.
-func published(r *http.Request, id int64) {
+// noteGeneration notes the generation a mutating call published (or, for an
+// unchanged call, found active).
+func noteGeneration(r *http.Request, id int64) {
 	if rec := auditFrom(r.Context()); rec != nil {
 		rec.generationID = &id
 	}
@@ -102,9 +98,12 @@ func (s *Server) audited(action string, next http.Handler) http.HandlerFunc {
 
 // recordAudit writes rec as an audit entry for a call answered with status.
 func (s *Server) recordAudit(r *http.Request, rec *auditRecord, status int) {
-	outcome := outcomeAccepted
-	if status >= 400 {
-		outcome = outcomeRefused
+	outcome := apiv1.OutcomeAccepted
+	switch {
+	case status >= 400:
+		outcome = apiv1.OutcomeRefused
+	case rec.unchanged:
+		outcome = apiv1.OutcomeUnchanged
 	}
 	if p := rec.problem; p != nil {
 		rec.detail["problem"] = p.Title
@@ -121,7 +120,7 @@ func (s *Server) recordAudit(r *http.Request, rec *auditRecord, status int) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), auditTimeout)
 	defer cancel()
-	_, err = s.store.RecordAudit(ctx, db.AuditEntry{
+	_, err = s.store.RecordAudit(ctx, apiv1.AuditEntry{
 		Actor:        rec.actor,
 		Action:       rec.action,
 		Outcome:      outcome,
@@ -137,13 +136,6 @@ func (s *Server) recordAudit(r *http.Request, rec *auditRecord, status int) {
 	}
 }
 
-// AuditList is one page of the audit log, newest first.
-type AuditList struct {
-	Items []db.AuditEntry `json:"items"`
-	// NextCursor, when not empty, is the cursor of the next page.
-	NextCursor string `json:"next_cursor,omitempty"`
-}
-
 // listAudit answers GET /api/v1/audit.
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 	limit, before, err := parsePage(r)
@@ -156,13 +148,13 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	page := AuditList{Items: entries}
+	page := apiv1.AuditList{Items: entries}
 	if len(entries) > limit {
 		page.Items = entries[:limit]
 		page.NextCursor = strconv.FormatInt(entries[limit-1].ID, 10)
 	}
 	if page.Items == nil {
-		page.Items = []db.AuditEntry{}
+		page.Items = []apiv1.AuditEntry{}
 	}
 	s.writeJSON(w, r, http.StatusOK, page)
 }

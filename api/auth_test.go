@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/dwara/dwara/api/apiv1"
+
 	"bytes"
 	"context"
 	"log/slog"
@@ -10,9 +12,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/dwara/dwara/db"
-	"github.com/dwara/dwara/gateway/proxy"
 )
 
 func TestAuth(t *testing.T) {
@@ -73,17 +72,17 @@ func TestAuthRefusalsAreAudited(t *testing.T) {
 	e.do(call{method: "POST", path: "/api/v1/generations", body: map[string]any{"spec": specWith(95, 5)},
 		header: mergeHeader(bearer, "X-Dwara-Actor", "alice")}).want(t, http.StatusCreated)
 
-	var page AuditList
+	var page apiv1.AuditList
 	e.do(call{method: "GET", path: "/api/v1/audit", header: bearer}).want(t, http.StatusOK).decode(t, &page)
 	if len(page.Items) != 3 {
 		t.Fatalf("%d audit entries, want 3: %+v", len(page.Items), page.Items)
 	}
 	ok, flip, bad := page.Items[0], page.Items[1], page.Items[2]
 	if bad.RequestID != "bad-token" || bad.Actor != "unauthenticated" || bad.Outcome != "refused" ||
-		bad.Status != http.StatusUnauthorized || bad.Action != db.ActionCreate || bad.RemoteAddr == "" {
+		bad.Status != http.StatusUnauthorized || bad.Action != apiv1.ActionCreate || bad.RemoteAddr == "" {
 		t.Errorf("wrong-token entry = %+v", bad)
 	}
-	if flip.RequestID != "no-token" || flip.Action != db.ActionFlip || flip.Status != http.StatusUnauthorized {
+	if flip.RequestID != "no-token" || flip.Action != apiv1.ActionFlip || flip.Status != http.StatusUnauthorized {
 		t.Errorf("no-token entry = %+v", flip)
 	}
 	if ok.Actor != "alice" || ok.Outcome != "accepted" || ok.Status != http.StatusCreated {
@@ -97,7 +96,7 @@ func TestAuthRefusalsAreAudited(t *testing.T) {
 func TestBodyLimits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Options{})
-	big := `{"message": "` + strings.Repeat("x", MaxBodyBytes) + `", "spec": {}}`
+	big := `{"message": "` + strings.Repeat("x", apiv1.MaxBodyBytes) + `", "spec": {}}`
 	p := e.do(call{method: "POST", path: "/api/v1/generations", body: big, violates: true,
 		header: map[string]string{"X-Request-Id": "too-large"}}).want(t, http.StatusRequestEntityTooLarge).problem(t)
 	if p.Status != http.StatusRequestEntityTooLarge {
@@ -108,7 +107,7 @@ func TestBodyLimits(t *testing.T) {
 
 	a := e.audit()
 	if len(a) != 2 || a[1].RequestID != "too-large" || a[1].Status != http.StatusRequestEntityTooLarge || a[1].Outcome != "refused" ||
-		a[0].Action != db.ActionWeights || a[0].Status != http.StatusRequestEntityTooLarge {
+		a[0].Action != apiv1.ActionWeights || a[0].Status != http.StatusRequestEntityTooLarge {
 		t.Errorf("audit = %+v", a)
 	}
 }
@@ -136,7 +135,7 @@ func TestRequestID(t *testing.T) {
 			}
 			r := e.in(t).do(call{method: "GET", path: "/healthz", header: h}).want(t, http.StatusOK)
 			got := r.header.Get("X-Request-Id")
-			if tt.kept && got != tt.sent || !tt.kept && (got == tt.sent || !proxy.ValidRequestID(got)) {
+			if tt.kept && got != tt.sent || !tt.kept && (got == tt.sent || !apiv1.ValidRequestID(got)) {
 				t.Errorf("sent %q, got %q", tt.sent, got)
 			}
 		})

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/dwara/dwara/api/apiv1"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,13 +10,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/gateway/config/spectest"
 )
 
 // env is one API under test: a Server on a fresh database, served by an
@@ -150,18 +152,18 @@ func (r *response) decode(t *testing.T, v any) {
 }
 
 // problem decodes a problem+json body.
-func (r *response) problem(t *testing.T) Problem {
+func (r *response) problem(t *testing.T) apiv1.Problem {
 	t.Helper()
 	if ct := r.header.Get("Content-Type"); ct != contentProblem {
 		t.Fatalf("Content-Type %q, want %s; body: %s", ct, contentProblem, r.body)
 	}
-	var p Problem
+	var p apiv1.Problem
 	r.decode(t, &p)
 	return p
 }
 
 // paths returns the error paths of a problem.
-func (p Problem) paths() []string {
+func paths(p apiv1.Problem) []string {
 	var out []string
 	for _, e := range p.Errors {
 		out = append(out, e.Path)
@@ -170,31 +172,31 @@ func (p Problem) paths() []string {
 }
 
 // generation decodes a generation body.
-func (r *response) generation(t *testing.T) db.Generation {
+func (r *response) generation(t *testing.T) apiv1.Generation {
 	t.Helper()
-	var g db.Generation
+	var g apiv1.Generation
 	r.decode(t, &g)
 	return g
 }
 
 // publish creates a generation from spec (any JSON-encodable value) and
 // returns it.
-func (e *env) publish(spec any, message string) db.Generation {
+func (e *env) publish(spec any, message string) apiv1.Generation {
 	e.t.Helper()
 	return e.do(call{method: "POST", path: "/api/v1/generations", body: map[string]any{"message": message, "spec": spec}}).
 		want(e.t, http.StatusCreated).generation(e.t)
 }
 
 // audit returns the newest audit entries (up to 500).
-func (e *env) audit() []db.AuditEntry {
+func (e *env) audit() []apiv1.AuditEntry {
 	e.t.Helper()
-	var page AuditList
+	var page apiv1.AuditList
 	e.do(call{method: "GET", path: "/api/v1/audit?limit=500"}).want(e.t, http.StatusOK).decode(e.t, &page)
 	return page.Items
 }
 
 // lastAudit returns the newest audit entry.
-func (e *env) lastAudit() db.AuditEntry {
+func (e *env) lastAudit() apiv1.AuditEntry {
 	e.t.Helper()
 	entries := e.audit()
 	if len(entries) == 0 {
@@ -213,55 +215,18 @@ func (e *env) generationCount() int {
 	return len(gens)
 }
 
-// jsonEqual reports whether two JSON documents are semantically equal.
-func jsonEqual(t *testing.T, a, b []byte) bool {
-	t.Helper()
-	var va, vb any
-	if err := json.Unmarshal(a, &va); err != nil {
-		t.Fatalf("decode %s: %v", a, err)
-	}
-	if err := json.Unmarshal(b, &vb); err != nil {
-		t.Fatalf("decode %s: %v", b, err)
-	}
-	return reflect.DeepEqual(va, vb)
-}
-
-// specWith returns the standard test spec: upstreams api-stable, api-canary
-// and api-next, service "api" split over the first two with the given
-// weights, service "web" on api-stable alone, and service "tri" split over
-// all three.
-func specWith(stable, canary int) map[string]any {
-	return map[string]any{
-		"upstreams": []any{
-			map[string]any{"name": "api-stable", "endpoints": []string{"127.0.0.1:9001", "127.0.0.1:9002"}},
-			map[string]any{"name": "api-canary", "endpoints": []string{"127.0.0.1:9101"}},
-			map[string]any{"name": "api-next", "endpoints": []string{"127.0.0.1:9201"}},
-		},
-		"services": []any{
-			map[string]any{
-				"name":      "api",
-				"base_path": "/v1",
-				"split": map[string]any{"targets": []any{
-					map[string]any{"upstream": "api-stable", "weight": stable},
-					map[string]any{"upstream": "api-canary", "weight": canary},
-				}},
-			},
-			map[string]any{"name": "web", "base_path": "/", "upstream": "api-stable"},
-			map[string]any{
-				"name":      "tri",
-				"base_path": "/tri",
-				"split": map[string]any{"targets": []any{
-					map[string]any{"upstream": "api-stable", "weight": 1},
-					map[string]any{"upstream": "api-canary", "weight": 1},
-					map[string]any{"upstream": "api-next", "weight": 1},
-				}},
-			},
-		},
-	}
+// specWith returns the standard test spec: spectest.Canary (service "api"
+// split api-stable/api-canary by the given weights), upstream api-next,
+// service "web" on api-stable alone, and service "tri" split over all three.
+func specWith(stable, canary int) *spectest.Builder {
+	return spectest.Canary(stable, canary).
+		Upstream("api-next", "127.0.0.1:9201").
+		Route("web", "/", "api-stable").
+		Split("tri", "/tri", spectest.T("api-stable", 1), spectest.T("api-canary", 1), spectest.T("api-next", 1))
 }
 
 // weightsOf returns the split weights of service name in g's spec.
-func weightsOf(t *testing.T, g db.Generation, name string) []int {
+func weightsOf(t *testing.T, g apiv1.Generation, name string) []int {
 	t.Helper()
 	spec, err := decodeSpec(g)
 	if err != nil {
@@ -279,7 +244,7 @@ func weightsOf(t *testing.T, g db.Generation, name string) []int {
 }
 
 // current returns the active generation.
-func (e *env) current() db.Generation {
+func (e *env) current() apiv1.Generation {
 	e.t.Helper()
 	return e.do(call{method: "GET", path: "/api/v1/generations/current"}).want(e.t, http.StatusOK).generation(e.t)
 }

@@ -3,20 +3,14 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
-)
-
-// Server-sent event names.
-const (
-	EventGenerationPublished = "generation_published"
-	EventGenerationApplied   = "generation_applied"
 )
 
 // Event hub sizing and timing.
@@ -24,8 +18,8 @@ const (
 	// clientBuffer is how many events a client may lag behind before the
 	// hub drops it.
 	clientBuffer = 64
-	// notifyQueue buffers notifications between the listener and the hub,
-	// so the listener never blocks.
+	// notifyQueue buffers notifications between the listener (Notify) and
+	// the event loop (Run), so the listener never blocks.
 	notifyQueue = 1024
 	// pingInterval is the period of the ": ping" comments that keep idle
 	// streams (and proxies in between) alive.
@@ -54,7 +48,7 @@ type hub struct {
 	clients map[*subscriber]struct{}
 
 	listenOnce sync.Once
-	listening  chan struct{} // closed once the listener first LISTENs
+	listening  chan struct{} // closed by the first Server.Connected
 }
 
 func newHub() *hub {
@@ -99,48 +93,47 @@ func (h *hub) clientCount() int {
 	return len(h.clients)
 }
 
-// notification is one NOTIFY handed from the listener to the hub.
+// notification is one NOTIFY handed from the listener to Run.
 type notification struct {
 	channel, payload string
 }
 
-// Run runs the event hub until ctx is done: a db.Listener on the
-// generation and gateway channels whose notifications become
+// Notify hands one notification of the process's listener to the event
+// loop (Run): a generation id on db.NotifyChannel, or a gateway instance on
+// db.GatewayNotifyChannel. It never blocks: the notification is queued, and
+// dropped with a warning when the queue is full, so a slow event loop never
+// holds up the listener. Notifications queued before Run starts are handled
+// once it runs. Safe for concurrent use.
+func (s *Server) Notify(channel, payload string) {
+	select {
+	case s.queue <- notification{channel, payload}:
+	default:
+		s.log.Warn("event hub: queue full, dropping a notification", "channel", channel, "payload", payload)
+	}
+}
+
+// Connected tells the Server that the listener feeding Notify has
+// (re)connected and listens on db.NotifyChannel and db.GatewayNotifyChannel:
+// what is published from now on reaches the event streams. The process's
+// listener calls it on every (re)connect. It never blocks and is safe for
+// concurrent use.
+func (s *Server) Connected() {
+	s.hub.listenOnce.Do(func() { close(s.hub.listening) })
+}
+
+// Run is the event loop: it turns the notifications handed to Notify into
 // generation_published and generation_applied events for every client of
-// GET /api/v1/events. It returns nil when ctx is done, or the listener's
-// error when it is misconfigured; either way it ends every open event stream,
-// so cancel it before shutting the HTTP server down. Run at most once per
+// GET /api/v1/events, until ctx is done. It then ends every open event
+// stream, so a graceful shutdown of the HTTP server is not held up by them,
+// and returns nil. Run opens no connection of its own. Run at most once per
 // Server; without it the event streams stay silent apart from pings.
 func (s *Server) Run(ctx context.Context) error {
-	queue := make(chan notification, notifyQueue)
-	l := &db.Listener{
-		ConnString: s.store.ConnString(),
-		Channels:   []string{db.NotifyChannel, db.GatewayNotifyChannel},
-		OnConnect: func(context.Context) error {
-			s.hub.listenOnce.Do(func() { close(s.hub.listening) })
-			return nil
-		},
-		OnNotify: func(channel, payload string) {
-			select {
-			case queue <- notification{channel, payload}:
-			default:
-				s.log.Warn("event hub: queue full, dropping a notification", "channel", channel, "payload", payload)
-			}
-		},
-		Logger: s.log,
-	}
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
-	// Streams end with the hub, so a graceful shutdown is not held up by them.
 	defer s.closeOnce.Do(func() { close(s.closing) })
 	for {
 		select {
-		case err := <-done:
-			if err != nil {
-				return fmt.Errorf("event hub: %w", err)
-			}
+		case <-ctx.Done():
 			return nil
-		case n := <-queue:
+		case n := <-s.queue:
 			e, err := s.toEvent(ctx, n)
 			if err != nil {
 				if ctx.Err() == nil {
@@ -172,16 +165,16 @@ func (s *Server) toEvent(ctx context.Context, n notification) (event, error) {
 		}
 		g.Spec = nil
 		data, err := json.Marshal(g)
-		return event{name: EventGenerationPublished, data: data}, err
+		return event{name: apiv1.EventGenerationPublished, data: data}, err
 	case db.GatewayNotifyChannel:
-		var gw db.GatewayInstance
+		var gw apiv1.GatewayInstance
 		if err := json.Unmarshal([]byte(n.payload), &gw); err != nil {
 			return event{}, fmt.Errorf("decode gateway instance: %w", err)
 		}
 		data, err := json.Marshal(gw)
-		return event{name: EventGenerationApplied, data: data}, err
+		return event{name: apiv1.EventGenerationApplied, data: data}, err
 	}
-	return event{}, errors.New("unknown channel")
+	return event{}, fmt.Errorf("unknown channel %q", n.channel)
 }
 
 // events answers GET /api/v1/events with a server-sent event stream that

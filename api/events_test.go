@@ -2,15 +2,19 @@ package api
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 )
 
@@ -40,25 +44,62 @@ func (s *sseReader) next() (name, data string, err error) {
 	}
 }
 
+// runEvents runs e's event loop and a db.Listener that feeds it, as the
+// process's one listener does, until the test ends; it returns once the
+// listener listens, and a func that stops the event loop (not the
+// listener) and waits for it.
+func runEvents(t *testing.T, e *env) (stopRun func()) {
+	t.Helper()
+	l := &db.Listener{
+		ConnString: e.store.ConnString(),
+		Channels:   []string{db.NotifyChannel, db.GatewayNotifyChannel},
+		OnConnect: func(context.Context) error {
+			e.srv.Connected()
+			return nil
+		},
+		OnNotify: e.srv.Notify,
+		Logger:   slog.New(slog.DiscardHandler),
+	}
+	t.Cleanup(background(t, l.Run))
+	stopRun = background(t, e.srv.Run)
+	t.Cleanup(stopRun)
+	select {
+	case <-e.srv.hub.listening:
+	case <-time.After(waitEvents):
+		t.Fatalf("the listener did not connect within %v", waitEvents)
+	}
+	return stopRun
+}
+
+// background runs run in a goroutine; the returned func cancels it and
+// checks that it returns nil. Calls after the first do nothing.
+func background(t *testing.T, run func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	return sync.OnceFunc(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run returned %v", err)
+			}
+		case <-time.After(waitEvents):
+			t.Errorf("run did not return within %v of cancel", waitEvents)
+		}
+	})
+}
+
+// waitEvents bounds every wait in these tests; a passing test never waits
+// this long.
+const waitEvents = 30 * time.Second
+
 func TestEvents(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Options{})
-	runCtx, stopRun := context.WithCancel(t.Context())
-	runDone := make(chan error, 1)
-	go func() { runDone <- e.srv.Run(runCtx) }()
-	t.Cleanup(func() {
-		stopRun()
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	select {
-	case <-e.srv.hub.listening:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the event hub did not start listening")
-	}
+	stopRun := runEvents(t, e)
 
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), waitEvents)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", e.url+"/api/v1/events", nil)
 	if err != nil {
@@ -83,10 +124,10 @@ func TestEvents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("waiting for generation_published: %v", err)
 	}
-	if name != EventGenerationPublished {
-		t.Fatalf("event %q, want %s", name, EventGenerationPublished)
+	if name != apiv1.EventGenerationPublished {
+		t.Fatalf("event %q, want %s", name, apiv1.EventGenerationPublished)
 	}
-	var got db.Generation
+	var got apiv1.Generation
 	if err := json.Unmarshal([]byte(data), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +136,7 @@ func TestEvents(t *testing.T) {
 	}
 
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	err = e.store.UpsertGateway(ctx, db.GatewayInstance{
+	err = e.store.UpsertGateway(ctx, apiv1.GatewayInstance{
 		ID: "gw-1", Hostname: "edge-1", Listen: "127.0.0.1:8080",
 		AppliedGeneration: g.ID, AppliedAt: now, StartedAt: now, LastHeartbeat: now,
 	})
@@ -103,17 +144,17 @@ func TestEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	name, data, err = stream.next()
-	if err != nil || name != EventGenerationApplied {
-		t.Fatalf("event %q, %v; want %s", name, err, EventGenerationApplied)
+	if err != nil || name != apiv1.EventGenerationApplied {
+		t.Fatalf("event %q, %v; want %s", name, err, apiv1.EventGenerationApplied)
 	}
-	var gw db.GatewayInstance
+	var gw apiv1.GatewayInstance
 	if err := json.Unmarshal([]byte(data), &gw); err != nil {
 		t.Fatal(err)
 	}
 	if gw.ID != "gw-1" || gw.AppliedGeneration != g.ID {
 		t.Errorf("applied event data %s", data)
 	}
-	var gws GatewayList
+	var gws apiv1.GatewayList
 	e.do(call{method: "GET", path: "/api/v1/gateways"}).want(t, http.StatusOK).decode(t, &gws)
 	if len(gws.Items) != 1 || gws.Items[0].ID != "gw-1" || gws.Items[0].AppliedGeneration != g.ID {
 		t.Errorf("gateways = %+v", gws)
@@ -124,6 +165,43 @@ func TestEvents(t *testing.T) {
 	if _, _, err := stream.next(); !errors.Is(err, io.EOF) {
 		t.Errorf("after Run stopped the stream ended with %v, want EOF", err)
 	}
+}
+
+// Notify never blocks the listener: past the queue's capacity, with no
+// event loop draining it, notifications are dropped with a warning; the
+// queued ones become events once Run starts.
+func TestNotifyDropsWhenFull(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	e := newEnv(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	const extra = 3
+	for range notifyQueue + extra {
+		e.srv.Notify("unknown", "x")
+	}
+	if n := strings.Count(logs.String(), "queue full, dropping a notification"); n != extra {
+		t.Errorf("%d notifications dropped with a warning, want %d", n, extra)
+	}
+	if n := len(e.srv.queue); n != notifyQueue {
+		t.Errorf("%d notifications queued, want %d", n, notifyQueue)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func TestGatewaysEmpty(t *testing.T) {

@@ -3,13 +3,8 @@ package api
 import (
 	"net/http"
 
-	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/api/apiv1"
 )
-
-// GatewayList is every known data-plane instance.
-type GatewayList struct {
-	Items []db.GatewayInstance `json:"items"`
-}
 
 // listGateways answers GET /api/v1/gateways.
 func (s *Server) listGateways(w http.ResponseWriter, r *http.Request) {
@@ -19,7 +14,7 @@ func (s *Server) listGateways(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if gws == nil {
-		gws = []db.GatewayInstance{}
+		gws = []apiv1.GatewayInstance{}
 	}
-	s.writeJSON(w, r, http.StatusOK, GatewayList{Items: gws})
+	s.writeJSON(w, r, http.StatusOK, apiv1.GatewayList{Items: gws})
 }

@@ -1,53 +1,24 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 )
 
-// maxMessageLen is the longest accepted change message, in characters.
-const maxMessageLen = 1024
-
-// CreateRequest is the body of POST /api/v1/generations, as JSON or YAML.
-type CreateRequest struct {
-	// Message says why; stored with the generation. Optional.
-	Message string `json:"message,omitempty"`
-	// Spec is the routing configuration, validated by config.Parse.
-	Spec json.RawMessage `json:"spec"`
-}
-
-// MessageRequest is the optional body of rollback, flip and kill.
-type MessageRequest struct {
-	// Message says why; empty means a generated one.
-	Message string `json:"message,omitempty"`
-}
-
-// DryRunResult answers POST /api/v1/generations?dry_run=true for a valid spec.
-type DryRunResult struct {
-	// Valid is always true (an invalid spec is a 422 problem).
-	Valid bool `json:"valid"`
-	// Impact compares the active generation with the proposed spec.
-	Impact Diff `json:"impact"`
-}
-
-// GenerationList is one page of generations, newest first, without specs.
-type GenerationList struct {
-	Items []db.Generation `json:"items"`
-	// NextCursor, when not empty, is the cursor of the next page.
-	NextCursor string `json:"next_cursor,omitempty"`
-}
-
-// checkMessage refuses a message over maxMessageLen characters.
+// checkMessage refuses a message over apiv1.MaxMessageLen characters.
 func checkMessage(msg string) error {
-	if utf8.RuneCountInString(msg) > maxMessageLen {
-		return fieldProblem(http.StatusUnprocessableEntity, "message", "must be at most %d characters", maxMessageLen)
+	if utf8.RuneCountInString(msg) > apiv1.MaxMessageLen {
+		return fieldProblem(http.StatusUnprocessableEntity, "message", "must be at most %d characters", apiv1.MaxMessageLen)
 	}
 	return nil
 }
@@ -68,32 +39,18 @@ func (s *Server) createGeneration(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var req CreateRequest
-	if err := readJSONOrYAML(r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	note(r, "message", req.Message)
-	if err := checkMessage(req.Message); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if len(req.Spec) == 0 || string(req.Spec) == "null" {
-		s.writeError(w, r, fieldProblem(http.StatusUnprocessableEntity, "spec", "is required"))
-		return
-	}
-	spec, err := config.Parse(req.Spec)
+	env, err := readEnvelope(r)
 	if err != nil {
-		s.writeError(w, r, specProblem(err))
+		s.writeError(w, r, err)
+		return
+	}
+	note(r, "message", env.Message)
+	if err := checkMessage(env.Message); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	if dryRun {
-		s.dryRun(w, r, spec)
-		return
-	}
-	body, err := json.Marshal(spec)
-	if err != nil {
-		s.internalError(w, r, fmt.Errorf("encode spec: %w", err))
+		s.dryRun(w, r, env.Spec)
 		return
 	}
 	want, err := s.precondition(ctx, match)
@@ -101,26 +58,72 @@ func (s *Server) createGeneration(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	g, err := s.store.Publish(ctx, db.PublishParams{
-		Spec:    body,
-		Action:  db.ActionCreate,
+	s.publish(w, r, env.Spec, db.PublishParams{
+		Action:  apiv1.ActionCreate,
 		Author:  actorFrom(ctx),
-		Message: req.Message,
+		Message: env.Message,
 		IfMatch: want,
 	})
-	if err != nil {
-		s.publishError(w, r, err, want)
-		return
-	}
-	s.created(w, r, g)
 }
 
-// specProblem maps a config.Parse error to a 422 Problem.
-func specProblem(err error) error {
-	if v, ok := errors.AsType[*config.ValidationError](err); ok {
-		return validationProblem("the spec is invalid", v)
+// readEnvelope reads the body of a publish, JSON or YAML by its
+// Content-Type, with config's one decoder. The error is a *apiv1.Problem:
+// 413 for a body over the cap, 415 for another Content-Type, 400 for a body
+// that is not JSON or YAML at all, 422 listing every problem of a readable
+// one.
+func readEnvelope(r *http.Request) (config.Envelope, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return config.Envelope{}, err
 	}
-	return fmt.Errorf("parse spec: %w", err)
+	format := config.FormatJSON
+	switch mt := mediaType(r); {
+	case len(bytes.TrimSpace(body)) == 0:
+		return config.Envelope{}, fieldProblem(http.StatusUnprocessableEntity, "body", "a JSON or YAML body is required")
+	case slices.Contains(yamlTypes, mt):
+		format = config.FormatYAML
+	case mt != contentJSON:
+		return config.Envelope{}, unsupported(mt, append([]string{contentJSON}, yamlTypes...)...)
+	}
+	env, err := config.ParseEnvelope(body, format)
+	if err != nil {
+		return config.Envelope{}, specProblem(err)
+	}
+	return env, nil
+}
+
+// specProblem maps an error of the spec decoder to its Problem: 400 for a
+// document that could not be read, 422 listing every problem of one that
+// could.
+func specProblem(err error) error {
+	v, ok := errors.AsType[*config.ValidationError](err)
+	if !ok {
+		return fmt.Errorf("parse spec: %w", err)
+	}
+	if v.Malformed {
+		p := problemf(http.StatusBadRequest, "the body is not well-formed")
+		p.Errors = fieldErrors(v.Errors)
+		return p
+	}
+	return validationProblem("the spec is invalid", v)
+}
+
+// publish stores spec (validated by the caller) with p, and answers 201
+// with the new generation, or 200 with the active one when spec equals the
+// active spec (nothing stored). p.Spec is filled in here.
+func (s *Server) publish(w http.ResponseWriter, r *http.Request, spec *config.Spec, p db.PublishParams) {
+	body, err := json.Marshal(spec)
+	if err != nil {
+		s.internalError(w, r, fmt.Errorf("encode spec: %w", err))
+		return
+	}
+	p.Spec = body
+	g, err := s.store.Publish(r.Context(), p)
+	if err != nil {
+		s.publishError(w, r, err, p.IfMatch)
+		return
+	}
+	s.created(w, r, g, spec)
 }
 
 // dryRun answers a valid dry run with the impact of spec on the active
@@ -141,7 +144,7 @@ func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, spec *config.Spe
 		}
 		from = &cur.ID
 	}
-	s.writeJSON(w, r, http.StatusOK, DryRunResult{Valid: true, Impact: diffSpecs(from, nil, old, spec)})
+	s.writeJSON(w, r, http.StatusOK, apiv1.DryRunResult{Valid: true, Impact: diffSpecs(from, nil, old, spec)})
 }
 
 // publishError answers a failed Publish: 412 when the precondition want
@@ -158,23 +161,32 @@ func (s *Server) publishError(w http.ResponseWriter, r *http.Request, err error,
 	}
 }
 
-// created answers 201 with the new generation g, its Location and ETag, and
-// notes it on the audit record.
-func (s *Server) created(w http.ResponseWriter, r *http.Request, g db.Generation) {
-	published(r, g.ID)
-	if s.published != nil {
-		if err := s.published(r.Context(), g); err != nil {
+// created answers a publish: 201 with the new generation g (whose spec is
+// spec), its Location and ETag, after handing it to Options.OnPublish; or,
+// when g.Unchanged, 200 with the active generation and its ETag. Either way
+// the generation is noted on the audit record.
+func (s *Server) created(w http.ResponseWriter, r *http.Request, g apiv1.Generation, spec *config.Spec) {
+	noteGeneration(r, g.ID)
+	w.Header().Set("ETag", etag(g.ID))
+	if g.Unchanged {
+		if rec := auditFrom(r.Context()); rec != nil {
+			rec.unchanged = true
+		}
+		s.writeJSON(w, r, http.StatusOK, g)
+		return
+	}
+	if s.onPublish != nil {
+		if err := s.onPublish(r.Context(), g.ID, spec); err != nil {
 			s.log.Error("apply published generation", "generation", g.ID, "request_id", requestID(r.Context()), "err", err)
 		}
 	}
 	w.Header().Set("Location", "/api/v1/generations/"+strconv.FormatInt(g.ID, 10))
-	w.Header().Set("ETag", etag(g.ID))
 	s.writeJSON(w, r, http.StatusCreated, g)
 }
 
 // writeGeneration answers 200 with g and its ETag, or 304 when the client's
 // If-None-Match still matches.
-func (s *Server) writeGeneration(w http.ResponseWriter, r *http.Request, g db.Generation) {
+func (s *Server) writeGeneration(w http.ResponseWriter, r *http.Request, g apiv1.Generation) {
 	tag := etag(g.ID)
 	w.Header().Set("ETag", tag)
 	if noneMatch(r, tag) {
@@ -196,13 +208,13 @@ func (s *Server) listGenerations(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, err)
 		return
 	}
-	page := GenerationList{Items: gens}
+	page := apiv1.GenerationList{Items: gens}
 	if len(gens) > limit {
 		page.Items = gens[:limit]
 		page.NextCursor = strconv.FormatInt(gens[limit-1].ID, 10)
 	}
 	if page.Items == nil {
-		page.Items = []db.Generation{}
+		page.Items = []apiv1.Generation{}
 	}
 	s.writeJSON(w, r, http.StatusOK, page)
 }
@@ -233,16 +245,16 @@ func (s *Server) getGeneration(w http.ResponseWriter, r *http.Request) {
 
 // loadGeneration loads the generation named by the {id} path parameter: a
 // 400 Problem for a bad id, 404 when it does not exist.
-func (s *Server) loadGeneration(r *http.Request) (db.Generation, error) {
+func (s *Server) loadGeneration(r *http.Request) (apiv1.Generation, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return db.Generation{}, err
+		return apiv1.Generation{}, err
 	}
 	return s.generation(r, id)
 }
 
 // generation loads generation id; a 404 Problem when it does not exist.
-func (s *Server) generation(r *http.Request, id int64) (db.Generation, error) {
+func (s *Server) generation(r *http.Request, id int64) (apiv1.Generation, error) {
 	g, err := s.store.Get(r.Context(), id)
 	if errors.Is(err, db.ErrNotFound) {
 		return g, problemf(http.StatusNotFound, "generation %d does not exist", id)
@@ -265,7 +277,7 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var req MessageRequest
+	var req apiv1.MessageRequest
 	if err := readJSON(r, &req, true); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -285,7 +297,8 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 	}
 	// The old spec must still compile with today's validation, or the data
 	// plane would refuse what the API accepted.
-	if _, err := config.Parse(src.Spec); err != nil {
+	spec, err := config.ParseAs(src.Spec, config.FormatJSON)
+	if err != nil {
 		if v, ok := errors.AsType[*config.ValidationError](err); ok {
 			s.writeProblem(w, r, validationProblem(fmt.Sprintf("the spec of generation %d no longer validates", id), v))
 			return
@@ -298,24 +311,18 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	g, err := s.store.Publish(ctx, db.PublishParams{
-		Spec:     src.Spec,
-		Action:   db.ActionRollback,
+	s.publish(w, r, spec, db.PublishParams{
+		Action:   apiv1.ActionRollback,
 		SourceID: &id,
 		Author:   actorFrom(ctx),
 		Message:  req.Message,
 		IfMatch:  want,
 	})
-	if err != nil {
-		s.publishError(w, r, err, want)
-		return
-	}
-	s.created(w, r, g)
 }
 
 // decodeSpec decodes a stored generation's spec. Stored specs were validated
 // and normalized when published, so this is a plain decode.
-func decodeSpec(g db.Generation) (*config.Spec, error) {
+func decodeSpec(g apiv1.Generation) (*config.Spec, error) {
 	var spec config.Spec
 	if err := json.Unmarshal(g.Spec, &spec); err != nil {
 		return nil, fmt.Errorf("decode spec of generation %d: %w", g.ID, err)

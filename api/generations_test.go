@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/dwara/dwara/api/apiv1"
+
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -8,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/config/spectest"
 )
 
 func TestCreateGeneration(t *testing.T) {
@@ -22,7 +24,7 @@ func TestCreateGeneration(t *testing.T) {
 	}).want(t, http.StatusCreated)
 	g := r.generation(t)
 
-	if g.ID != 1 || g.ParentID != nil || g.Action != db.ActionCreate || g.Author != "alice" || g.Message != "first" {
+	if g.ID != 1 || g.ParentID != nil || g.Action != apiv1.ActionCreate || g.Author != "alice" || g.Message != "first" {
 		t.Errorf("generation = %+v", g)
 	}
 	if got := r.header.Get("Location"); got != "/api/v1/generations/1" {
@@ -43,12 +45,12 @@ func TestCreateGeneration(t *testing.T) {
 		t.Errorf("balancer = %q, want the default %q", spec.Upstreams[0].Balancer, config.BalancerRoundRobin)
 	}
 	got := e.do(call{method: "GET", path: r.header.Get("Location")}).want(t, http.StatusOK).generation(t)
-	if !jsonEqual(t, got.Spec, g.Spec) {
+	if !spectest.JSONEqual(t, got.Spec, g.Spec) {
 		t.Errorf("GET Location spec %s, want %s", got.Spec, g.Spec)
 	}
 
 	a := e.lastAudit()
-	if a.Action != db.ActionCreate || a.Outcome != "accepted" || a.Status != http.StatusCreated ||
+	if a.Action != apiv1.ActionCreate || a.Outcome != "accepted" || a.Status != http.StatusCreated ||
 		a.Actor != "alice" || a.GenerationID == nil || *a.GenerationID != 1 || a.RequestID != "req-create-1" || a.RemoteAddr == "" {
 		t.Errorf("audit entry = %+v", a)
 	}
@@ -97,14 +99,14 @@ func TestCreateDryRun(t *testing.T) {
 	e.publish(specWith(95, 5), "")
 	audits := len(e.audit())
 
-	var res DryRunResult
+	var res apiv1.DryRunResult
 	e.do(call{method: "POST", path: "/api/v1/generations?dry_run=true", body: map[string]any{"spec": specWith(90, 10)}}).
 		want(t, http.StatusOK).decode(t, &res)
 	if !res.Valid || res.Impact.From == nil || *res.Impact.From != 1 || res.Impact.To != nil {
 		t.Errorf("dry run = %+v", res)
 	}
 	api := findService(t, res.Impact, "api")
-	if api.Change != ChangeModified || !near(api.MovedShare, 0.05) {
+	if api.Change != apiv1.ChangeModified || !near(api.MovedShare, 0.05) {
 		t.Errorf("impact on api = %+v, want modified with moved_share 0.05", api)
 	}
 	if n := e.generationCount(); n != 1 {
@@ -114,11 +116,10 @@ func TestCreateDryRun(t *testing.T) {
 		t.Errorf("a dry run wrote %d audit entries", n-audits)
 	}
 	// An invalid spec in a dry run is the same 422, and stores nothing either.
-	bad := specWith(90, 10)
-	bad["services"].([]any)[0].(map[string]any)["split"].(map[string]any)["targets"].([]any)[1].(map[string]any)["upstream"] = "api-canry"
+	bad := specWith(90, 10).Edit(func(s *config.Spec) { s.Services[0].Split.Targets[1].Upstream = "api-canry" })
 	p := e.do(call{method: "POST", path: "/api/v1/generations?dry_run=true", body: map[string]any{"spec": bad}}).
 		want(t, http.StatusUnprocessableEntity).problem(t)
-	if !slices.Contains(p.paths(), "services[0].split.targets[1].upstream") {
+	if !slices.Contains(paths(p), "services[0].split.targets[1].upstream") {
 		t.Errorf("dry run errors = %v", p.Errors)
 	}
 	if n := e.generationCount(); n != 1 {
@@ -146,7 +147,7 @@ func TestCreateInvalidSpecListsEveryError(t *testing.T) {
 		want(t, http.StatusUnprocessableEntity).problem(t)
 	want := []string{"upstreams[0].balancer", "upstreams[1].endpoints[0]", "services[0].split.targets[1].upstream"}
 	for _, path := range want {
-		if !slices.Contains(p.paths(), path) {
+		if !slices.Contains(paths(p), path) {
 			t.Errorf("errors %v lack path %s", p.Errors, path)
 		}
 	}
@@ -211,7 +212,7 @@ func TestCreateRefusals(t *testing.T) {
 				c.violates = true
 				c.header = mergeHeader(c.header, "X-Request-Id", "refusal-"+strings.ReplaceAll(tt.name, " ", "-"))
 				p := e.in(t).do(c).want(t, tt.status).problem(t)
-				if tt.path != "" && !slices.Contains(p.paths(), tt.path) {
+				if tt.path != "" && !slices.Contains(paths(p), tt.path) {
 					t.Errorf("errors %v lack path %q", p.Errors, tt.path)
 				}
 			})
@@ -224,7 +225,7 @@ func TestCreateRefusals(t *testing.T) {
 		t.Errorf("%d generations stored by refused calls", n)
 	}
 	// Every refusal is in the audit log with its status.
-	byID := map[string]db.AuditEntry{}
+	byID := map[string]apiv1.AuditEntry{}
 	for _, a := range e.audit() {
 		byID[a.RequestID] = a
 	}
@@ -234,7 +235,7 @@ func TestCreateRefusals(t *testing.T) {
 			t.Errorf("%s: no audit entry", tt.name)
 			continue
 		}
-		if a.Outcome != "refused" || a.Status != tt.status || a.Action != db.ActionCreate {
+		if a.Outcome != "refused" || a.Status != tt.status || a.Action != apiv1.ActionCreate {
 			t.Errorf("%s: audit entry %+v", tt.name, a)
 		}
 	}
@@ -251,9 +252,11 @@ func mergeHeader(h map[string]string, k, v string) map[string]string {
 func TestCreateIfMatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Options{})
+	canary := 0
 	post := func(ifMatch string, status int) *response {
 		t.Helper()
-		return e.do(call{method: "POST", path: "/api/v1/generations", body: map[string]any{"spec": specWith(95, 5)},
+		canary++ // a different spec every time: an equal one would be unchanged
+		return e.do(call{method: "POST", path: "/api/v1/generations", body: map[string]any{"spec": specWith(100-canary, canary)},
 			header: map[string]string{"If-Match": ifMatch}}).want(t, status)
 	}
 	post("*", http.StatusPreconditionFailed) // nothing yet
@@ -347,7 +350,7 @@ func TestCreateConcurrentIDs(t *testing.T) {
 func TestListGenerations(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Options{})
-	var empty GenerationList
+	var empty apiv1.GenerationList
 	e.do(call{method: "GET", path: "/api/v1/generations"}).want(t, http.StatusOK).decode(t, &empty)
 	if len(empty.Items) != 0 || empty.NextCursor != "" {
 		t.Errorf("empty list = %+v", empty)
@@ -366,7 +369,7 @@ func TestListGenerations(t *testing.T) {
 		if !strings.Contains(string(r.body), `"items"`) || strings.Contains(string(r.body), `"spec"`) {
 			t.Errorf("list body %s: want items without specs", r.body)
 		}
-		var page GenerationList
+		var page apiv1.GenerationList
 		r.decode(t, &page)
 		var ids []int64
 		for _, g := range page.Items {
@@ -381,7 +384,7 @@ func TestListGenerations(t *testing.T) {
 	if !slices.EqualFunc(pages, want, slices.Equal) {
 		t.Errorf("pages %v, want %v", pages, want)
 	}
-	var all GenerationList
+	var all apiv1.GenerationList
 	e.do(call{method: "GET", path: "/api/v1/generations"}).want(t, http.StatusOK).decode(t, &all)
 	if len(all.Items) != 7 || all.NextCursor != "" {
 		t.Errorf("default page: %d items, next_cursor %q", len(all.Items), all.NextCursor)
@@ -399,7 +402,7 @@ func TestListBadParameters(t *testing.T) {
 			t.Run(path+"?"+tt.query, func(t *testing.T) {
 				t.Parallel()
 				p := e.in(t).do(call{method: "GET", path: path + "?" + tt.query, violates: true}).want(t, http.StatusBadRequest).problem(t)
-				if !slices.Equal(p.paths(), []string{tt.param}) {
+				if !slices.Equal(paths(p), []string{tt.param}) {
 					t.Errorf("errors %v, want path %q", p.Errors, tt.param)
 				}
 			})
@@ -418,11 +421,11 @@ func TestGetAndCurrentGeneration(t *testing.T) {
 	g2 := e.publish(specWith(90, 10), "two")
 
 	cur := e.do(call{method: "GET", path: "/api/v1/generations/current"}).want(t, http.StatusOK)
-	if g := cur.generation(t); g.ID != g2.ID || !jsonEqual(t, g.Spec, g2.Spec) || cur.header.Get("ETag") != `"2"` {
+	if g := cur.generation(t); g.ID != g2.ID || !spectest.JSONEqual(t, g.Spec, g2.Spec) || cur.header.Get("ETag") != `"2"` {
 		t.Errorf("current = %+v, ETag %q", g, cur.header.Get("ETag"))
 	}
 	got := e.do(call{method: "GET", path: "/api/v1/generations/1"}).want(t, http.StatusOK)
-	if g := got.generation(t); g.ID != 1 || g.Message != "one" || !jsonEqual(t, g.Spec, g1.Spec) || got.header.Get("ETag") != `"1"` {
+	if g := got.generation(t); g.ID != 1 || g.Message != "one" || !spectest.JSONEqual(t, g.Spec, g1.Spec) || got.header.Get("ETag") != `"1"` {
 		t.Errorf("generation 1 = %+v", g)
 	}
 	// A client polling with the ETag it has gets 304 until something changes.
@@ -433,7 +436,7 @@ func TestGetAndCurrentGeneration(t *testing.T) {
 
 	e.do(call{method: "GET", path: "/api/v1/generations/99"}).want(t, http.StatusNotFound).problem(t)
 	p = e.do(call{method: "GET", path: "/api/v1/generations/abc", violates: true}).want(t, http.StatusBadRequest).problem(t)
-	if !slices.Equal(p.paths(), []string{"id"}) {
+	if !slices.Equal(paths(p), []string{"id"}) {
 		t.Errorf("errors %v, want path id", p.Errors)
 	}
 }
@@ -447,14 +450,14 @@ func TestRollback(t *testing.T) {
 	r := e.do(call{method: "POST", path: "/api/v1/generations/1/rollback", header: map[string]string{"X-Dwara-Actor": "bob"}}).
 		want(t, http.StatusCreated)
 	g3 := r.generation(t)
-	if g3.ID != 3 || g3.Action != db.ActionRollback || g3.SourceID == nil || *g3.SourceID != 1 ||
+	if g3.ID != 3 || g3.Action != apiv1.ActionRollback || g3.SourceID == nil || *g3.SourceID != 1 ||
 		g3.ParentID == nil || *g3.ParentID != 2 || g3.Author != "bob" || g3.Message != "rollback to generation 1" {
 		t.Errorf("rollback generation = %+v", g3)
 	}
-	if !jsonEqual(t, g3.Spec, g1.Spec) {
+	if !spectest.JSONEqual(t, g3.Spec, g1.Spec) {
 		t.Errorf("rolled back spec %s, want %s", g3.Spec, g1.Spec)
 	}
-	if cur := e.current(); cur.ID != 3 || !jsonEqual(t, cur.Spec, g1.Spec) {
+	if cur := e.current(); cur.ID != 3 || !spectest.JSONEqual(t, cur.Spec, g1.Spec) {
 		t.Errorf("current after rollback = %+v", cur)
 	}
 	g4 := e.do(call{method: "POST", path: "/api/v1/generations/2/rollback", body: map[string]any{"message": "again"}}).
@@ -468,7 +471,7 @@ func TestRollback(t *testing.T) {
 		want(t, http.StatusPreconditionFailed).problem(t)
 	e.do(call{method: "POST", path: "/api/v1/generations/1/rollback", body: map[string]any{"msg": "x"}, violates: true}).
 		want(t, http.StatusUnprocessableEntity).problem(t)
-	if a := e.lastAudit(); a.Action != db.ActionRollback || a.Status != http.StatusUnprocessableEntity || a.Outcome != "refused" {
+	if a := e.lastAudit(); a.Action != apiv1.ActionRollback || a.Status != http.StatusUnprocessableEntity || a.Outcome != "refused" {
 		t.Errorf("audit entry = %+v", a)
 	}
 	if n := e.generationCount(); n != 4 {

@@ -10,13 +10,9 @@ import (
 	"net/http"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/gateway/config"
 )
-
-// MaxBodyBytes caps every request body; a larger one is answered with 413.
-const MaxBodyBytes = 1 << 20
 
 // Media types the API reads and writes.
 const (
@@ -28,44 +24,9 @@ const (
 // yamlTypes are the Content-Types accepted for a YAML request body.
 var yamlTypes = []string{"application/yaml", "application/x-yaml", "text/yaml"}
 
-// Problem is an RFC 9457 problem details object, the body of every error
-// answer (Content-Type application/problem+json). A Problem is also an error,
-// so request helpers can return one and handlers write it as it is.
-type Problem struct {
-	// Type is a URI reference naming the problem type; "about:blank" means
-	// the HTTP status says it all and Title is the status text.
-	Type string `json:"type"`
-	// Title is a short human-readable summary of the problem type.
-	Title string `json:"title"`
-	// Status is the HTTP status code of the answer.
-	Status int `json:"status"`
-	// Detail explains this occurrence; empty when Title says enough.
-	Detail string `json:"detail,omitempty"`
-	// Instance is the path of the request that failed.
-	Instance string `json:"instance,omitempty"`
-	// RequestID is the request id of the failed call, also found in the
-	// server log and the audit log.
-	RequestID string `json:"request_id,omitempty"`
-	// Errors lists every validation problem (422, and 400 for bad
-	// parameters), each with its field path.
-	Errors []config.FieldError `json:"errors,omitempty"`
-}
-
-// Error implements error: "status title: detail".
-func (p *Problem) Error() string {
-	s := fmt.Sprintf("%d %s", p.Status, p.Title)
-	if p.Detail != "" {
-		s += ": " + p.Detail
-	}
-	for _, e := range p.Errors {
-		s += "; " + e.Path + ": " + e.Message
-	}
-	return s
-}
-
 // problemf returns an about:blank Problem for status with a formatted detail.
-func problemf(status int, format string, args ...any) *Problem {
-	return &Problem{
+func problemf(status int, format string, args ...any) *apiv1.Problem {
+	return &apiv1.Problem{
 		Type:   "about:blank",
 		Title:  http.StatusText(status),
 		Status: status,
@@ -74,21 +35,30 @@ func problemf(status int, format string, args ...any) *Problem {
 }
 
 // fieldProblem returns a Problem for status listing one field error.
-func fieldProblem(status int, path, format string, args ...any) *Problem {
+func fieldProblem(status int, path, format string, args ...any) *apiv1.Problem {
 	p := problemf(status, "invalid %s", path)
-	p.Errors = []config.FieldError{{Path: path, Message: fmt.Sprintf(format, args...)}}
+	p.Errors = []apiv1.FieldError{{Path: path, Message: fmt.Sprintf(format, args...)}}
 	return p
 }
 
 // validationProblem turns a *config.ValidationError into a 422 Problem
 // listing every error.
-func validationProblem(detail string, v *config.ValidationError) *Problem {
+func validationProblem(detail string, v *config.ValidationError) *apiv1.Problem {
 	p := problemf(http.StatusUnprocessableEntity, "%s", detail)
-	p.Errors = v.Errors
+	p.Errors = fieldErrors(v.Errors)
 	if len(p.Errors) == 0 {
-		p.Errors = []config.FieldError{{Path: "spec", Message: v.Error()}}
+		p.Errors = []apiv1.FieldError{{Path: "spec", Message: v.Error()}}
 	}
 	return p
+}
+
+// fieldErrors converts the data plane's field errors to their wire type.
+func fieldErrors(errs []config.FieldError) []apiv1.FieldError {
+	out := make([]apiv1.FieldError, len(errs))
+	for i, e := range errs {
+		out[i] = apiv1.FieldError{Path: e.Path, Message: e.Message}
+	}
+	return out
 }
 
 // marshal encodes v as JSON with a trailing newline, leaving <, > and &
@@ -119,7 +89,7 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v
 
 // writeProblem writes p as an application/problem+json answer and notes it
 // on the call's audit record, if any.
-func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
+func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, p *apiv1.Problem) {
 	if p.Type == "" {
 		p.Type = "about:blank"
 	}
@@ -143,10 +113,10 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, p *Problem
 	}
 }
 
-// writeError writes err: a *Problem as it is, anything else as a 500 that
+// writeError writes err: a *apiv1.Problem as it is, anything else as a 500 that
 // is logged but never shown to the client.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	if p, ok := errors.AsType[*Problem](err); ok {
+	if p, ok := errors.AsType[*apiv1.Problem](err); ok {
 		s.writeProblem(w, r, p)
 		return
 	}
@@ -162,13 +132,13 @@ func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error
 		"the request failed; the server log has the details under request id %s", id))
 }
 
-// readBody reads the whole (capped) request body. A body over MaxBodyBytes
+// readBody reads the whole (capped) request body. A body over apiv1.MaxBodyBytes
 // is a 413 Problem.
 func readBody(r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, problemf(http.StatusRequestEntityTooLarge, "the request body exceeds %d bytes", MaxBodyBytes)
+			return nil, problemf(http.StatusRequestEntityTooLarge, "the request body exceeds %d bytes", apiv1.MaxBodyBytes)
 		}
 		return nil, problemf(http.StatusBadRequest, "reading the request body failed")
 	}
@@ -187,7 +157,7 @@ func mediaType(r *http.Request) string {
 
 // unsupported returns the 415 Problem for a body of media type mt where only
 // the accepted types may be sent.
-func unsupported(mt string, accepted ...string) *Problem {
+func unsupported(mt string, accepted ...string) *apiv1.Problem {
 	if mt == "" {
 		mt = "(none)"
 	}
@@ -196,7 +166,7 @@ func unsupported(mt string, accepted ...string) *Problem {
 
 // readJSON decodes the request body, which must be application/json, into
 // v: unknown fields and trailing data are refused. When optional is true an
-// empty body leaves v as it is. The error is always a *Problem: 413 for a
+// empty body leaves v as it is. The error is always a *apiv1.Problem: 413 for a
 // body over the cap, 415 for another Content-Type, 400 for malformed JSON,
 // 422 for a well-formed body of the wrong shape.
 func readJSON(r *http.Request, v any, optional bool) error {
@@ -231,7 +201,7 @@ func decodeJSON(body []byte, v any) error {
 }
 
 // decodeProblem translates an encoding/json error to a Problem.
-func decodeProblem(err error) *Problem {
+func decodeProblem(err error) *apiv1.Problem {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		path := te.Field
 		if path == "" {
@@ -266,32 +236,4 @@ func jsonKind(kind string) string {
 		return "an array"
 	}
 	return kind
-}
-
-// readJSONOrYAML decodes a required request body sent as JSON or as YAML
-// (application/yaml, application/x-yaml, text/yaml) into v, with the same
-// strictness and Problems as readJSON.
-func readJSONOrYAML(r *http.Request, v any) error {
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	mt := mediaType(r)
-	isYAML := false
-	for _, t := range yamlTypes {
-		isYAML = isYAML || mt == t
-	}
-	switch {
-	case len(bytes.TrimSpace(body)) == 0:
-		return fieldProblem(http.StatusUnprocessableEntity, "body", "a JSON or YAML body is required")
-	case isYAML:
-		js, err := yaml.YAMLToJSON(body)
-		if err != nil {
-			return problemf(http.StatusBadRequest, "malformed YAML: %s", strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "))
-		}
-		body = js
-	case mt != contentJSON:
-		return unsupported(mt, append([]string{contentJSON}, yamlTypes...)...)
-	}
-	return decodeJSON(body, v)
 }

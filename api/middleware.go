@@ -16,7 +16,7 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 
-	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/dwara/dwara/api/apiv1"
 )
 
 type ctxKey int
@@ -26,13 +26,6 @@ const (
 	auditKey
 	actorKey
 )
-
-// RequestIDHeader carries the request id in both directions.
-const RequestIDHeader = "X-Request-Id"
-
-// ActorHeader names who makes a change; it becomes the generation's author
-// and the audit actor.
-const ActorHeader = "X-Dwara-Actor"
 
 // Actors recorded when the caller did not (or could not) say who it is.
 const (
@@ -54,11 +47,11 @@ func requestID(ctx context.Context) string {
 // stores it in the request context and echoes it in the response.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(RequestIDHeader)
-		if !proxy.ValidRequestID(id) {
+		id := r.Header.Get(apiv1.RequestIDHeader)
+		if !apiv1.ValidRequestID(id) {
 			id = rand.Text()
 		}
-		w.Header().Set(RequestIDHeader, id)
+		w.Header().Set(apiv1.RequestIDHeader, id)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
 	})
 }
@@ -111,11 +104,11 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
-// limitBodies caps every request body at MaxBodyBytes.
+// limitBodies caps every request body at apiv1.MaxBodyBytes.
 func limitBodies(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil {
-			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+			r.Body = http.MaxBytesReader(w, r.Body, apiv1.MaxBodyBytes)
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -132,7 +125,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		challenge := `Bearer realm="dwara"`
-		var p *Problem
+		var p *apiv1.Problem
 		switch {
 		case scheme == "":
 			p = problemf(http.StatusUnauthorized, "this call needs an Authorization: Bearer <token> header")
@@ -160,12 +153,12 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 // absent or blank, or a 400 Problem when it is longer than 64 characters or
 // holds non-printable characters.
 func parseActor(r *http.Request) (string, error) {
-	a := strings.TrimSpace(r.Header.Get(ActorHeader))
+	a := strings.TrimSpace(r.Header.Get(apiv1.ActorHeader))
 	if a == "" {
 		return actorAnonymous, nil
 	}
 	if !utf8.ValidString(a) || utf8.RuneCountInString(a) > maxActorLen || strings.IndexFunc(a, func(c rune) bool { return !unicode.IsPrint(c) }) >= 0 {
-		return "", fieldProblem(http.StatusBadRequest, ActorHeader, "must be at most %d printable characters", maxActorLen)
+		return "", fieldProblem(http.StatusBadRequest, apiv1.ActorHeader, "must be at most %d printable characters", maxActorLen)
 	}
 	return a, nil
 }

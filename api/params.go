@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 )
 
@@ -116,7 +117,7 @@ func (s *Server) precondition(ctx context.Context, m ifMatch) (*int64, error) {
 
 // preconditionFailed builds the 412 Problem for an If-Match of want, naming
 // the active generation when it can be read.
-func (s *Server) preconditionFailed(ctx context.Context, want int64) *Problem {
+func (s *Server) preconditionFailed(ctx context.Context, want int64) *apiv1.Problem {
 	active := "there is no generation yet"
 	if cur, err := s.store.Current(ctx); err == nil {
 		active = "the active generation is " + strconv.FormatInt(cur.ID, 10)

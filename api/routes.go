@@ -5,7 +5,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/api/apiv1"
 )
 
 // routes is the route table of the admin listener. openapi/openapi.yaml
@@ -43,11 +43,11 @@ func (s *Server) routes() chi.Router {
 		})
 
 		// Mutations: audited whatever the outcome, then authenticated.
-		r.Post("/generations", s.mutation(db.ActionCreate, s.createGeneration))
-		r.Post("/generations/{id}/rollback", s.mutation(db.ActionRollback, s.rollback))
-		r.Post("/services/{name}/flip", s.mutation(db.ActionFlip, s.flip))
-		r.Put("/services/{name}/weights", s.mutation(db.ActionWeights, s.setWeights))
-		r.Post("/services/{name}/kill", s.mutation(db.ActionKill, s.kill))
+		r.Post("/generations", s.mutation(apiv1.ActionCreate, s.createGeneration))
+		r.Post("/generations/{id}/rollback", s.mutation(apiv1.ActionRollback, s.rollback))
+		r.Post("/services/{name}/flip", s.mutation(apiv1.ActionFlip, s.flip))
+		r.Put("/services/{name}/weights", s.mutation(apiv1.ActionWeights, s.setWeights))
+		r.Post("/services/{name}/kill", s.mutation(apiv1.ActionKill, s.kill))
 	})
 	return r
 }

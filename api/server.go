@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/web"
 )
 
@@ -41,16 +42,19 @@ type Options struct {
 	// database answering (for example: the embedded proxy applied a
 	// generation). It must be safe for concurrent use; nil means always true.
 	Ready func() bool
-	// Published, when non-nil, is called with every generation the API
-	// stored, before its 201 is written. `dwara serve` applies it to the
-	// embedded proxy there, so the next request after the 201 is served by
-	// it. An error is logged and does not change the answer: the generation
-	// is stored, and the proxy's subscriber applies it in any case.
-	Published func(ctx context.Context, g db.Generation) error
+	// OnPublish, when non-nil, is called with every generation the API
+	// stored and its spec (parsed and validated once, by the API), before
+	// its 201 is written. `dwara serve` applies it to the embedded proxy
+	// there, so the next request after the 201 is served by it. An error is
+	// logged and does not change the answer: the generation is stored, and
+	// the proxy's database source applies it in any case. It is not called
+	// for a change that stored nothing (unchanged).
+	OnPublish func(ctx context.Context, generation int64, spec *config.Spec) error
 }
 
-// Server is the control-plane API. Create it with New; serve Handler and run
-// Run for the event stream. It is safe for concurrent use and must not be
+// Server is the control-plane API. Create it with New; serve Handler, run
+// Run for the event streams, and feed it the process's notifications with
+// Notify and Connected. It is safe for concurrent use and must not be
 // copied.
 type Server struct {
 	store          *db.Store
@@ -59,11 +63,12 @@ type Server struct {
 	log            *slog.Logger
 	metricsHandler http.Handler
 	ready          func() bool
-	published      func(ctx context.Context, g db.Generation) error
+	onPublish      func(ctx context.Context, generation int64, spec *config.Spec) error
 	docsHandler    http.Handler
 	handler        http.Handler
 
 	hub       *hub
+	queue     chan notification // from Notify to Run
 	pingEvery time.Duration
 	closing   chan struct{} // closed when Run returns: event streams end
 	closeOnce sync.Once
@@ -82,9 +87,10 @@ func New(o Options) *Server {
 		log:            o.Logger,
 		metricsHandler: o.Metrics,
 		ready:          o.Ready,
-		published:      o.Published,
+		onPublish:      o.OnPublish,
 		docsHandler:    web.Docs("/openapi.yaml", "/docs/"),
 		hub:            newHub(),
+		queue:          make(chan notification, notifyQueue),
 		pingEvery:      pingInterval,
 		closing:        make(chan struct{}),
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 )
@@ -16,44 +17,32 @@ import (
 // from a fresh read when another publish got in first.
 const editRetries = 3
 
-// WeightsRequest is the body of PUT /api/v1/services/{name}/weights.
-type WeightsRequest struct {
-	// Weights maps target upstream names to new weights; targets not named
-	// keep theirs. Required, at least one entry.
-	Weights map[string]int `json:"weights"`
-	// AllowReshuffle accepts a change of the total weight, which reshuffles
-	// keys across every target.
-	AllowReshuffle bool `json:"allow_reshuffle,omitempty"`
-	// Message says why; empty means a generated one.
-	Message string `json:"message,omitempty"`
-}
-
 // specEdit is one of the config edits, bound to its arguments.
 type specEdit func(s *config.Spec, service string) (*config.Spec, error)
 
 // flip answers POST /api/v1/services/{name}/flip.
 func (s *Server) flip(w http.ResponseWriter, r *http.Request) {
-	var req MessageRequest
+	var req apiv1.MessageRequest
 	if err := readJSON(r, &req, true); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.editService(w, r, db.ActionFlip, req.Message, config.Flip)
+	s.editService(w, r, apiv1.ActionFlip, req.Message, config.Flip)
 }
 
 // kill answers POST /api/v1/services/{name}/kill.
 func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
-	var req MessageRequest
+	var req apiv1.MessageRequest
 	if err := readJSON(r, &req, true); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.editService(w, r, db.ActionKill, req.Message, config.Kill)
+	s.editService(w, r, apiv1.ActionKill, req.Message, config.Kill)
 }
 
 // setWeights answers PUT /api/v1/services/{name}/weights.
 func (s *Server) setWeights(w http.ResponseWriter, r *http.Request) {
-	var req WeightsRequest
+	var req apiv1.WeightsRequest
 	if err := readJSON(r, &req, false); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -64,7 +53,7 @@ func (s *Server) setWeights(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fieldProblem(http.StatusUnprocessableEntity, "weights", "must name at least one target"))
 		return
 	}
-	s.editService(w, r, db.ActionWeights, req.Message, func(spec *config.Spec, service string) (*config.Spec, error) {
+	s.editService(w, r, apiv1.ActionWeights, req.Message, func(spec *config.Spec, service string) (*config.Spec, error) {
 		return config.SetWeights(spec, service, req.Weights, req.AllowReshuffle)
 	})
 }
@@ -139,7 +128,7 @@ func (s *Server) editService(w http.ResponseWriter, r *http.Request, action, mes
 		})
 		switch {
 		case err == nil:
-			s.created(w, r, g)
+			s.created(w, r, g, next)
 			return
 		case !errors.Is(err, db.ErrPreconditionFailed):
 			s.internalError(w, r, err)

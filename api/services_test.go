@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/dwara/dwara/api/apiv1"
+
 	"math"
 	"net/http"
 	"slices"
@@ -8,8 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dwara/dwara/db"
-	"github.com/dwara/dwara/gateway/split"
+	"github.com/dwara/dwara/gateway/config"
 )
 
 func TestFlip(t *testing.T) {
@@ -22,7 +23,7 @@ func TestFlip(t *testing.T) {
 	if ws := weightsOf(t, g, "api"); !slices.Equal(ws, []int{10, 90}) {
 		t.Errorf("after flip weights = %v, want [10 90]", ws)
 	}
-	if g.Action != db.ActionFlip || g.Author != "carol" || g.ID != 2 || *g.ParentID != 1 {
+	if g.Action != apiv1.ActionFlip || g.Author != "carol" || g.ID != 2 || *g.ParentID != 1 {
 		t.Errorf("flip generation = %+v", g)
 	}
 	g = e.do(call{method: "POST", path: "/api/v1/services/api/flip", body: map[string]any{"message": "back"}}).
@@ -34,7 +35,7 @@ func TestFlip(t *testing.T) {
 	if ws := weightsOf(t, g, "tri"); !slices.Equal(ws, []int{1, 1, 1}) {
 		t.Errorf("tri weights = %v", ws)
 	}
-	if a := e.lastAudit(); a.Action != db.ActionFlip || a.Outcome != "accepted" || a.GenerationID == nil || *a.GenerationID != 3 {
+	if a := e.lastAudit(); a.Action != apiv1.ActionFlip || a.Outcome != "accepted" || a.GenerationID == nil || *a.GenerationID != 3 {
 		t.Errorf("audit entry = %+v", a)
 	}
 }
@@ -78,7 +79,7 @@ func TestServiceEditRefusals(t *testing.T) {
 				c := tt.call
 				c.header = mergeHeader(c.header, "X-Request-Id", "edit-"+strings.ReplaceAll(tt.name, " ", "-"))
 				p := e.in(t).do(c).want(t, tt.status).problem(t)
-				if tt.path != "" && !slices.Contains(p.paths(), tt.path) {
+				if tt.path != "" && !slices.Contains(paths(p), tt.path) {
 					t.Errorf("errors %v lack path %q", p.Errors, tt.path)
 				}
 			})
@@ -90,7 +91,7 @@ func TestServiceEditRefusals(t *testing.T) {
 	if n := e.generationCount(); n != 1 {
 		t.Errorf("%d generations after refused edits, want 1", n)
 	}
-	byID := map[string]db.AuditEntry{}
+	byID := map[string]apiv1.AuditEntry{}
 	for _, a := range e.audit() {
 		byID[a.RequestID] = a
 	}
@@ -110,7 +111,7 @@ func TestWeights(t *testing.T) {
 	g := e.do(call{method: "PUT", path: "/api/v1/services/api/weights",
 		body: map[string]any{"weights": map[string]int{"api-stable": 90, "api-canary": 10}, "message": "ramp"}}).
 		want(t, http.StatusCreated).generation(t)
-	if ws := weightsOf(t, g, "api"); !slices.Equal(ws, []int{90, 10}) || g.Action != db.ActionWeights || g.Message != "ramp" {
+	if ws := weightsOf(t, g, "api"); !slices.Equal(ws, []int{90, 10}) || g.Action != apiv1.ActionWeights || g.Message != "ramp" {
 		t.Errorf("weights generation = %+v, weights %v", g, ws)
 	}
 	p := e.do(call{method: "PUT", path: "/api/v1/services/api/weights",
@@ -132,7 +133,7 @@ func TestKill(t *testing.T) {
 	e.publish(specWith(90, 10), "")
 	g := e.do(call{method: "POST", path: "/api/v1/services/api/kill", body: map[string]any{"message": "errors spiking"}}).
 		want(t, http.StatusCreated).generation(t)
-	if ws := weightsOf(t, g, "api"); !slices.Equal(ws, []int{100, 0}) || g.Action != db.ActionKill || g.Message != "errors spiking" {
+	if ws := weightsOf(t, g, "api"); !slices.Equal(ws, []int{100, 0}) || g.Action != apiv1.ActionKill || g.Message != "errors spiking" {
 		t.Errorf("kill generation = %+v, weights %v", g, ws)
 	}
 	g = e.do(call{method: "POST", path: "/api/v1/services/tri/kill"}).want(t, http.StatusCreated).generation(t)
@@ -188,17 +189,17 @@ func TestDiff(t *testing.T) {
 		body: map[string]any{"weights": map[string]int{"api-stable": 90, "api-canary": 10}}}).want(t, http.StatusCreated)
 	e.do(call{method: "PUT", path: "/api/v1/services/api/weights",
 		body: map[string]any{"weights": map[string]int{"api-canary": 20}, "allow_reshuffle": true}}).want(t, http.StatusCreated)
-	spec4 := specWith(90, 20)
-	ups := spec4["upstreams"].([]any)
-	ups[0].(map[string]any)["endpoints"] = []string{"127.0.0.1:9001", "127.0.0.1:9003"}
-	ups[1].(map[string]any)["balancer"] = "least_conn"
-	spec4["services"] = spec4["services"].([]any)[:2] // tri removed
-	spec4["services"].([]any)[1].(map[string]any)["upstream"] = "api-canary"
+	spec4 := specWith(90, 20).Edit(func(s *config.Spec) {
+		s.Upstreams[0].Endpoints = []string{"127.0.0.1:9001", "127.0.0.1:9003"}
+		s.Upstreams[1].Balancer = config.BalancerLeastConn
+		s.Services = s.Services[:2] // tri removed
+		s.Services[1].Upstream = "api-canary"
+	})
 	e.publish(spec4, "")
 
-	diff := func(path string) Diff {
+	diff := func(path string) apiv1.Diff {
 		t.Helper()
-		var d Diff
+		var d apiv1.Diff
 		e.do(call{method: "GET", path: path}).want(t, http.StatusOK).decode(t, &d)
 		return d
 	}
@@ -209,18 +210,18 @@ func TestDiff(t *testing.T) {
 		t.Errorf("from/to = %v/%v, want 1/2", d.From, d.To)
 	}
 	api := findService(t, d, "api")
-	if api.Change != ChangeModified || !near(api.MovedShare, 0.05) ||
+	if api.Change != apiv1.ChangeModified || !near(api.MovedShare, 0.05) ||
 		!slices.Equal(api.Details, []string{"weights api-stable 95->90", "weights api-canary 5->10"}) {
 		t.Errorf("api = %+v", api)
 	}
-	if web := findService(t, d, "web"); web.Change != ChangeUnchanged || web.MovedShare != 0 || len(web.Details) != 0 {
+	if web := findService(t, d, "web"); web.Change != apiv1.ChangeUnchanged || web.MovedShare != 0 || len(web.Details) != 0 {
 		t.Errorf("web = %+v", web)
 	}
 
 	// 90/10 -> 90/20 changes the total: keys reshuffle, by the exact share.
 	d = diff("/api/v1/generations/3/diff")
 	api = findService(t, d, "api")
-	want := split.Displacement([]split.Branch{{Name: "api-stable", Weight: 90}, {Name: "api-canary", Weight: 10}}, []split.Branch{{Name: "api-stable", Weight: 90}, {Name: "api-canary", Weight: 20}})
+	want := config.Displacement([]config.Target{{Upstream: "api-stable", Weight: 90}, {Upstream: "api-canary", Weight: 10}}, []config.Target{{Upstream: "api-stable", Weight: 90}, {Upstream: "api-canary", Weight: 20}})
 	if !near(api.MovedShare, want) || want <= 0.1 || !slices.Contains(api.Details, "total weight 100->110 (keys reshuffled)") {
 		t.Errorf("api = %+v, want moved_share %v", api, want)
 	}
@@ -228,39 +229,39 @@ func TestDiff(t *testing.T) {
 	// An explicit against: 1 -> 3.
 	d = diff("/api/v1/generations/3/diff?against=1")
 	api = findService(t, d, "api")
-	want = split.Displacement([]split.Branch{{Name: "api-stable", Weight: 95}, {Name: "api-canary", Weight: 5}}, []split.Branch{{Name: "api-stable", Weight: 90}, {Name: "api-canary", Weight: 20}})
+	want = config.Displacement([]config.Target{{Upstream: "api-stable", Weight: 95}, {Upstream: "api-canary", Weight: 5}}, []config.Target{{Upstream: "api-stable", Weight: 90}, {Upstream: "api-canary", Weight: 20}})
 	if *d.From != 1 || !near(api.MovedShare, want) {
 		t.Errorf("api against 1 = %+v, want moved_share %v", api, want)
 	}
 
 	// Upstream and routing changes, and a removed service.
 	d = diff("/api/v1/generations/4/diff")
-	if web := findService(t, d, "web"); web.Change != ChangeModified || web.MovedShare != 1 ||
+	if web := findService(t, d, "web"); web.Change != apiv1.ChangeModified || web.MovedShare != 1 ||
 		!slices.Equal(web.Details, []string{"upstream api-stable->api-canary"}) {
 		t.Errorf("web = %+v", web)
 	}
-	if tri := findService(t, d, "tri"); tri.Change != ChangeRemoved || tri.MovedShare != 1 {
+	if tri := findService(t, d, "tri"); tri.Change != apiv1.ChangeRemoved || tri.MovedShare != 1 {
 		t.Errorf("tri = %+v", tri)
 	}
-	if u := findUpstream(t, d, "api-stable"); u.Change != ChangeModified ||
+	if u := findUpstream(t, d, "api-stable"); u.Change != apiv1.ChangeModified ||
 		!slices.Equal(u.Details, []string{"endpoint added 127.0.0.1:9003", "endpoint removed 127.0.0.1:9002"}) {
 		t.Errorf("api-stable = %+v", u)
 	}
 	if u := findUpstream(t, d, "api-canary"); !slices.Equal(u.Details, []string{"balancer round_robin->least_conn"}) {
 		t.Errorf("api-canary = %+v", u)
 	}
-	if u := findUpstream(t, d, "api-next"); u.Change != ChangeUnchanged {
+	if u := findUpstream(t, d, "api-next"); u.Change != apiv1.ChangeUnchanged {
 		t.Errorf("api-next = %+v", u)
 	}
 
 	// The first generation is compared with the empty spec.
 	d = diff("/api/v1/generations/1/diff")
-	if d.From != nil || len(d.Services) != 3 || findService(t, d, "api").Change != ChangeAdded || findService(t, d, "api").MovedShare != 1 {
+	if d.From != nil || len(d.Services) != 3 || findService(t, d, "api").Change != apiv1.ChangeAdded || findService(t, d, "api").MovedShare != 1 {
 		t.Errorf("diff of the first generation = %+v", d)
 	}
 	// Against itself nothing changes.
 	for _, s := range diff("/api/v1/generations/2/diff?against=2").Services {
-		if s.Change != ChangeUnchanged || s.MovedShare != 0 {
+		if s.Change != apiv1.ChangeUnchanged || s.MovedShare != 0 {
 			t.Errorf("self diff %+v", s)
 		}
 	}
@@ -268,12 +269,12 @@ func TestDiff(t *testing.T) {
 	e.do(call{method: "GET", path: "/api/v1/generations/9/diff"}).want(t, http.StatusNotFound).problem(t)
 	e.do(call{method: "GET", path: "/api/v1/generations/2/diff?against=9"}).want(t, http.StatusNotFound).problem(t)
 	p := e.do(call{method: "GET", path: "/api/v1/generations/2/diff?against=x", violates: true}).want(t, http.StatusBadRequest).problem(t)
-	if !slices.Equal(p.paths(), []string{"against"}) {
+	if !slices.Equal(paths(p), []string{"against"}) {
 		t.Errorf("errors %v, want path against", p.Errors)
 	}
 }
 
-func findService(t *testing.T, d Diff, name string) ServiceDiff {
+func findService(t *testing.T, d apiv1.Diff, name string) apiv1.ServiceDiff {
 	t.Helper()
 	for _, s := range d.Services {
 		if s.Name == name {
@@ -281,10 +282,10 @@ func findService(t *testing.T, d Diff, name string) ServiceDiff {
 		}
 	}
 	t.Fatalf("service %q not in diff %+v", name, d)
-	return ServiceDiff{}
+	return apiv1.ServiceDiff{}
 }
 
-func findUpstream(t *testing.T, d Diff, name string) UpstreamDiff {
+func findUpstream(t *testing.T, d apiv1.Diff, name string) apiv1.UpstreamDiff {
 	t.Helper()
 	for _, u := range d.Upstreams {
 		if u.Name == name {
@@ -292,7 +293,7 @@ func findUpstream(t *testing.T, d Diff, name string) UpstreamDiff {
 		}
 	}
 	t.Fatalf("upstream %q not in diff %+v", name, d)
-	return UpstreamDiff{}
+	return apiv1.UpstreamDiff{}
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }

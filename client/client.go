@@ -1,12 +1,13 @@
 // Package client is a small typed Go client of Dwara's REST API (the admin
 // listener of `dwara serve`, documented by openapi/openapi.yaml). It speaks
-// the API's own types: generations come back as db.Generation, pages as
-// api.GenerationList, diffs and dry runs as api.Diff and api.DryRunResult,
-// and every error answer as an *api.Problem carrying the status, title,
-// detail and each field error.
+// the API's wire types (package api/apiv1) and nothing of the server:
+// generations come back as apiv1.Generation, pages as apiv1.GenerationList,
+// diffs and dry runs as apiv1.Diff and apiv1.DryRunResult, and every error
+// answer as an *apiv1.Problem carrying the status, title, detail and each
+// field error. A change whose result equals the active spec comes back as
+// the active generation with Unchanged set.
 //
-// The `dwara` command's client verbs (apply, flip, weights, kill, rollback,
-// history, diff) are built on it.
+// The `dwara` command's client verbs (package client/cli) are built on it.
 package client
 
 import (
@@ -23,8 +24,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dwara/dwara/api"
-	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/api/apiv1"
 )
 
 // DefaultURL is the admin listener of `dwara serve` with its default flags.
@@ -130,8 +130,8 @@ type CreateOptions struct {
 // CreateResult is the answer of Create: Generation for a publish, DryRun for
 // a dry run; exactly one is non-nil.
 type CreateResult struct {
-	Generation *db.Generation
-	DryRun     *api.DryRunResult
+	Generation *apiv1.Generation
+	DryRun     *apiv1.DryRunResult
 }
 
 // EditOptions are the optional parts of the calls that publish a new
@@ -148,7 +148,7 @@ type EditOptions struct {
 
 // Create publishes spec (a JSON document) as a new generation with message
 // (POST /api/v1/generations), or with o.DryRun only validates it and
-// reports its impact. An invalid spec is a 422 *api.Problem listing every
+// reports its impact. An invalid spec is a 422 *apiv1.Problem listing every
 // error.
 func (c *Client) Create(ctx context.Context, message string, spec json.RawMessage, o CreateOptions) (CreateResult, error) {
 	if !json.Valid(spec) {
@@ -158,15 +158,15 @@ func (c *Client) Create(ctx context.Context, message string, spec json.RawMessag
 	if o.DryRun {
 		path += "?dry_run=true"
 	}
-	body := api.CreateRequest{Message: message, Spec: spec}
+	body := apiv1.CreateRequest{Message: message, Spec: spec}
 	if o.DryRun {
-		var r api.DryRunResult
+		var r apiv1.DryRunResult
 		if err := c.do(ctx, http.MethodPost, path, body, o.IfMatch, &r); err != nil {
 			return CreateResult{}, err
 		}
 		return CreateResult{DryRun: &r}, nil
 	}
-	var g db.Generation
+	var g apiv1.Generation
 	if err := c.do(ctx, http.MethodPost, path, body, o.IfMatch, &g); err != nil {
 		return CreateResult{}, err
 	}
@@ -176,34 +176,34 @@ func (c *Client) Create(ctx context.Context, message string, spec json.RawMessag
 // Flip swaps the weights of service's 2-target split as a new generation
 // (POST /api/v1/services/{name}/flip); a 409 Problem when the service has no
 // 2-target split.
-func (c *Client) Flip(ctx context.Context, service string, o EditOptions) (db.Generation, error) {
-	return c.edit(ctx, http.MethodPost, "/api/v1/services/"+url.PathEscape(service)+"/flip", api.MessageRequest{Message: o.Message}, o.IfMatch)
+func (c *Client) Flip(ctx context.Context, service string, o EditOptions) (apiv1.Generation, error) {
+	return c.edit(ctx, http.MethodPost, "/api/v1/services/"+url.PathEscape(service)+"/flip", apiv1.MessageRequest{Message: o.Message}, o.IfMatch)
 }
 
 // SetWeights sets the weights of the named targets of service's split as a
 // new generation (PUT /api/v1/services/{name}/weights); targets not named
 // keep theirs. A change of the total weight is a 422 Problem unless
 // allowReshuffle is true.
-func (c *Client) SetWeights(ctx context.Context, service string, weights map[string]int, allowReshuffle bool, o EditOptions) (db.Generation, error) {
-	body := api.WeightsRequest{Weights: weights, AllowReshuffle: allowReshuffle, Message: o.Message}
+func (c *Client) SetWeights(ctx context.Context, service string, weights map[string]int, allowReshuffle bool, o EditOptions) (apiv1.Generation, error) {
+	body := apiv1.WeightsRequest{Weights: weights, AllowReshuffle: allowReshuffle, Message: o.Message}
 	return c.edit(ctx, http.MethodPut, "/api/v1/services/"+url.PathEscape(service)+"/weights", body, o.IfMatch)
 }
 
 // Kill sets every target of service's split but the first (the baseline) to
 // 0, the baseline taking the total, as a new generation (POST
 // /api/v1/services/{name}/kill).
-func (c *Client) Kill(ctx context.Context, service string, o EditOptions) (db.Generation, error) {
-	return c.edit(ctx, http.MethodPost, "/api/v1/services/"+url.PathEscape(service)+"/kill", api.MessageRequest{Message: o.Message}, o.IfMatch)
+func (c *Client) Kill(ctx context.Context, service string, o EditOptions) (apiv1.Generation, error) {
+	return c.edit(ctx, http.MethodPost, "/api/v1/services/"+url.PathEscape(service)+"/kill", apiv1.MessageRequest{Message: o.Message}, o.IfMatch)
 }
 
 // Rollback publishes a new generation with exactly the spec of generation id
 // (POST /api/v1/generations/{id}/rollback).
-func (c *Client) Rollback(ctx context.Context, id int64, o EditOptions) (db.Generation, error) {
-	return c.edit(ctx, http.MethodPost, "/api/v1/generations/"+strconv.FormatInt(id, 10)+"/rollback", api.MessageRequest{Message: o.Message}, o.IfMatch)
+func (c *Client) Rollback(ctx context.Context, id int64, o EditOptions) (apiv1.Generation, error) {
+	return c.edit(ctx, http.MethodPost, "/api/v1/generations/"+strconv.FormatInt(id, 10)+"/rollback", apiv1.MessageRequest{Message: o.Message}, o.IfMatch)
 }
 
-func (c *Client) edit(ctx context.Context, method, path string, body any, ifMatch *int64) (db.Generation, error) {
-	var g db.Generation
+func (c *Client) edit(ctx context.Context, method, path string, body any, ifMatch *int64) (apiv1.Generation, error) {
+	var g apiv1.Generation
 	err := c.do(ctx, method, path, body, ifMatch, &g)
 	return g, err
 }
@@ -211,7 +211,7 @@ func (c *Client) edit(ctx context.Context, method, path string, body any, ifMatc
 // List returns one page of generations, newest first, without specs (GET
 // /api/v1/generations). limit 0 means the server's default (50); cursor ""
 // means the first page, else the NextCursor of the previous page.
-func (c *Client) List(ctx context.Context, limit int, cursor string) (api.GenerationList, error) {
+func (c *Client) List(ctx context.Context, limit int, cursor string) (apiv1.GenerationList, error) {
 	q := url.Values{}
 	if limit != 0 {
 		q.Set("limit", strconv.Itoa(limit))
@@ -223,23 +223,23 @@ func (c *Client) List(ctx context.Context, limit int, cursor string) (api.Genera
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var page api.GenerationList
+	var page apiv1.GenerationList
 	err := c.do(ctx, http.MethodGet, path, nil, nil, &page)
 	return page, err
 }
 
 // Get returns generation id with its spec (GET /api/v1/generations/{id}); a
 // 404 Problem when it does not exist.
-func (c *Client) Get(ctx context.Context, id int64) (db.Generation, error) {
-	var g db.Generation
+func (c *Client) Get(ctx context.Context, id int64) (apiv1.Generation, error) {
+	var g apiv1.Generation
 	err := c.do(ctx, http.MethodGet, "/api/v1/generations/"+strconv.FormatInt(id, 10), nil, nil, &g)
 	return g, err
 }
 
 // Current returns the active generation with its spec (GET
 // /api/v1/generations/current); a 404 Problem before the first publish.
-func (c *Client) Current(ctx context.Context) (db.Generation, error) {
-	var g db.Generation
+func (c *Client) Current(ctx context.Context) (apiv1.Generation, error) {
+	var g apiv1.Generation
 	err := c.do(ctx, http.MethodGet, "/api/v1/generations/current", nil, nil, &g)
 	return g, err
 }
@@ -247,19 +247,19 @@ func (c *Client) Current(ctx context.Context) (db.Generation, error) {
 // Diff compares generation id with generation against (GET
 // /api/v1/generations/{id}/diff): per service, what changed and the share of
 // keys that moves. against 0 means id's parent.
-func (c *Client) Diff(ctx context.Context, id, against int64) (api.Diff, error) {
+func (c *Client) Diff(ctx context.Context, id, against int64) (apiv1.Diff, error) {
 	path := "/api/v1/generations/" + strconv.FormatInt(id, 10) + "/diff"
 	if against != 0 {
 		path += "?against=" + strconv.FormatInt(against, 10)
 	}
-	var d api.Diff
+	var d apiv1.Diff
 	err := c.do(ctx, http.MethodGet, path, nil, nil, &d)
 	return d, err
 }
 
 // do sends one call: body (nil for none) as JSON, ifMatch (nil for none) as
 // If-Match, and decodes a 2xx answer into out. A non-2xx answer is an
-// *api.Problem; a transport failure is wrapped with the method and URL.
+// *apiv1.Problem; a transport failure is wrapped with the method and URL.
 func (c *Client) do(ctx context.Context, method, path string, body any, ifMatch *int64, out any) error {
 	target := c.base.String() + path
 	var rd io.Reader
@@ -283,7 +283,7 @@ func (c *Client) do(ctx context.Context, method, path string, body any, ifMatch 
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	if c.actor != "" {
-		req.Header.Set(api.ActorHeader, c.actor)
+		req.Header.Set(apiv1.ActorHeader, c.actor)
 	}
 	if ifMatch != nil {
 		req.Header.Set("If-Match", `"`+strconv.FormatInt(*ifMatch, 10)+`"`)
@@ -309,14 +309,14 @@ func (c *Client) do(ctx context.Context, method, path string, body any, ifMatch 
 	return nil
 }
 
-// problemOf turns an error answer into an *api.Problem: the problem+json
+// problemOf turns an error answer into an *apiv1.Problem: the problem+json
 // body when there is one, else a Problem made from the status and the start
 // of the body (an answer from something other than Dwara, such as a proxy in
 // front of it).
-func problemOf(resp *http.Response, data []byte) *api.Problem {
+func problemOf(resp *http.Response, data []byte) *apiv1.Problem {
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if mt == "application/problem+json" || mt == "application/json" {
-		var p api.Problem
+		var p apiv1.Problem
 		if err := json.Unmarshal(data, &p); err == nil && (p.Title != "" || p.Detail != "" || p.Status != 0) {
 			if p.Status == 0 {
 				p.Status = resp.StatusCode
@@ -327,11 +327,11 @@ func problemOf(resp *http.Response, data []byte) *api.Problem {
 			return &p
 		}
 	}
-	p := &api.Problem{
+	p := &apiv1.Problem{
 		Type:      "about:blank",
 		Title:     http.StatusText(resp.StatusCode),
 		Status:    resp.StatusCode,
-		RequestID: resp.Header.Get(api.RequestIDHeader),
+		RequestID: resp.Header.Get(apiv1.RequestIDHeader),
 	}
 	if p.Title == "" {
 		p.Title = resp.Status

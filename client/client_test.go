@@ -3,7 +3,6 @@ package client
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,9 +11,10 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dwara/dwara/api"
 	"github.com/dwara/dwara/api/apitest"
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/config/spectest"
 )
 
 // newAPI serves a real API (token "" means none) over a fresh database on
@@ -33,22 +33,8 @@ func newClient(t *testing.T, o Options) *Client {
 	return c
 }
 
-// spec is a spec with service "api" split stable/canary by the weights.
-func spec(stable, canary int) json.RawMessage {
-	return json.RawMessage(fmt.Sprintf(`{
-	  "upstreams": [
-	    {"name": "api-stable", "endpoints": ["127.0.0.1:9001"]},
-	    {"name": "api-canary", "endpoints": ["127.0.0.1:9101"]}
-	  ],
-	  "services": [
-	    {"name": "api", "base_path": "/v1", "split": {"targets": [
-	      {"upstream": "api-stable", "weight": %d},
-	      {"upstream": "api-canary", "weight": %d}]}}
-	  ]}`, stable, canary))
-}
-
 // weights returns the split weights of service "api" in g.
-func weights(t *testing.T, g db.Generation) []int {
+func weights(t *testing.T, g apiv1.Generation) []int {
 	t.Helper()
 	var s struct {
 		Services []struct {
@@ -72,13 +58,13 @@ func weights(t *testing.T, g db.Generation) []int {
 
 func ptr(v int64) *int64 { return &v }
 
-// problem returns err as an *api.Problem, failing the test when it is not
+// problem returns err as an *apiv1.Problem, failing the test when it is not
 // one with the status.
-func problem(t *testing.T, err error, status int) *api.Problem {
+func problem(t *testing.T, err error, status int) *apiv1.Problem {
 	t.Helper()
-	p, ok := errors.AsType[*api.Problem](err)
+	p, ok := errors.AsType[*apiv1.Problem](err)
 	if !ok {
-		t.Fatalf("error %v (%T) is not an *api.Problem", err, err)
+		t.Fatalf("error %v (%T) is not an *apiv1.Problem", err, err)
 	}
 	if p.Status != status {
 		t.Fatalf("problem status %d, want %d: %v", p.Status, status, p)
@@ -134,17 +120,17 @@ func TestClient(t *testing.T) {
 	_, err := c.Current(ctx)
 	problem(t, err, http.StatusNotFound)
 
-	res, err := c.Create(ctx, "start", spec(95, 5), CreateOptions{IfMatch: ptr(0)})
+	res, err := c.Create(ctx, "start", spectest.Canary(95, 5).JSON(), CreateOptions{IfMatch: ptr(0)})
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	g1 := res.Generation
-	if res.DryRun != nil || g1 == nil || g1.ID != 1 || g1.Action != db.ActionCreate || g1.Author != "alice" || g1.Message != "start" {
+	if res.DryRun != nil || g1 == nil || g1.ID != 1 || g1.Action != apiv1.ActionCreate || g1.Author != "alice" || g1.Message != "start" {
 		t.Fatalf("Create = %+v", res)
 	}
 
 	// A dry run reports the impact and stores nothing.
-	res, err = c.Create(ctx, "", spec(90, 10), CreateOptions{DryRun: true})
+	res, err = c.Create(ctx, "", spectest.Canary(90, 10).JSON(), CreateOptions{DryRun: true})
 	if err != nil {
 		t.Fatalf("Create dry run: %v", err)
 	}
@@ -160,24 +146,24 @@ func TestClient(t *testing.T) {
 	}
 
 	// A stale If-Match is a 412 and stores nothing.
-	_, err = c.Create(ctx, "", spec(90, 10), CreateOptions{IfMatch: ptr(7)})
+	_, err = c.Create(ctx, "", spectest.Canary(90, 10).JSON(), CreateOptions{IfMatch: ptr(7)})
 	problem(t, err, http.StatusPreconditionFailed)
 
 	edits := []struct {
 		name   string
-		call   func() (db.Generation, error)
+		call   func() (apiv1.Generation, error)
 		action string
 		want   []int
 	}{
-		{"weights", func() (db.Generation, error) {
+		{"weights", func() (apiv1.Generation, error) {
 			return c.SetWeights(ctx, "api", map[string]int{"api-stable": 90, "api-canary": 10}, false, EditOptions{Message: "ramp"})
-		}, db.ActionWeights, []int{90, 10}},
-		{"flip", func() (db.Generation, error) { return c.Flip(ctx, "api", EditOptions{IfMatch: ptr(2)}) }, db.ActionFlip, []int{10, 90}},
-		{"kill", func() (db.Generation, error) { return c.Kill(ctx, "api", EditOptions{}) }, db.ActionKill, []int{100, 0}},
-		{"reshuffle", func() (db.Generation, error) {
+		}, apiv1.ActionWeights, []int{90, 10}},
+		{"flip", func() (apiv1.Generation, error) { return c.Flip(ctx, "api", EditOptions{IfMatch: ptr(2)}) }, apiv1.ActionFlip, []int{10, 90}},
+		{"kill", func() (apiv1.Generation, error) { return c.Kill(ctx, "api", EditOptions{}) }, apiv1.ActionKill, []int{100, 0}},
+		{"reshuffle", func() (apiv1.Generation, error) {
 			return c.SetWeights(ctx, "api", map[string]int{"api-canary": 20}, true, EditOptions{})
-		}, db.ActionWeights, []int{100, 20}},
-		{"rollback", func() (db.Generation, error) { return c.Rollback(ctx, 1, EditOptions{Message: "back"}) }, db.ActionRollback, []int{95, 5}},
+		}, apiv1.ActionWeights, []int{100, 20}},
+		{"rollback", func() (apiv1.Generation, error) { return c.Rollback(ctx, 1, EditOptions{Message: "back"}) }, apiv1.ActionRollback, []int{95, 5}},
 	}
 	for i, e := range edits {
 		g, err := e.call()
@@ -222,7 +208,7 @@ func TestClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Diff: %v", err)
 	}
-	if *d.From != 1 || *d.To != 2 || d.Services[0].Change != api.ChangeModified || d.Services[0].MovedShare != 0.05 {
+	if *d.From != 1 || *d.To != 2 || d.Services[0].Change != apiv1.ChangeModified || d.Services[0].MovedShare != 0.05 {
 		t.Errorf("Diff(2) = %+v", d)
 	}
 	if d, err = c.Diff(ctx, 2, 3); err != nil || *d.From != 3 || d.Services[0].MovedShare != 0.8 {
@@ -244,7 +230,7 @@ func TestClient(t *testing.T) {
 	}
 }
 
-func idsOf(gs []db.Generation) []int64 {
+func idsOf(gs []apiv1.Generation) []int64 {
 	var ids []int64
 	for _, g := range gs {
 		ids = append(ids, g.ID)

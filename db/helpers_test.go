@@ -1,11 +1,12 @@
 package db_test
 
 import (
+	"github.com/dwara/dwara/api/apiv1"
+
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/gateway/config/spectest"
 )
 
 // waitTimeout bounds every wait for a signal in these tests.
@@ -32,7 +34,8 @@ func newStore(t *testing.T) (*db.Store, string) {
 
 // spec returns a small generation spec whose content depends on n.
 func spec(n int) json.RawMessage {
-	return json.RawMessage(fmt.Sprintf(`{"upstreams": [{"name": "u%d", "endpoints": ["127.0.0.1:%d"]}], "services": []}`, n, 9000+n))
+	name := fmt.Sprintf("u%d", n)
+	return spectest.New().Upstream(name, fmt.Sprintf("127.0.0.1:%d", 9000+n)).Route("s", "/", name).JSON()
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -49,9 +52,9 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 }
 
-func publish(t *testing.T, s *db.Store, n int) db.Generation {
+func publish(t *testing.T, s *db.Store, n int) apiv1.Generation {
 	t.Helper()
-	g, err := s.Publish(context.Background(), db.PublishParams{Spec: spec(n), Action: db.ActionCreate, Author: "test", Message: fmt.Sprint("publish ", n)})
+	g, err := s.Publish(context.Background(), db.PublishParams{Spec: spec(n), Action: apiv1.ActionCreate, Author: "test", Message: fmt.Sprint("publish ", n)})
 	if err != nil {
 		t.Fatalf("publish %d: %v", n, err)
 	}
@@ -182,82 +185,8 @@ func killListeners(t *testing.T, url string) int {
 	return n
 }
 
-// jsonEqual reports whether a and b hold the same JSON value.
-func jsonEqual(t *testing.T, a, b []byte) bool {
-	t.Helper()
-	var va, vb any
-	if err := json.Unmarshal(a, &va); err != nil {
-		t.Fatalf("decode %s: %v", a, err)
-	}
-	if err := json.Unmarshal(b, &vb); err != nil {
-		t.Fatalf("decode %s: %v", b, err)
-	}
-	ja, _ := json.Marshal(va)
-	jb, _ := json.Marshal(vb)
-	return string(ja) == string(jb)
-}
-
-// safeList is a slice appended to from several goroutines.
-type safeList[T any] struct {
-	mu    sync.Mutex
-	items []T
-}
-
-func (l *safeList[T]) add(v T) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.items = append(l.items, v)
-}
-
-func (l *safeList[T]) snapshot() []T {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]T(nil), l.items...)
-}
-
 // dbtestURL returns a fresh database's URL.
 func dbtestURL(t *testing.T) string {
 	t.Helper()
 	return dbtest.New(t)
-}
-
-// watch LISTENs on channel over a plain connection (application_name
-// dwara-test, so killListeners leaves it alone) until the test ends. It
-// returns once listening.
-func watch(t *testing.T, url, channel string) <-chan note {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatalf("parse url: %v", err)
-	}
-	cfg.RuntimeParams["application_name"] = "dwara-test"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		t.Fatalf("listen %s: %v", channel, err)
-	}
-	notes := make(chan note, 1000)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer conn.Close(context.Background())
-		for {
-			n, err := conn.WaitForNotification(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					t.Errorf("watch %s: %v", channel, err)
-				}
-				return
-			}
-			notes <- note{n.Channel, n.Payload}
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return notes
 }

@@ -29,7 +29,8 @@ const (
 
 // Listener LISTENs on Channels over one dedicated connection (not a pooled
 // one) and reconnects, with exponential backoff and jitter, whenever that
-// connection fails.
+// connection fails. A process runs one, whose OnConnect and OnNotify fan out
+// to every part that needs notifications.
 //
 // On every (re)connect it first LISTENs on each channel and only then calls
 // OnConnect, so something published between the two is never lost: it is

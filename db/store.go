@@ -1,11 +1,13 @@
 // Package db is Dwara's PostgreSQL storage: the append-only generations, the
 // audit log and the gateway instances (Store), the schema migrations
 // (Migrate), and the LISTEN/NOTIFY side that carries a publish to every data
-// plane (Listener, Subscriber).
+// plane (Listener).
 //
 // A publish inserts the generation and notifies NotifyChannel in one
-// transaction. A Subscriber listens on a dedicated connection and on every
-// (re)connect loads the newest generation, so a notification missed while
+// transaction. Each process runs one Listener on a dedicated connection and
+// fans its notifications out to its consumers (package node); the data
+// plane's consumer, gateway/source.Database, loads the newest generation on
+// every notification and every (re)connect, so a notification missed while
 // disconnected is never a missed generation.
 //
 // Errors from PostgreSQL are translated to the sentinels of this package
@@ -23,11 +25,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dwara/dwara/api/apiv1"
 )
 
 // GatewayNotifyChannel is the PostgreSQL channel on which UpsertGateway
 // announces that an instance applied a different generation. The payload is
-// the JSON of the GatewayInstance.
+// the JSON of the apiv1.GatewayInstance.
 const GatewayNotifyChannel = "dwara_gateway"
 
 // publishLockKey is the pg_advisory_xact_lock key that serialises
@@ -95,18 +99,24 @@ func (s *Store) ConnString() string {
 // returns ErrPreconditionFailed. A p.SourceID that names no generation gives
 // ErrNotFound. p.Spec must be a JSON object; it is stored as given (as jsonb)
 // and the returned Generation carries it as the database returns it.
-func (s *Store) Publish(ctx context.Context, p PublishParams) (Generation, error) {
+//
+// A spec equal (as jsonb) to the active generation's is not stored again:
+// Publish then returns the active generation with Unchanged set, notifies
+// nothing, and a SourceID is not checked. The comparison runs under the
+// publish lock, so it is never made against a generation that is no longer
+// the newest.
+func (s *Store) Publish(ctx context.Context, p PublishParams) (apiv1.Generation, error) {
 	if p.Action == "" {
-		p.Action = ActionCreate
+		p.Action = apiv1.ActionCreate
 	}
 	if !validAction(p.Action) {
-		return Generation{}, fmt.Errorf("publish generation: unknown action %q", p.Action)
+		return apiv1.Generation{}, fmt.Errorf("publish generation: unknown action %q", p.Action)
 	}
 	if len(p.Spec) == 0 {
-		return Generation{}, errors.New("publish generation: empty spec")
+		return apiv1.Generation{}, errors.New("publish generation: empty spec")
 	}
 
-	var g Generation
+	var g apiv1.Generation
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, publishLockKey); err != nil {
 			return fmt.Errorf("take publish lock: %w", err)
@@ -117,6 +127,20 @@ func (s *Store) Publish(ctx context.Context, p PublishParams) (Generation, error
 		}
 		if p.IfMatch != nil && *p.IfMatch != newest {
 			return fmt.Errorf("if-match %d, active %d: %w", *p.IfMatch, newest, ErrPreconditionFailed)
+		}
+		if newest > 0 {
+			// jsonb equality ignores key order and white space, so a spec
+			// that only looks different is still the same spec.
+			row := tx.QueryRow(ctx, `SELECT `+generationColumns+` FROM generations WHERE id = $1 AND spec = $2::jsonb`, newest, []byte(p.Spec))
+			active, err := scanGeneration(row, true)
+			switch {
+			case err == nil:
+				active.Unchanged = true
+				g = active
+				return nil
+			case !errors.Is(err, pgx.ErrNoRows):
+				return fmt.Errorf("compare with generation %d: %w", newest, err)
+			}
 		}
 		var parent *int64
 		if newest > 0 {
@@ -140,28 +164,28 @@ func (s *Store) Publish(ctx context.Context, p PublishParams) (Generation, error
 		return nil
 	})
 	if err != nil {
-		return Generation{}, fmt.Errorf("publish generation: %w", err)
+		return apiv1.Generation{}, fmt.Errorf("publish generation: %w", err)
 	}
 	return g, nil
 }
 
 // Current returns the active generation (the newest) with its spec, or
 // ErrNotFound when none has been published.
-func (s *Store) Current(ctx context.Context) (Generation, error) {
+func (s *Store) Current(ctx context.Context) (apiv1.Generation, error) {
 	row := s.pool.QueryRow(ctx, `SELECT `+generationColumns+` FROM generations ORDER BY id DESC LIMIT 1`)
 	g, err := scanGeneration(row, true)
 	if err != nil {
-		return Generation{}, fmt.Errorf("load current generation: %w", notFound(err))
+		return apiv1.Generation{}, fmt.Errorf("load current generation: %w", notFound(err))
 	}
 	return g, nil
 }
 
 // Get returns generation id with its spec, or ErrNotFound.
-func (s *Store) Get(ctx context.Context, id int64) (Generation, error) {
+func (s *Store) Get(ctx context.Context, id int64) (apiv1.Generation, error) {
 	row := s.pool.QueryRow(ctx, `SELECT `+generationColumns+` FROM generations WHERE id = $1`, id)
 	g, err := scanGeneration(row, true)
 	if err != nil {
-		return Generation{}, fmt.Errorf("load generation %d: %w", id, notFound(err))
+		return apiv1.Generation{}, fmt.Errorf("load generation %d: %w", id, notFound(err))
 	}
 	return g, nil
 }
@@ -170,9 +194,9 @@ func (s *Store) Get(ctx context.Context, id int64) (Generation, error) {
 // beforeID > 0 returns only generations with id < beforeID (the next page
 // after a page whose last id was beforeID); 0 starts at the newest. A limit
 // <= 0 returns an empty list.
-func (s *Store) List(ctx context.Context, limit int, beforeID int64) ([]Generation, error) {
+func (s *Store) List(ctx context.Context, limit int, beforeID int64) ([]apiv1.Generation, error) {
 	if limit <= 0 {
-		return []Generation{}, nil
+		return []apiv1.Generation{}, nil
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+generationListColumns+` FROM generations
@@ -182,7 +206,7 @@ func (s *Store) List(ctx context.Context, limit int, beforeID int64) ([]Generati
 	if err != nil {
 		return nil, fmt.Errorf("list generations: %w", err)
 	}
-	gens, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Generation, error) {
+	gens, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apiv1.Generation, error) {
 		return scanGeneration(row, false)
 	})
 	if err != nil {
@@ -197,15 +221,15 @@ const (
 )
 
 // scanGeneration scans generationColumns (withSpec) or generationListColumns.
-func scanGeneration(row pgx.Row, withSpec bool) (Generation, error) {
-	var g Generation
+func scanGeneration(row pgx.Row, withSpec bool) (apiv1.Generation, error) {
+	var g apiv1.Generation
 	dest := []any{&g.ID, &g.ParentID, &g.Action, &g.SourceID, &g.Author, &g.Message, &g.CreatedAt}
 	var spec []byte
 	if withSpec {
 		dest = append(dest, &spec)
 	}
 	if err := row.Scan(dest...); err != nil {
-		return Generation{}, err
+		return apiv1.Generation{}, err
 	}
 	if withSpec {
 		g.Spec = json.RawMessage(spec)
@@ -216,7 +240,7 @@ func scanGeneration(row pgx.Row, withSpec bool) (Generation, error) {
 // RecordAudit appends e to the audit log and returns it with ID and At
 // filled in (At is the database's time unless e.At is set). e.Outcome must be
 // "accepted" or "refused"; a nil e.Detail is stored as SQL NULL.
-func (s *Store) RecordAudit(ctx context.Context, e AuditEntry) (AuditEntry, error) {
+func (s *Store) RecordAudit(ctx context.Context, e apiv1.AuditEntry) (apiv1.AuditEntry, error) {
 	var at *time.Time
 	if !e.At.IsZero() {
 		at = &e.At
@@ -232,7 +256,7 @@ func (s *Store) RecordAudit(ctx context.Context, e AuditEntry) (AuditEntry, erro
 		at, e.Actor, e.Action, e.Outcome, e.Status, e.GenerationID, e.RequestID, e.RemoteAddr, detail,
 	).Scan(&e.ID, &e.At, &detail)
 	if err != nil {
-		return AuditEntry{}, fmt.Errorf("record audit %s %s: %w", e.Action, e.Outcome, err)
+		return apiv1.AuditEntry{}, fmt.Errorf("record audit %s %s: %w", e.Action, e.Outcome, err)
 	}
 	e.Detail = nullableJSON(detail)
 	return e, nil
@@ -241,9 +265,9 @@ func (s *Store) RecordAudit(ctx context.Context, e AuditEntry) (AuditEntry, erro
 // ListAudit returns up to limit audit entries, newest first. beforeID > 0
 // returns only entries with id < beforeID; 0 starts at the newest. A limit
 // <= 0 returns an empty list.
-func (s *Store) ListAudit(ctx context.Context, limit int, beforeID int64) ([]AuditEntry, error) {
+func (s *Store) ListAudit(ctx context.Context, limit int, beforeID int64) ([]apiv1.AuditEntry, error) {
 	if limit <= 0 {
-		return []AuditEntry{}, nil
+		return []apiv1.AuditEntry{}, nil
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT id, at, actor, action, outcome, status, generation_id, request_id, remote_addr, detail
@@ -254,8 +278,8 @@ func (s *Store) ListAudit(ctx context.Context, limit int, beforeID int64) ([]Aud
 	if err != nil {
 		return nil, fmt.Errorf("list audit: %w", err)
 	}
-	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
-		var e AuditEntry
+	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apiv1.AuditEntry, error) {
+		var e apiv1.AuditEntry
 		var detail []byte
 		err := row.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Outcome, &e.Status,
 			&e.GenerationID, &e.RequestID, &e.RemoteAddr, &detail)
@@ -276,7 +300,7 @@ func (s *Store) ListAudit(ctx context.Context, limit int, beforeID int64) ([]Aud
 // When the instance is new or its applied generation changed, UpsertGateway
 // also notifies GatewayNotifyChannel with the instance's JSON, in the same
 // transaction; heartbeats alone notify nothing.
-func (s *Store) UpsertGateway(ctx context.Context, g GatewayInstance) error {
+func (s *Store) UpsertGateway(ctx context.Context, g apiv1.GatewayInstance) error {
 	if g.ID == "" {
 		return errors.New("upsert gateway: empty instance id")
 	}
@@ -323,12 +347,12 @@ func (s *Store) UpsertGateway(ctx context.Context, g GatewayInstance) error {
 }
 
 // ListGateways returns every recorded gateway instance, ordered by id.
-func (s *Store) ListGateways(ctx context.Context) ([]GatewayInstance, error) {
+func (s *Store) ListGateways(ctx context.Context) ([]apiv1.GatewayInstance, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+gatewayColumns+` FROM gateway_instances ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("list gateways: %w", err)
 	}
-	gws, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (GatewayInstance, error) {
+	gws, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apiv1.GatewayInstance, error) {
 		return scanGateway(row)
 	})
 	if err != nil {
@@ -339,11 +363,11 @@ func (s *Store) ListGateways(ctx context.Context) ([]GatewayInstance, error) {
 
 const gatewayColumns = `id, hostname, listen, applied_generation, applied_at, started_at, last_heartbeat`
 
-func scanGateway(row pgx.Row) (GatewayInstance, error) {
-	var g GatewayInstance
+func scanGateway(row pgx.Row) (apiv1.GatewayInstance, error) {
+	var g apiv1.GatewayInstance
 	var appliedAt *time.Time
 	if err := row.Scan(&g.ID, &g.Hostname, &g.Listen, &g.AppliedGeneration, &appliedAt, &g.StartedAt, &g.LastHeartbeat); err != nil {
-		return GatewayInstance{}, err
+		return apiv1.GatewayInstance{}, err
 	}
 	if appliedAt != nil {
 		g.AppliedAt = *appliedAt
@@ -353,7 +377,7 @@ func scanGateway(row pgx.Row) (GatewayInstance, error) {
 
 func validAction(a string) bool {
 	switch a {
-	case ActionCreate, ActionFlip, ActionWeights, ActionRollback, ActionKill, ActionAdopt:
+	case apiv1.ActionCreate, apiv1.ActionFlip, apiv1.ActionWeights, apiv1.ActionRollback, apiv1.ActionKill, apiv1.ActionAdopt:
 		return true
 	}
 	return false

@@ -1,6 +1,9 @@
 package db_test
 
 import (
+	"bytes"
+	"github.com/dwara/dwara/api/apiv1"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/config/spectest"
 )
 
 func TestPublishConcurrentIDsAreGapFree(t *testing.T) {
@@ -51,8 +55,8 @@ func TestPublishConcurrentIDsAreGapFree(t *testing.T) {
 		case id > 1 && (g.ParentID == nil || *g.ParentID != id-1):
 			t.Errorf("generation %d parent = %v, want %d", id, g.ParentID, id-1)
 		}
-		if g.Action != db.ActionCreate {
-			t.Errorf("generation %d action = %q, want %q (the default)", id, g.Action, db.ActionCreate)
+		if g.Action != apiv1.ActionCreate {
+			t.Errorf("generation %d action = %q, want %q (the default)", id, g.Action, apiv1.ActionCreate)
 		}
 	}
 	cur, err := s.Current(ctx)
@@ -124,6 +128,44 @@ func TestPublishIfMatch(t *testing.T) {
 	})
 }
 
+func TestPublishUnchanged(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	first := publish(t, s, 1)
+	publish(t, s, 2)
+	// The active spec again, with other key order and spacing: jsonb equal.
+	var v any
+	if err := json.Unmarshal(spec(2), &v); err != nil {
+		t.Fatal(err)
+	}
+	same, err := json.MarshalIndent(v, "", "    ") // map keys sorted: another order
+	if err != nil || bytes.Equal(same, spec(2)) {
+		t.Fatalf("re-encode the spec: %v (unchanged bytes: %t)", err, bytes.Equal(same, spec(2)))
+	}
+	for _, action := range []string{apiv1.ActionCreate, apiv1.ActionKill} {
+		g, err := s.Publish(ctx, db.PublishParams{Spec: same, Action: action, Author: "test"})
+		if err != nil {
+			t.Fatalf("publish the active spec (%s): %v", action, err)
+		}
+		if !g.Unchanged || g.ID != 2 || g.Action != apiv1.ActionCreate || len(g.Spec) == 0 {
+			t.Fatalf("publish the active spec (%s) = id %d action %s unchanged %t; want the active generation 2, unchanged", action, g.ID, g.Action, g.Unchanged)
+		}
+	}
+	// A stale If-Match is still a precondition failure, not "unchanged".
+	if _, err := s.Publish(ctx, db.PublishParams{Spec: same, IfMatch: &first.ID}); !errors.Is(err, db.ErrPreconditionFailed) {
+		t.Fatalf("publish the active spec with a stale If-Match = %v, want ErrPreconditionFailed", err)
+	}
+	// The spec of an older generation is a change.
+	g, err := s.Publish(ctx, db.PublishParams{Spec: spec(1), Action: apiv1.ActionRollback, SourceID: &first.ID})
+	if err != nil || g.Unchanged || g.ID != 3 {
+		t.Fatalf("roll back to generation 1 = id %d unchanged %t, %v; want generation 3", g.ID, g.Unchanged, err)
+	}
+	if list, err := s.List(ctx, 10, 0); err != nil || len(list) != 3 {
+		t.Fatalf("list = %d generations, %v; want 3", len(list), err)
+	}
+}
+
 func TestPublishValidation(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -132,11 +174,11 @@ func TestPublishValidation(t *testing.T) {
 		wantErr error // nil: any error
 	}{
 		{name: "unknown action", params: db.PublishParams{Spec: spec(1), Action: "bump"}},
-		{name: "empty spec", params: db.PublishParams{Action: db.ActionCreate}},
+		{name: "empty spec", params: db.PublishParams{Action: apiv1.ActionCreate}},
 		{name: "spec not an object", params: db.PublishParams{Spec: json.RawMessage(`[1, 2]`)}},
 		{name: "spec not json", params: db.PublishParams{Spec: json.RawMessage(`{"a":`)}},
-		{name: "rollback without source", params: db.PublishParams{Spec: spec(1), Action: db.ActionRollback}},
-		{name: "rollback to missing source", params: db.PublishParams{Spec: spec(1), Action: db.ActionRollback, SourceID: ptr(int64(7))}, wantErr: db.ErrNotFound},
+		{name: "rollback without source", params: db.PublishParams{Spec: spec(2), Action: apiv1.ActionRollback}},
+		{name: "rollback to missing source", params: db.PublishParams{Spec: spec(2), Action: apiv1.ActionRollback, SourceID: ptr(int64(7))}, wantErr: db.ErrNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -165,7 +207,7 @@ func TestPublishRollbackRoundTrip(t *testing.T) {
 	publish(t, s, 2)
 
 	rb, err := s.Publish(ctx, db.PublishParams{
-		Spec: first.Spec, Action: db.ActionRollback, SourceID: ptr(first.ID),
+		Spec: first.Spec, Action: apiv1.ActionRollback, SourceID: ptr(first.ID),
 		Author: "alice", Message: "back to 1",
 	})
 	if err != nil {
@@ -175,11 +217,11 @@ func TestPublishRollbackRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("get %d: %v", rb.ID, err)
 	}
-	if got.ID != 3 || *got.ParentID != 2 || got.Action != db.ActionRollback || got.SourceID == nil || *got.SourceID != 1 ||
+	if got.ID != 3 || *got.ParentID != 2 || got.Action != apiv1.ActionRollback || got.SourceID == nil || *got.SourceID != 1 ||
 		got.Author != "alice" || got.Message != "back to 1" || got.CreatedAt.IsZero() {
 		t.Errorf("rollback generation = %+v", got)
 	}
-	if !jsonEqual(t, got.Spec, first.Spec) || !jsonEqual(t, got.Spec, spec(1)) {
+	if !spectest.JSONEqual(t, got.Spec, first.Spec) || !spectest.JSONEqual(t, got.Spec, spec(1)) {
 		t.Errorf("rollback spec = %s, want %s", got.Spec, spec(1))
 	}
 	if string(got.Spec) != string(rb.Spec) || !got.CreatedAt.Equal(rb.CreatedAt) {
@@ -241,7 +283,7 @@ func TestList(t *testing.T) {
 				if g.Spec != nil {
 					t.Errorf("generation %d has a spec in the list", g.ID)
 				}
-				if g.Action != db.ActionCreate || g.Author != "test" || g.CreatedAt.IsZero() {
+				if g.Action != apiv1.ActionCreate || g.Author != "test" || g.CreatedAt.IsZero() {
 					t.Errorf("generation %d = %+v, want its metadata", g.ID, g)
 				}
 			}
@@ -259,14 +301,14 @@ func TestAuditRoundTrip(t *testing.T) {
 	g := publish(t, s, 1)
 
 	at := time.Date(2024, 5, 6, 7, 8, 9, 123456000, time.UTC)
-	in := []db.AuditEntry{
+	in := []apiv1.AuditEntry{
 		{Actor: "alice", Action: "publish", Outcome: "accepted", Status: 201, GenerationID: &g.ID,
 			RequestID: "req-1", RemoteAddr: "127.0.0.1:5000", Detail: json.RawMessage(`{"message": "first"}`)},
 		{Actor: "bob", Action: "rollback", Outcome: "refused", Status: 404, GenerationID: ptr(int64(99)),
 			RequestID: "req-2", RemoteAddr: "[::1]:5001"},
 		{Actor: "carol", Action: "flip", Outcome: "refused", Status: 409, At: at},
 	}
-	var recorded []db.AuditEntry
+	var recorded []apiv1.AuditEntry
 	before := time.Now().Add(-time.Minute)
 	for _, e := range in {
 		got, err := s.RecordAudit(ctx, e)
@@ -299,7 +341,7 @@ func TestAuditRoundTrip(t *testing.T) {
 			got.RemoteAddr != want.RemoteAddr || !equalPtr(got.GenerationID, want.GenerationID) {
 			t.Errorf("entry %d = %+v, want %+v", i, got, want)
 		}
-		if (got.Detail == nil) != (want.Detail == nil) || (got.Detail != nil && !jsonEqual(t, got.Detail, want.Detail)) {
+		if (got.Detail == nil) != (want.Detail == nil) || (got.Detail != nil && !spectest.JSONEqual(t, got.Detail, want.Detail)) {
 			t.Errorf("entry %d detail = %s, want %s", i, got.Detail, want.Detail)
 		}
 	}
@@ -309,7 +351,7 @@ func TestAuditRoundTrip(t *testing.T) {
 		t.Errorf("list audit before %d = %+v, %v; want only entry %d", recorded[1].ID, page, err, recorded[0].ID)
 	}
 
-	if _, err := s.RecordAudit(ctx, db.AuditEntry{Action: "publish", Outcome: "maybe"}); err == nil {
+	if _, err := s.RecordAudit(ctx, apiv1.AuditEntry{Action: "publish", Outcome: "maybe"}); err == nil {
 		t.Error("record with outcome \"maybe\" succeeded, want an error")
 	}
 }
@@ -327,15 +369,15 @@ func TestGatewaysUpsertAndNotify(t *testing.T) {
 	applied := time.Date(2025, 1, 2, 3, 5, 0, 0, time.UTC)
 	steps := []struct {
 		name       string
-		in         db.GatewayInstance
+		in         apiv1.GatewayInstance
 		wantNotify bool
 		wantGen    int64
 	}{
-		{name: "new instance", in: db.GatewayInstance{ID: "gw-a", Hostname: "host-a", Listen: ":8080", StartedAt: started}, wantNotify: true},
-		{name: "heartbeat", in: db.GatewayInstance{ID: "gw-a", Hostname: "host-a", Listen: ":8080", StartedAt: started}},
-		{name: "applied", in: db.GatewayInstance{ID: "gw-a", Hostname: "host-a", Listen: ":8080", StartedAt: started, AppliedGeneration: 1, AppliedAt: applied}, wantNotify: true, wantGen: 1},
-		{name: "heartbeat after apply", in: db.GatewayInstance{ID: "gw-a", Hostname: "host-a", Listen: ":8080", AppliedGeneration: 1, AppliedAt: applied}, wantGen: 1},
-		{name: "applied again", in: db.GatewayInstance{ID: "gw-a", Hostname: "host-a", Listen: ":8080", AppliedGeneration: 2, AppliedAt: applied}, wantNotify: true, wantGen: 2},
+		{name: "new instance", in: apiv1.GatewayInstance{ID: "gw-a", Hostname: "host-a", Listen: ":8080", StartedAt: started}, wantNotify: true},
+		{name: "heartbeat", in: apiv1.GatewayInstance{ID: "gw-a", Hostname: "host-a", Listen: ":8080", StartedAt: started}},
+		{name: "applied", in: apiv1.GatewayInstance{ID: "gw-a", Hostname: "host-a", Listen: ":8080", StartedAt: started, AppliedGeneration: 1, AppliedAt: applied}, wantNotify: true, wantGen: 1},
+		{name: "heartbeat after apply", in: apiv1.GatewayInstance{ID: "gw-a", Hostname: "host-a", Listen: ":8080", AppliedGeneration: 1, AppliedAt: applied}, wantGen: 1},
+		{name: "applied again", in: apiv1.GatewayInstance{ID: "gw-a", Hostname: "host-a", Listen: ":8080", AppliedGeneration: 2, AppliedAt: applied}, wantNotify: true, wantGen: 2},
 	}
 	// Steps run in order on one instance: each depends on the previous.
 	for _, st := range steps {
@@ -344,7 +386,7 @@ func TestGatewaysUpsertAndNotify(t *testing.T) {
 		}
 		if st.wantNotify {
 			n := recv(t, notes, st.name+" notification")
-			var got db.GatewayInstance
+			var got apiv1.GatewayInstance
 			if err := json.Unmarshal([]byte(n.payload), &got); err != nil {
 				t.Fatalf("%s: payload %q: %v", st.name, n.payload, err)
 			}
@@ -368,7 +410,7 @@ func TestGatewaysUpsertAndNotify(t *testing.T) {
 
 	// A heartbeat notified nothing: a second instance's notification is
 	// the next one to arrive.
-	if err := s.UpsertGateway(ctx, db.GatewayInstance{ID: "gw-b"}); err != nil {
+	if err := s.UpsertGateway(ctx, apiv1.GatewayInstance{ID: "gw-b"}); err != nil {
 		t.Fatalf("upsert gw-b: %v", err)
 	}
 	if n := recv(t, notes, "gw-b notification"); !json.Valid([]byte(n.payload)) || !containsID(n.payload, "gw-b") {
@@ -379,13 +421,13 @@ func TestGatewaysUpsertAndNotify(t *testing.T) {
 		t.Errorf("list gateways = %+v, %v; want gw-a, gw-b", gws, err)
 	}
 
-	if err := s.UpsertGateway(ctx, db.GatewayInstance{}); err == nil {
+	if err := s.UpsertGateway(ctx, apiv1.GatewayInstance{}); err == nil {
 		t.Error("upsert without id succeeded, want an error")
 	}
 }
 
 func containsID(payload, id string) bool {
-	var g db.GatewayInstance
+	var g apiv1.GatewayInstance
 	return json.Unmarshal([]byte(payload), &g) == nil && g.ID == id
 }
 

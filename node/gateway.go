@@ -5,47 +5,43 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/dwara/dwara/db"
-	"github.com/dwara/dwara/gateway/filesource"
 	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/dwara/dwara/gateway/source"
 )
 
 // Gateway runs `dwara gateway`: a data plane on Listen with /metrics,
 // /healthz and /readyz on MetricsListen. With ConfigFile it serves that file
 // and reloads it on change or on Reload; otherwise it follows the newest
-// generation in the database at DatabaseURL, as a replica of `serve`.
-func Gateway(ctx context.Context, c Config) error {
+// generation in the database at DatabaseURL, as a replica of `serve`. It
+// runs until ctx is done or one of its parts fails (a first spec file that
+// is refused, for one), and returns once every part has stopped: nil after a
+// graceful shutdown, else the first error. Several may run in one program
+// on different addresses.
+func Gateway(ctx context.Context, c GatewayConfig) error {
 	c.defaults()
+	if c.MetricsListen == "" {
+		c.MetricsListen = DefaultMetricsListen
+	}
 	log := c.Logger
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 
-	reg := newRegistry()
-	px := proxy.New(proxy.Options{Metrics: reg, Logger: log})
-	ready := func() bool { return px.Generation() > 0 }
-
-	var run func(ctx context.Context, proxyAddr string) error
-	if c.ConfigFile != "" {
-		src := &filesource.Source{Path: c.ConfigFile, Apply: px.Apply, Reload: c.Reload, Logger: log}
-		run = func(ctx context.Context, _ string) error { return src.Run(ctx) }
-	} else {
-		store, err := openStore(ctx, c.DatabaseURL)
-		if err != nil {
+	var store *db.Store
+	if c.ConfigFile == "" {
+		var err error
+		if store, err = openStore(ctx, c.DatabaseURL); err != nil {
 			return err
 		}
+		// Runs after g.Wait below, once every goroutine has stopped.
 		defer store.Close()
-		run = func(ctx context.Context, proxyAddr string) error {
-			sub := &db.Subscriber{
-				Store:     store,
-				Instance:  instance(proxyAddr),
-				Apply:     ApplyGeneration(px, c.Applied),
-				Heartbeat: c.Heartbeat,
-				Resync:    c.Resync,
-				Logger:    log,
-			}
-			return sub.Run(ctx)
-		}
 	}
+
+	reg := newRegistry()
+	upstream := proxy.NewTransport()
+	defer upstream.CloseIdleConnections()
+	px := proxy.New(proxy.Options{Metrics: reg, Logger: log, Transport: upstream})
+	apply := applier(px, c.Applied)
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler(reg))
@@ -53,11 +49,12 @@ func Gateway(ctx context.Context, c Config) error {
 		writeStatus(w, http.StatusOK, "ok", px.Generation())
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
+		gen := px.Generation()
+		if gen == 0 {
 			writeStatus(w, http.StatusServiceUnavailable, "no generation applied", 0)
 			return
 		}
-		writeStatus(w, http.StatusOK, "ready", px.Generation())
+		writeStatus(w, http.StatusOK, "ready", gen)
 	})
 
 	proxyL, err := listen("proxy", c.Listen, px)
@@ -66,26 +63,32 @@ func Gateway(ctx context.Context, c Config) error {
 	}
 	metricsL, err := listen("metrics", c.MetricsListen, mux)
 	if err != nil {
-		proxyL.ln.Close()
+		closeAll(proxyL)
 		return err
 	}
-	runErr := make(chan error, 1)
-	go func() {
-		err := run(ctx, proxyL.addr())
-		runErr <- err
-		if err != nil {
-			cancel() // nothing to serve by: stop the listeners too
+
+	g, gctx := errgroup.WithContext(ctx)
+	if c.ConfigFile != "" {
+		src := &source.File{Path: c.ConfigFile, Apply: apply, Reload: c.Reload, Logger: log}
+		g.Go(func() error { return src.Run(gctx) })
+	} else {
+		src := &source.Database{
+			Store:     store,
+			Instance:  instance(proxyL.addr()),
+			Apply:     apply,
+			Heartbeat: c.Heartbeat,
+			Resync:    c.Resync,
+			Logger:    log,
 		}
-	}()
+		l := listener(store.ConnString(), log, follows(src))
+		g.Go(func() error { return l.Run(gctx) })
+		g.Go(func() error { return src.Run(gctx) })
+	}
+	serveHTTP(gctx, g, log, proxyL, metricsL)
 	if c.Started != nil {
 		c.Started(Addrs{Proxy: proxyL.addr(), Metrics: metricsL.addr()})
 	}
-	err = serveAll(ctx, log, proxyL, metricsL)
-	cancel()
-	if rerr := <-runErr; rerr != nil {
-		return rerr
-	}
-	return err
+	return g.Wait()
 }
 
 func writeStatus(w http.ResponseWriter, code int, status string, generation int64) {

@@ -1,8 +1,16 @@
 // Package node assembles one Dwara process from the packages that do the
-// work: `dwara serve` (the REST API and the embedded proxy, fed from
-// PostgreSQL), `dwara gateway --database-url` (a data-plane replica fed from
-// the same database) and `dwara gateway --config` (a data plane fed from a
-// spec file). cmd/dwara parses flags into a Config and calls one of them.
+// work: `dwara serve` (Serve: the REST API and the embedded proxy, fed from
+// PostgreSQL), `dwara gateway --database-url` (Gateway: a data-plane replica
+// fed from the same database) and `dwara gateway --config` (Gateway: a data
+// plane fed from a spec file). cmd/dwara parses flags into a ServeConfig or
+// a GatewayConfig and calls one of them.
+//
+// A process runs its parts (the HTTP listeners, the one db.Listener, the
+// source of generations, the API's event loop) under one errgroup: the
+// first error stops them all, and Serve and Gateway return only once every
+// goroutine has stopped, before the store they use is closed. A process
+// holds exactly one LISTEN connection, fanned out to its consumers (see
+// listener).
 package node
 
 import (
@@ -20,10 +28,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/dwara/dwara/gateway/source"
 )
 
 // Defaults of the listen addresses.
@@ -33,38 +44,80 @@ const (
 	DefaultMetricsListen = "127.0.0.1:9091"
 )
 
-// Config is what cmd/dwara parsed. Empty fields take the defaults above.
-type Config struct {
-	// Listen is the proxy's address.
+// shutdownTimeout bounds the graceful shutdown of each HTTP listener.
+const shutdownTimeout = 10 * time.Second
+
+// Process holds the settings every process has: its data plane and its
+// hooks; ServeConfig and GatewayConfig embed it. The zero value is usable:
+// every field documents its zero value. The hooks are called from the
+// process's goroutines and must be safe for concurrent use.
+type Process struct {
+	// Listen is the proxy's address; "" means DefaultListen.
 	Listen string
-	// AdminListen is the API's address (serve only; it also serves
-	// /metrics).
+	// Logger receives the process's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Started, when non-nil, is called once, when every listener is bound
+	// and every part of the process has been started.
+	Started func(Addrs)
+	// Applied, when non-nil, is called after the proxy applied a generation
+	// (from the database, from a publish of the embedded API, or from the
+	// spec file), once per generation, possibly from several goroutines.
+	Applied func(generation int64)
+	// Heartbeat is how often a process fed from the database refreshes its
+	// gateway_instances row; 0 means source.Database's default (5s).
+	// Ignored with GatewayConfig.ConfigFile.
+	Heartbeat time.Duration
+	// Resync is how often a process fed from the database loads the newest
+	// generation without a notification; 0 means source.Database's default
+	// (30s). Ignored with GatewayConfig.ConfigFile.
+	Resync time.Duration
+}
+
+func (p *Process) defaults() {
+	if p.Listen == "" {
+		p.Listen = DefaultListen
+	}
+	if p.Logger == nil {
+		p.Logger = slog.Default()
+	}
+}
+
+// ServeConfig is what `dwara serve` runs with. The zero value, apart from
+// DatabaseURL, serves on the default loopback addresses. Serve takes a copy.
+type ServeConfig struct {
+	Process
+	// AdminListen is the address of the API, its docs and /metrics; ""
+	// means DefaultAdminListen. Without AdminToken it must be loopback.
 	AdminListen string
-	// MetricsListen serves /metrics, /healthz and /readyz (gateway only).
-	MetricsListen string
-	// DatabaseURL is the PostgreSQL URL (serve, and gateway without
-	// ConfigFile).
+	// DatabaseURL is the PostgreSQL URL. Required.
 	DatabaseURL string
 	// AdminToken protects /api/ (DWARA_ADMIN_TOKEN); "" allows only a
 	// loopback AdminListen.
 	AdminToken string
 	// Demo starts the built-in demo upstreams and seeds an example
-	// generation into an empty database (serve only).
+	// generation into an empty database; false starts neither.
 	Demo bool
-	// ConfigFile makes gateway serve from a YAML/JSON spec file.
+}
+
+// GatewayConfig is what `dwara gateway` runs with. Exactly one of
+// ConfigFile and DatabaseURL chooses the source of generations; with both,
+// ConfigFile wins. Otherwise the zero value serves on the default loopback
+// addresses. Gateway takes a copy.
+type GatewayConfig struct {
+	Process
+	// MetricsListen serves /metrics, /healthz and /readyz; "" means
+	// DefaultMetricsListen.
+	MetricsListen string
+	// DatabaseURL makes the gateway a replica that follows the newest
+	// generation in this PostgreSQL database; "" needs ConfigFile.
+	DatabaseURL string
+	// ConfigFile makes the gateway serve this YAML/JSON spec file,
+	// reloaded when it changes; "" needs DatabaseURL.
 	ConfigFile string
-	// Reload triggers a reload of ConfigFile (main feeds it SIGHUP).
-	Reload <-chan os.Signal
-	// Logger: nil means slog.Default().
-	Logger *slog.Logger
-	// Started, when non-nil, is called once every listener is bound.
-	Started func(Addrs)
-	// Applied, when non-nil, is called after the proxy applied a generation
-	// from the database.
-	Applied func(generation int64)
-	// Heartbeat and Resync tune the database subscriber (zero values: its
-	// defaults).
-	Heartbeat, Resync time.Duration
+	// Reload, when non-nil, reloads ConfigFile on every receive, even when
+	// its content did not change (main feeds it SIGHUP); nil reloads only
+	// on change. Ignored without ConfigFile.
+	Reload <-chan struct{}
 }
 
 // Addrs are the bound addresses of a running process ("" when not served).
@@ -72,36 +125,15 @@ type Addrs struct {
 	Proxy, Admin, Metrics string
 }
 
-func (c *Config) defaults() {
-	if c.Listen == "" {
-		c.Listen = DefaultListen
-	}
-	if c.AdminListen == "" {
-		c.AdminListen = DefaultAdminListen
-	}
-	if c.MetricsListen == "" {
-		c.MetricsListen = DefaultMetricsListen
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-}
-
-// ApplyGeneration returns the Subscriber.Apply that parses a stored
-// generation's spec and applies it to p unless p already serves it or a
-// newer one. applied, when non-nil, is called with each generation applied.
-func ApplyGeneration(p *proxy.Proxy, applied func(generation int64)) func(ctx context.Context, g db.Generation) error {
-	return func(_ context.Context, g db.Generation) error {
-		if g.ID <= p.Generation() {
-			return nil
-		}
-		spec, err := config.ParseJSON(g.Spec)
-		if err != nil {
-			return fmt.Errorf("generation %d: %w", g.ID, err)
-		}
-		ok, err := p.ApplyNewer(spec, g.ID)
+// applier returns the source.ApplyFunc of a process: it applies a
+// generation to p unless p already serves it or a newer one (the database
+// source and the API's publish race to apply the same generations), and
+// calls applied, when non-nil, for each generation it applied.
+func applier(p *proxy.Proxy, applied func(generation int64)) source.ApplyFunc {
+	return func(_ context.Context, spec *config.Spec, generation int64) error {
+		ok, err := p.ApplyNewer(spec, generation)
 		if ok && applied != nil {
-			applied(g.ID)
+			applied(generation)
 		}
 		return err
 	}
@@ -133,11 +165,11 @@ func openStore(ctx context.Context, url string) (*db.Store, error) {
 }
 
 // instance describes this process for gateway_instances.
-func instance(listen string) db.GatewayInstance {
+func instance(listen string) apiv1.GatewayInstance {
 	host, _ := os.Hostname()
 	var b [3]byte
 	_, _ = rand.Read(b[:])
-	return db.GatewayInstance{
+	return apiv1.GatewayInstance{
 		ID:        fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:])),
 		Hostname:  host,
 		Listen:    listen,
@@ -166,32 +198,38 @@ func listen(name, addr string, h http.Handler) (*server, error) {
 
 func (s *server) addr() string { return s.ln.Addr().String() }
 
-// serveAll serves every server until ctx is done or one fails, then shuts
-// them all down gracefully (10 s at most).
-func serveAll(ctx context.Context, log *slog.Logger, servers ...*server) error {
-	errc := make(chan error, len(servers))
+// serveHTTP serves every server under g: each until ctx is done, then it is
+// shut down gracefully (shutdownTimeout at most, then closed). A listener
+// that fails returns its error to g, which stops the process.
+func serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger, servers ...*server) {
 	for _, s := range servers {
-		go func() {
-			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("%s listener: %w", s.name, err)
-				return
+		g.Go(func() error {
+			if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("%s listener: %w", s.name, err)
 			}
-			errc <- nil
-		}()
+			return nil
+		})
+		g.Go(func() error {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+			defer cancel()
+			if err := s.srv.Shutdown(sctx); err != nil {
+				log.Warn("graceful shutdown incomplete; closing the remaining connections", "listener", s.name, "err", err)
+				_ = s.srv.Close()
+			}
+			return nil
+		})
 	}
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+}
+
+// closeAll closes the listeners of servers that were bound but never
+// served.
+func closeAll(servers ...*server) {
 	for _, s := range servers {
-		if e := s.srv.Shutdown(sctx); e != nil {
-			log.Warn("shutdown", "listener", s.name, "err", e)
+		if s != nil {
+			_ = s.ln.Close()
 		}
 	}
-	return err
 }
 
 // isLoopback reports whether a listen address binds only loopback.

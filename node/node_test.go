@@ -1,14 +1,19 @@
 package node
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,56 +21,119 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
 )
 
-// applyTarget is the publish-to-applied target on loopback.
-const applyTarget = 50 * time.Millisecond
+// wait bounds every wait for a signal in these tests. A passing test never
+// waits this long; it is generous so that a loaded machine running -race
+// never reaches it.
+const wait = 30 * time.Second
 
-var httpc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Second}
+var httpc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: wait}
 
-// proc is an in-process dwara serve or gateway with its bound addresses and
-// a channel of the generations its proxy applied from the database.
-type proc struct {
-	Addrs
-	applied chan int64
-	latest  atomic.Int64
+// TestMain fails the package when Serve or Gateway leaves a goroutine behind
+// after it returned. Goroutines that are still stopping (connections of
+// closed servers) get up to leakWait to finish.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	httpc.CloseIdleConnections()
+	if code == 0 {
+		if err := findLeaks(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
-func (p *proc) waitApplied(t testing.TB, gen int64, within time.Duration) time.Duration {
+const leakWait = 15 * time.Second
+
+func findLeaks() error {
+	deadline := time.Now().Add(leakWait)
+	for {
+		err := goleak.Find() // retries for a moment itself
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// proc is an in-process dwara serve or gateway with its bound addresses and
+// the generations its proxy applied.
+type proc struct {
+	Addrs
+	applied chan struct{} // receives (collapsed) after each Applied call
+	latest  atomic.Int64  // the newest generation applied
+}
+
+// hooks sets the process hooks of c to report to p.
+func (p *proc) hooks(c *Process, started chan<- Addrs) {
+	c.Listen = "127.0.0.1:0"
+	c.Logger = discard
+	c.Started = func(a Addrs) { started <- a }
+	c.Applied = func(g int64) {
+		// Serve applies from two goroutines (the API's publish and the
+		// database source): keep the newest.
+		for {
+			cur := p.latest.Load()
+			if g <= cur || p.latest.CompareAndSwap(cur, g) {
+				break
+			}
+		}
+		select {
+		case p.applied <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitApplied waits until the proxy applied generation gen (or a newer one).
+func (p *proc) waitApplied(t testing.TB, gen int64) {
 	t.Helper()
-	start := time.Now()
-	timeout := time.After(within)
+	timeout := time.After(wait)
 	for p.latest.Load() < gen {
 		select {
 		case <-p.applied:
 		case <-timeout:
-			t.Fatalf("generation %d not applied within %v (latest %d)", gen, within, p.latest.Load())
+			t.Fatalf("generation %d not applied within %v (latest %d)", gen, wait, p.latest.Load())
 		}
 	}
-	return time.Since(start)
 }
 
-func start(t testing.TB, run func(context.Context, Config) error, c Config) *proc {
+func startServe(t testing.TB, c ServeConfig) *proc {
 	t.Helper()
-	p := &proc{applied: make(chan int64, 1024)}
+	p := &proc{applied: make(chan struct{}, 1)}
 	started := make(chan Addrs, 1)
-	c.Listen, c.AdminListen, c.MetricsListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	c.Started = func(a Addrs) { started <- a }
-	c.Applied = func(g int64) {
-		p.latest.Store(g)
-		select {
-		case p.applied <- g:
-		default:
-		}
-	}
+	p.hooks(&c.Process, started)
+	c.AdminListen = "127.0.0.1:0"
+	p.Addrs = run(t, started, func(ctx context.Context) error { return Serve(ctx, c) })
+	return p
+}
+
+func startGateway(t testing.TB, c GatewayConfig) *proc {
+	t.Helper()
+	p := &proc{applied: make(chan struct{}, 1)}
+	started := make(chan Addrs, 1)
+	p.hooks(&c.Process, started)
+	c.MetricsListen = "127.0.0.1:0"
+	p.Addrs = run(t, started, func(ctx context.Context) error { return Gateway(ctx, c) })
+	return p
+}
+
+// run runs a process until the test ends; it then cancels it and checks
+// that it returned nil. It returns the process's addresses once started.
+func run(t testing.TB, started <-chan Addrs, f func(context.Context) error) Addrs {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, c) }()
+	go func() { done <- f(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -73,18 +141,19 @@ func start(t testing.TB, run func(context.Context, Config) error, c Config) *pro
 			if err != nil {
 				t.Errorf("process stopped with %v", err)
 			}
-		case <-time.After(15 * time.Second):
-			t.Error("process did not stop within 15s")
+		case <-time.After(wait):
+			t.Errorf("process did not stop within %v", wait)
 		}
 	})
 	select {
-	case p.Addrs = <-started:
+	case a := <-started:
+		return a
 	case err := <-done:
 		t.Fatalf("process failed to start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("process did not start within 30s")
+	case <-time.After(wait):
+		t.Fatalf("process did not start within %v", wait)
 	}
-	return p
+	return Addrs{}
 }
 
 func pools(t testing.TB) (a, b *demo.Pool) {
@@ -141,9 +210,10 @@ func call(t testing.TB, method, url string, body any, out any) *http.Response {
 	return resp
 }
 
-func publish(t testing.TB, admin string, spec json.RawMessage) db.Generation {
+// publish publishes spec through the API at admin.
+func publish(t testing.TB, admin string, spec json.RawMessage) apiv1.Generation {
 	t.Helper()
-	var g db.Generation
+	var g apiv1.Generation
 	resp := call(t, http.MethodPost, "http://"+admin+"/api/v1/generations", map[string]any{"message": "test", "spec": spec}, &g)
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("publish: status %d", resp.StatusCode)
@@ -151,31 +221,148 @@ func publish(t testing.TB, admin string, spec json.RawMessage) db.Generation {
 	return g
 }
 
-// pool returns the X-Pool of one request through the proxy at addr.
+// testStore opens a Store on url for the test: a publish through it
+// bypasses the API, so a process applies it only through its listener.
+func testStore(t testing.TB, url string) *db.Store {
+	t.Helper()
+	s, err := db.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func publishTo(t testing.TB, s *db.Store, spec json.RawMessage) apiv1.Generation {
+	t.Helper()
+	g, err := s.Publish(context.Background(), db.PublishParams{Spec: spec, Action: apiv1.ActionCreate, Author: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// served is what the upstream saw of one request through a proxy.
+type served struct {
+	pool       string // X-Pool of the answer
+	generation int64  // X-Dwara-Generation as the upstream received it
+}
+
+// get sends one request through the proxy at addr. The demo upstream answers
+// "pool=... endpoint=... generation=N path=...".
+func get(ctx context.Context, addr string) (served, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
+	if err != nil {
+		return served{}, err
+	}
+	resp, err := httpc.Do(req)
+	if err != nil {
+		return served{}, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return served{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return served{}, fmt.Errorf("status %d: %s", resp.StatusCode, body)
+	}
+	s := served{pool: resp.Header.Get("X-Pool")}
+	for f := range strings.FieldsSeq(string(body)) {
+		if v, ok := strings.CutPrefix(f, "generation="); ok {
+			if s.generation, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return served{}, fmt.Errorf("generation in %q: %w", body, err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// pool returns the pool that served one request through the proxy at addr.
 func pool(t testing.TB, addr string) string {
 	t.Helper()
-	resp, err := httpc.Get("http://" + addr + "/")
+	s, err := get(context.Background(), addr)
 	if err != nil {
 		t.Fatalf("GET through %s: %v", addr, err)
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET through %s: status %d", addr, resp.StatusCode)
+	return s.pool
+}
+
+// watchGateways LISTENs on db.GatewayNotifyChannel over a plain connection
+// (application_name dwara-test, not a listener of the processes) until the
+// test ends. It returns once listening.
+func watchGateways(t testing.TB, url string) <-chan apiv1.GatewayInstance {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("parse url: %v", err)
 	}
-	return resp.Header.Get("X-Pool")
+	cfg.RuntimeParams["application_name"] = "dwara-test"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{db.GatewayNotifyChannel}.Sanitize()); err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	reports := make(chan apiv1.GatewayInstance, 1000)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer conn.Close(context.Background())
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("watch gateways: %v", err)
+				}
+				return
+			}
+			var gi apiv1.GatewayInstance
+			if err := json.Unmarshal([]byte(n.Payload), &gi); err != nil {
+				t.Errorf("gateway payload %q: %v", n.Payload, err)
+				continue
+			}
+			reports <- gi
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return reports
+}
+
+// listeners counts the db.Listener connections to url's database.
+func listeners(t testing.TB, url string) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE application_name = $1 AND datname = current_database()`, db.ListenerApplicationName).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func TestPublishReachesEveryProxy(t *testing.T) {
 	t.Parallel()
 	url := dbtest.New(t)
 	a, b := pools(t)
-	srv := start(t, Serve, Config{DatabaseURL: url, Heartbeat: 100 * time.Millisecond})
-	replica := start(t, Gateway, Config{DatabaseURL: url, Heartbeat: 100 * time.Millisecond})
+	reports := watchGateways(t, url)
+	srv := startServe(t, ServeConfig{DatabaseURL: url})
+	replica := startGateway(t, GatewayConfig{DatabaseURL: url})
 
 	g1 := publish(t, srv.Admin, specJSON(a, b, 100, 0))
-	srv.waitApplied(t, g1.ID, 5*time.Second)
-	replica.waitApplied(t, g1.ID, 5*time.Second)
+	srv.waitApplied(t, g1.ID)
+	replica.waitApplied(t, g1.ID)
 	for _, p := range []*proc{srv, replica} {
 		if got := pool(t, p.Proxy); got != "pool-a" {
 			t.Errorf("generation 1 through %s: served by %q", p.Proxy, got)
@@ -187,151 +374,186 @@ func TestPublishReachesEveryProxy(t *testing.T) {
 		t.Fatalf("ids %d then %d", g1.ID, g2.ID)
 	}
 	for name, p := range map[string]*proc{"serve": srv, "replica": replica} {
-		d := p.waitApplied(t, g2.ID, 5*time.Second)
-		t.Logf("%s applied generation %d %v after the 201", name, g2.ID, d)
-		for i := 0; i < 20; i++ {
+		p.waitApplied(t, g2.ID)
+		for i := range 20 {
 			if got := pool(t, p.Proxy); got != "pool-b" {
 				t.Fatalf("%s: request %d after applying generation 2 served by %q", name, i, got)
 			}
 		}
 	}
 
-	// Both data planes report the generation they applied.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var page struct{ Items []db.GatewayInstance }
-		call(t, http.MethodGet, "http://"+srv.Admin+"/api/v1/gateways", nil, &page)
-		list := page.Items
-		var at2 int
-		listens := map[string]bool{}
-		for _, gi := range list {
-			listens[gi.Listen] = true
+	// Both data planes report the generation they applied: wait for the
+	// reports, then read them back through the API.
+	pending := map[string]bool{srv.Proxy: true, replica.Proxy: true}
+	timeout := time.After(wait)
+	for len(pending) > 0 {
+		select {
+		case gi := <-reports:
 			if gi.AppliedGeneration == g2.ID {
-				at2++
+				delete(pending, gi.Listen)
 			}
+		case <-timeout:
+			t.Fatalf("no report of generation %d within %v from %v", g2.ID, wait, pending)
 		}
-		if at2 == 2 && listens[srv.Proxy] && listens[replica.Proxy] {
-			break
+	}
+	var page struct{ Items []apiv1.GatewayInstance }
+	call(t, http.MethodGet, "http://"+srv.Admin+"/api/v1/gateways", nil, &page)
+	at2 := map[string]bool{}
+	for _, gi := range page.Items {
+		if gi.AppliedGeneration == g2.ID {
+			at2[gi.Listen] = true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateways never both reported generation %d: %+v", g2.ID, list)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a read model, bounded by the deadline
+	}
+	if len(page.Items) != 2 || !at2[srv.Proxy] || !at2[replica.Proxy] {
+		t.Errorf("gateways = %+v, want serve's and the replica's proxy on generation %d", page.Items, g2.ID)
 	}
 }
 
+// sample is one request of the load in TestFlipUnderLoad.
+type sample struct {
+	via    int   // index of the process the request went through
+	before int64 // the generation that process had reported applied when the request was sent
+	acked  int64 // the newest generation whose 201 had arrived when the request was sent
+	served
+}
+
 // TestFlipUnderLoad sends traffic from 8 clients through the embedded proxy
-// and the replica while the API flips the split twice: no request fails,
-// every request sent to the embedded proxy after a flip's 201 is served by
-// the new side, and so is every request sent to the replica later than the
-// target latency after it.
+// and a replica while the API flips the split twice. It asserts order, not
+// latency: no request fails; a request sent after a process reported
+// generation N applied is served by N or newer, as the upstream saw it in
+// X-Dwara-Generation; through the embedded proxy, so is every request sent
+// after N's 201; and each generation is served by its pool.
 func TestFlipUnderLoad(t *testing.T) {
 	t.Parallel()
 	url := dbtest.New(t)
 	a, b := pools(t)
-	srv := start(t, Serve, Config{DatabaseURL: url})
-	replica := start(t, Gateway, Config{DatabaseURL: url})
-	g := publish(t, srv.Admin, specJSON(a, b, 100, 0))
-	srv.waitApplied(t, g.ID, 5*time.Second)
-	replica.waitApplied(t, g.ID, 5*time.Second)
+	srv := startServe(t, ServeConfig{DatabaseURL: url})
+	replica := startGateway(t, GatewayConfig{DatabaseURL: url})
+	procs := []*proc{srv, replica}
+	g1 := publish(t, srv.Admin, specJSON(a, b, 100, 0))
+	for _, p := range procs {
+		p.waitApplied(t, g1.ID)
+	}
 
-	type sample struct {
-		sent time.Time
-		pool string
-		addr string
-	}
 	var (
-		mu      sync.Mutex
-		samples []sample
-		failed  atomic.Int64
-		stop    atomic.Bool
-		wg      sync.WaitGroup
+		acked    atomic.Int64 // newest generation whose 201 arrived
+		mu       sync.Mutex
+		samples  []sample
+		counts   [2]map[int64]int // per process: requests by generation reported before sending
+		failures []error
+		progress = make(chan struct{}, 1)
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for c := 0; c < 8; c++ {
-		addr := srv.Proxy
-		if c%2 == 1 {
-			addr = replica.Proxy
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 20000 && !stop.Load() && ctx.Err() == nil; i++ {
-				sent := time.Now()
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
-				resp, err := httpc.Do(req)
-				if err != nil {
-					failed.Add(1)
-					continue
+	acked.Store(g1.ID)
+	counts[0], counts[1] = map[int64]int{}, map[int64]int{}
+	for c := range 8 {
+		via := c % 2
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
 				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					failed.Add(1)
-					continue
-				}
+				s := sample{via: via, before: procs[via].latest.Load(), acked: acked.Load()}
+				var err error
+				s.served, err = get(context.Background(), procs[via].Proxy)
 				mu.Lock()
-				samples = append(samples, sample{sent, resp.Header.Get("X-Pool"), addr})
+				if err != nil {
+					failures = append(failures, err)
+				} else {
+					samples = append(samples, s)
+					counts[via][s.before]++
+				}
 				mu.Unlock()
+				select {
+				case progress <- struct{}{}:
+				default:
+				}
 			}
-		}()
+		})
 	}
-	count := func() int { mu.Lock(); defer mu.Unlock(); return len(samples) }
-	waitCount := func(n int) {
-		for count() < n && ctx.Err() == nil {
-			time.Sleep(5 * time.Millisecond) // polling a counter fed by the load, bounded by ctx
+	stopLoad := sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+	})
+	defer stopLoad() // also when the test fails half-way
+	// awaitLoad waits until each process served n requests sent after it
+	// reported generation gen applied, or until a request failed (the
+	// failures are reported once the load stopped).
+	awaitLoad := func(gen int64, n int) {
+		t.Helper()
+		timeout := time.After(wait)
+		for {
+			mu.Lock()
+			reached, failed := true, len(failures) > 0
+			for via := range procs {
+				sent := 0
+				for g, c := range counts[via] {
+					if g >= gen {
+						sent += c
+					}
+				}
+				reached = reached && sent >= n
+			}
+			mu.Unlock()
+			if reached || failed {
+				return
+			}
+			select {
+			case <-progress:
+			case <-timeout:
+				t.Fatalf("the load did not reach %d requests per process at generation %d within %v", n, gen, wait)
+			}
 		}
 	}
-	// flip returns when the flip request was sent and when its 201 came.
-	flip := func() (sent, acked time.Time) {
-		sent = time.Now()
-		var g db.Generation
+	flip := func() int64 {
+		t.Helper()
+		var g apiv1.Generation
 		resp := call(t, http.MethodPost, "http://"+srv.Admin+"/api/v1/services/web/flip", map[string]any{"message": "flip"}, &g)
-		at := time.Now()
-		if resp.StatusCode != http.StatusCreated || g.Action != db.ActionFlip {
+		if resp.StatusCode != http.StatusCreated || g.Action != apiv1.ActionFlip {
 			t.Fatalf("flip: %d %+v", resp.StatusCode, g)
 		}
-		return sent, at
+		acked.Store(g.ID)
+		for _, p := range procs {
+			p.waitApplied(t, g.ID)
+		}
+		return g.ID
 	}
-	waitCount(300)
-	flip1sent, flip1 := flip()
-	waitCount(count() + 600)
-	flip2sent, flip2 := flip()
-	waitCount(count() + 600)
-	stop.Store(true)
-	wg.Wait()
+	awaitLoad(g1.ID, 150)
+	g2 := flip()
+	awaitLoad(g2, 150)
+	g3 := flip()
+	awaitLoad(g3, 150)
+	stopLoad()
 
-	if n := failed.Load(); n != 0 {
-		t.Errorf("%d requests failed during the flips", n)
+	for i, err := range failures {
+		if i < 5 {
+			t.Errorf("request failed during the flips: %v", err)
+		}
 	}
-	var late int
+	if len(failures) > 0 {
+		t.Fatalf("%d requests failed during the flips", len(failures))
+	}
+	wantPool := map[int64]string{g1.ID: "pool-a", g2: "pool-b", g3: "pool-a"}
+	names := []string{"embedded proxy", "replica"}
+	var wrong int
 	for _, s := range samples {
-		// The embedded proxy applies a generation before the API answers
-		// 201; a replica follows within the target latency.
-		grace := applyTarget
-		if s.addr == srv.Proxy {
-			grace = 0
+		floor := s.before
+		if s.via == 0 {
+			floor = max(floor, s.acked) // applied before the 201
 		}
-		want := ""
-		switch {
-		case s.sent.After(flip2.Add(grace)):
-			want = "pool-a"
-		case s.sent.After(flip1.Add(grace)) && s.sent.Before(flip2sent):
-			want = "pool-b"
-		case s.sent.Before(flip1sent):
-			want = "pool-a"
-		}
-		if want != "" && s.pool != want {
-			late++
-			if late <= 5 {
-				t.Logf("late: via %s sent %v after flip 1, %v after flip 2: %s", s.addr, s.sent.Sub(flip1), s.sent.Sub(flip2), s.pool)
+		if s.generation < floor || s.pool != wantPool[s.generation] {
+			wrong++
+			if wrong <= 5 {
+				t.Errorf("via the %s: sent after generation %d (201 of %d), served by generation %d from %q",
+					names[s.via], s.before, s.acked, s.generation, s.pool)
 			}
 		}
 	}
-	t.Logf("serve proxy %s, replica %s", srv.Proxy, replica.Proxy)
-	if late != 0 {
-		t.Errorf("%d of %d requests were served by the old side after a flip (embedded proxy: after the 201; replica: %v after it)", late, len(samples), applyTarget)
+	if wrong > 0 {
+		t.Errorf("%d of %d requests were served out of order", wrong, len(samples))
 	}
 	t.Logf("%d requests, 2 flips, 0 failures", len(samples))
 }
@@ -342,8 +564,8 @@ func TestFlipUnderLoad(t *testing.T) {
 func BenchmarkPublishToApplied(b *testing.B) {
 	url := dbtest.New(b)
 	pa, pb := pools(b)
-	srv := start(b, Serve, Config{DatabaseURL: url})
-	replica := start(b, Gateway, Config{DatabaseURL: url})
+	srv := startServe(b, ServeConfig{DatabaseURL: url})
+	replica := startGateway(b, GatewayConfig{DatabaseURL: url})
 	var fromPost, fromAck []time.Duration
 	i := 0
 	for b.Loop() {
@@ -351,7 +573,7 @@ func BenchmarkPublishToApplied(b *testing.B) {
 		t0 := time.Now()
 		g := publish(b, srv.Admin, specJSON(pa, pb, 100-i%100, i%100))
 		t1 := time.Now()
-		replica.waitApplied(b, g.ID, 5*time.Second)
+		replica.waitApplied(b, g.ID)
 		fromPost = append(fromPost, time.Since(t0))
 		fromAck = append(fromAck, time.Since(t1))
 	}
@@ -366,23 +588,112 @@ func BenchmarkPublishToApplied(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// sseStream reads server-sent events.
+type sseStream struct{ r *bufio.Reader }
+
+// subscribe subscribes to GET /api/v1/events at admin until the test ends,
+// and returns once the server says the stream is subscribed.
+func subscribe(t testing.TB, admin string) *sseStream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/api/v1/events", nil)
+	// Not httpc: its Timeout would end the stream.
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("GET /api/v1/events: %v", err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	s := &sseStream{r: bufio.NewReader(resp.Body)}
+	if line, err := s.r.ReadString('\n'); err != nil || line != ": connected\n" {
+		t.Fatalf("first line of the event stream %q, %v", line, err)
+	}
+	return s
+}
+
+// next returns the next event, skipping comments.
+func (s *sseStream) next(t testing.TB) (name, data string) {
+	t.Helper()
+	for {
+		line, err := s.r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("read event stream: %v", err)
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "" && name != "":
+			return name, data
+		case strings.HasPrefix(line, "event: "):
+			name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data = strings.TrimPrefix(line, "data: ")
+		}
+	}
+}
+
+// TestOneListenConnectionPerProcess proves that the database source and the
+// API's event stream of a serve process share one LISTEN connection, and
+// that a replica adds exactly one more.
+func TestOneListenConnectionPerProcess(t *testing.T) {
+	t.Parallel()
+	url := dbtest.New(t)
+	a, b := pools(t)
+	store := testStore(t, url)
+	// Without a resync, and with generations published behind the API's
+	// back, a process applies a generation only when its listener connects
+	// or notifies.
+	srv := startServe(t, ServeConfig{DatabaseURL: url, Process: Process{Resync: time.Hour}})
+	g1 := publishTo(t, store, specJSON(a, b, 100, 0))
+	srv.waitApplied(t, g1.ID)
+	if resp := call(t, http.MethodGet, "http://"+srv.Admin+"/readyz", nil, nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz: status %d", resp.StatusCode)
+	}
+
+	// The same connection feeds the event stream and the proxy.
+	stream := subscribe(t, srv.Admin)
+	g2 := publishTo(t, store, specJSON(a, b, 0, 100))
+	for {
+		// The events of generation 1 may still be on their way.
+		name, data := stream.next(t)
+		if name != apiv1.EventGenerationPublished {
+			continue
+		}
+		var got apiv1.Generation
+		if err := json.Unmarshal([]byte(data), &got); err != nil {
+			t.Fatalf("event %s %s: %v", name, data, err)
+		}
+		if got.ID == g2.ID {
+			break
+		}
+	}
+	srv.waitApplied(t, g2.ID)
+	if n := listeners(t, url); n != 1 {
+		t.Errorf("serve holds %d LISTEN connections, want 1", n)
+	}
+
+	replica := startGateway(t, GatewayConfig{DatabaseURL: url, Process: Process{Resync: time.Hour}})
+	replica.waitApplied(t, g2.ID)
+	if n := listeners(t, url); n != 2 {
+		t.Errorf("serve and a replica hold %d LISTEN connections, want 2", n)
+	}
+}
+
 // TestReplicaSurvivesListenerKill terminates every listener backend of the
-// database while a generation is published: the replica reconnects and
-// applies it without a restart.
+// database, then publishes a generation: serve and the replica reconnect
+// and apply it without a restart.
 func TestReplicaSurvivesListenerKill(t *testing.T) {
 	t.Parallel()
 	url := dbtest.New(t)
 	a, b := pools(t)
-	srv := start(t, Serve, Config{DatabaseURL: url})
-	replica := start(t, Gateway, Config{DatabaseURL: url, Resync: time.Hour})
-	g1 := publish(t, srv.Admin, specJSON(a, b, 100, 0))
-	replica.waitApplied(t, g1.ID, 5*time.Second)
+	store := testStore(t, url)
+	// Without a resync, applying a generation published behind the API's
+	// back proves a process's listener connected.
+	srv := startServe(t, ServeConfig{DatabaseURL: url, Process: Process{Resync: time.Hour}})
+	replica := startGateway(t, GatewayConfig{DatabaseURL: url, Process: Process{Resync: time.Hour}})
+	g1 := publishTo(t, store, specJSON(a, b, 100, 0))
+	srv.waitApplied(t, g1.ID)
+	replica.waitApplied(t, g1.ID)
 
-	store, err := db.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
 	conn, err := pgx.Connect(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -391,17 +702,14 @@ func TestReplicaSurvivesListenerKill(t *testing.T) {
 	var killed int
 	err = conn.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE application_name = $1 AND datname = current_database()`, db.ListenerApplicationName).Scan(&killed)
-	if err != nil || killed < 2 {
+	if err != nil || killed != 2 {
 		t.Fatalf("terminated %d listener backends (err %v), want serve's and the replica's", killed, err)
 	}
 	// Published while the listeners are down or reconnecting: the reconnect
 	// loads the newest generation, so it is not missed.
-	g2, err := store.Publish(context.Background(), db.PublishParams{Spec: specJSON(a, b, 0, 100), Action: db.ActionCreate, Author: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	replica.waitApplied(t, g2.ID, 10*time.Second)
-	srv.waitApplied(t, g2.ID, 10*time.Second)
+	g2 := publishTo(t, store, specJSON(a, b, 0, 100))
+	replica.waitApplied(t, g2.ID)
+	srv.waitApplied(t, g2.ID)
 	for _, p := range []*proc{srv, replica} {
 		if got := pool(t, p.Proxy); got != "pool-b" {
 			t.Errorf("after the reconnect %s serves %q, want pool-b", p.Proxy, got)
@@ -409,10 +717,118 @@ func TestReplicaSurvivesListenerKill(t *testing.T) {
 	}
 }
 
+// splitFile is a spec file splitting "/" between pools a and b.
+func splitFile(a, b *demo.Pool, wa, wb int) string {
+	return fmt.Sprintf(`upstreams:
+  - {name: pool-a, endpoints: [%q]}
+  - {name: pool-b, endpoints: [%q]}
+services:
+  - name: web
+    split:
+      targets:
+        - {upstream: pool-a, weight: %d}
+        - {upstream: pool-b, weight: %d}
+`, a.Addrs[0], b.Addrs[0], wa, wb)
+}
+
+func TestGatewayFromFileReloads(t *testing.T) {
+	t.Parallel()
+	a, b := pools(t)
+	file := filepath.Join(t.TempDir(), "dwara.yaml")
+	if err := os.WriteFile(file, []byte(splitFile(a, b, 100, 0)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reload := make(chan struct{}, 1)
+	gw := startGateway(t, GatewayConfig{ConfigFile: file, Reload: reload})
+	gw.waitApplied(t, 1)
+	if got := pool(t, gw.Proxy); got != "pool-a" {
+		t.Errorf("generation 1 served by %q, want pool-a", got)
+	}
+	// The Reload channel forces a reload of unchanged content.
+	reload <- struct{}{}
+	gw.waitApplied(t, 2)
+	if s, err := get(context.Background(), gw.Proxy); err != nil || s.generation != 2 {
+		t.Errorf("after the reload: %+v, %v; want generation 2", s, err)
+	}
+}
+
+// TestGatewayStopsWhenAPartFails starts a gateway whose spec file is
+// refused: the source's error stops the process, which returns it after
+// releasing its listeners.
+func TestGatewayStopsWhenAPartFails(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "dwara.yaml")
+	if err := os.WriteFile(file, []byte("upstreams: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan Addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Gateway(context.Background(), GatewayConfig{
+			Process: Process{
+				Listen: "127.0.0.1:0", Logger: discard,
+				Started: func(a Addrs) { started <- a },
+			},
+			MetricsListen: "127.0.0.1:0",
+			ConfigFile:    file,
+		})
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(wait):
+		t.Fatalf("Gateway did not return within %v of a refused first file", wait)
+	}
+	if err == nil || !strings.Contains(err.Error(), file) {
+		t.Fatalf("Gateway = %v, want the refusal of %s", err, file)
+	}
+	a := <-started
+	for _, addr := range []string{a.Proxy, a.Metrics} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("%s still bound after Gateway returned: %v", addr, err)
+			continue
+		}
+		ln.Close()
+	}
+}
+
+// TestListenerFansOut checks the one piece of code that fans the process's
+// notifications out: every consumer is told of each (re)connect, and gets
+// the notifications of its channels only.
+func TestListenerFansOut(t *testing.T) {
+	t.Parallel()
+	var got []string
+	record := func(who string) consumer {
+		return consumer{
+			channels:  map[string][]string{"gens": {db.NotifyChannel}, "events": {db.NotifyChannel, db.GatewayNotifyChannel}}[who],
+			connected: func() { got = append(got, who+" connected") },
+			notify:    func(ch, payload string) { got = append(got, who+" "+ch+" "+payload) },
+		}
+	}
+	l := listener("postgres://unused", discard, record("gens"), record("events"))
+	if want := []string{db.NotifyChannel, db.GatewayNotifyChannel}; !slices.Equal(l.Channels, want) {
+		t.Errorf("channels %v, want %v", l.Channels, want)
+	}
+	if err := l.OnConnect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.OnNotify(db.NotifyChannel, "7")
+	l.OnNotify(db.GatewayNotifyChannel, "{}")
+	want := []string{
+		"gens connected", "events connected",
+		"gens " + db.NotifyChannel + " 7", "events " + db.NotifyChannel + " 7",
+		"events " + db.GatewayNotifyChannel + " {}",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("fan-out %q, want %q", got, want)
+	}
+}
+
 func TestServeRefusesPublicAdminWithoutToken(t *testing.T) {
 	t.Parallel()
 	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:9090"} {
-		err := Serve(context.Background(), Config{AdminListen: addr, DatabaseURL: "postgres://unused", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		err := Serve(context.Background(), ServeConfig{AdminListen: addr, DatabaseURL: "postgres://unused", Process: Process{Logger: discard}})
 		if err == nil || !strings.Contains(err.Error(), "DWARA_ADMIN_TOKEN") {
 			t.Errorf("admin listen %s without a token: %v, want a refusal naming DWARA_ADMIN_TOKEN", addr, err)
 		}

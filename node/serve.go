@@ -6,54 +6,68 @@ import (
 	"errors"
 	"fmt"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/dwara/dwara/api"
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/dwara/dwara/gateway/source"
 )
 
 // Serve runs `dwara serve`: the REST API on AdminListen and the embedded
 // proxy on Listen, the proxy following the newest generation in the
-// database. It returns when ctx is done (after a graceful shutdown) or when
-// something fails to start.
-func Serve(ctx context.Context, c Config) error {
+// database and applying each publish of the API before its 201. It runs
+// until ctx is done or one of its parts fails, and returns once every part
+// has stopped: nil after a graceful shutdown, else the first error (also
+// when something fails to start). Several may run in one program on
+// different addresses.
+func Serve(ctx context.Context, c ServeConfig) error {
 	c.defaults()
+	if c.AdminListen == "" {
+		c.AdminListen = DefaultAdminListen
+	}
 	log := c.Logger
 	if c.AdminToken == "" && !isLoopback(c.AdminListen) {
 		return fmt.Errorf("admin listener %s is not loopback: set DWARA_ADMIN_TOKEN to expose the API beyond this machine", c.AdminListen)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 
 	store, err := openStore(ctx, c.DatabaseURL)
 	if err != nil {
 		return err
 	}
+	// Deferred calls run after g.Wait below: every goroutine has stopped
+	// before the demo pools, the upstream connections and the store close.
 	defer store.Close()
-
 	if c.Demo {
 		pools, err := startDemo(ctx, store)
-		if err != nil {
-			return err
-		}
 		defer func() {
 			for _, p := range pools {
 				p.Close()
 			}
 		}()
+		if err != nil {
+			return err
+		}
 	}
 
 	reg := newRegistry()
-	px := proxy.New(proxy.Options{Metrics: reg, Logger: log})
-	apply := ApplyGeneration(px, c.Applied)
+	upstream := proxy.NewTransport()
+	defer upstream.CloseIdleConnections()
+	px := proxy.New(proxy.Options{Metrics: reg, Logger: log, Transport: upstream})
+	apply := applier(px, c.Applied)
 	apiSrv := api.New(api.Options{
-		Published: apply,
-		Store:     store,
-		Token:     c.AdminToken,
-		Logger:    log,
-		Metrics:   metricsHandler(reg),
-		Ready:     func() bool { return px.Generation() > 0 },
+		// The API validated spec once; the proxy serves it before the 201.
+		OnPublish: func(ctx context.Context, generation int64, spec *config.Spec) error {
+			return apply(ctx, spec, generation)
+		},
+		Store:   store,
+		Token:   c.AdminToken,
+		Logger:  log,
+		Metrics: metricsHandler(reg),
+		Ready:   func() bool { return px.Generation() > 0 },
 	})
 	proxyL, err := listen("proxy", c.Listen, px)
 	if err != nil {
@@ -61,10 +75,10 @@ func Serve(ctx context.Context, c Config) error {
 	}
 	adminL, err := listen("admin", c.AdminListen, apiSrv.Handler())
 	if err != nil {
-		proxyL.ln.Close()
+		closeAll(proxyL)
 		return err
 	}
-	sub := &db.Subscriber{
+	src := &source.Database{
 		Store:     store,
 		Instance:  instance(proxyL.addr()),
 		Apply:     apply,
@@ -72,12 +86,17 @@ func Serve(ctx context.Context, c Config) error {
 		Resync:    c.Resync,
 		Logger:    log,
 	}
-	go func() { _ = sub.Run(ctx) }()
-	go func() { _ = apiSrv.Run(ctx) }()
+	l := listener(store.ConnString(), log, follows(src), events(apiSrv))
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return l.Run(gctx) })
+	g.Go(func() error { return src.Run(gctx) })
+	g.Go(func() error { return apiSrv.Run(gctx) })
+	serveHTTP(gctx, g, log, proxyL, adminL)
 	if c.Started != nil {
 		c.Started(Addrs{Proxy: proxyL.addr(), Admin: adminL.addr()})
 	}
-	return serveAll(ctx, log, proxyL, adminL)
+	return g.Wait()
 }
 
 // Demo pool addresses: fixed, so that the seeded generation keeps pointing
@@ -138,7 +157,7 @@ func startDemo(ctx context.Context, store *db.Store) ([]*demo.Pool, error) {
 	}
 	zero := int64(0)
 	_, err = store.Publish(ctx, db.PublishParams{
-		Spec: js, Action: db.ActionCreate, Author: "demo",
+		Spec: js, Action: apiv1.ActionCreate, Author: "demo",
 		Message: "demo: 90/10 split of web-stable and web-canary with a sticky cookie", IfMatch: &zero,
 	})
 	if errors.Is(err, db.ErrPreconditionFailed) {

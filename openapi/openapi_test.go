@@ -1,6 +1,8 @@
 package openapi_test
 
 import (
+	"github.com/dwara/dwara/api/apiv1"
+
 	"reflect"
 	"slices"
 	"strings"
@@ -8,7 +10,6 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/openapi"
 )
@@ -59,9 +60,9 @@ func TestSchemasMirrorGoTypes(t *testing.T) {
 		typ    reflect.Type
 	}{
 		{"Spec", reflect.TypeFor[config.Spec]()},
-		{"Generation", reflect.TypeFor[db.Generation]()},
-		{"AuditEntry", reflect.TypeFor[db.AuditEntry]()},
-		{"GatewayInstance", reflect.TypeFor[db.GatewayInstance]()},
+		{"Generation", reflect.TypeFor[apiv1.Generation]()},
+		{"AuditEntry", reflect.TypeFor[apiv1.AuditEntry]()},
+		{"GatewayInstance", reflect.TypeFor[apiv1.GatewayInstance]()},
 		{"FieldError", reflect.TypeFor[config.FieldError]()},
 	}
 	for _, tt := range tests {

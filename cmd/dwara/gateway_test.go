@@ -44,14 +44,10 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-const (
-	// waitLog bounds every wait for a log line of the process.
-	waitLog = 10 * time.Second
-	// waitSwitch bounds how long a file change may take to reach traffic.
-	waitSwitch = 5 * time.Second
-	// requestTimeout bounds each request to the process.
-	requestTimeout = 2 * time.Second
-)
+// wait bounds every wait for the process (a log line, its exit) and every
+// request to it. A passing test never waits this long; it is generous so
+// that a loaded machine running -race never reaches it.
+const wait = 30 * time.Second
 
 // logTail collects a process's stderr line by line and wakes waiters on
 // every new line. It is safe for concurrent use.
@@ -127,7 +123,7 @@ func (l *logTail) since(mark int) string {
 // returns its index and submatches.
 func (l *logTail) waitFor(t *testing.T, from int, re *regexp.Regexp) (int, []string) {
 	t.Helper()
-	deadline := time.After(waitLog)
+	deadline := time.After(wait)
 	for {
 		l.mu.Lock()
 		for i := from; i < len(l.lines); i++ {
@@ -145,7 +141,7 @@ func (l *logTail) waitFor(t *testing.T, from int, re *regexp.Regexp) (int, []str
 		select {
 		case <-changed:
 		case <-deadline:
-			t.Fatalf("no log line matching %s within %v; stderr:\n%s", re, waitLog, l)
+			t.Fatalf("no log line matching %s within %v; stderr:\n%s", re, wait, l)
 		}
 	}
 }
@@ -185,20 +181,20 @@ func startProc(t *testing.T, args ...string) *gatewayProc {
 		_ = p.cmd.Process.Kill()
 		select {
 		case <-p.exited:
-		case <-time.After(waitLog):
+		case <-time.After(wait):
 			t.Errorf("dwara (pid %d) did not exit after kill", p.cmd.Process.Pid)
 		}
 	})
 	return p
 }
 
-// wait waits up to d for the process to exit and returns its exit code.
-func (p *gatewayProc) wait(t *testing.T, d time.Duration) int {
+// exitCode waits for the process to exit and returns its exit code.
+func (p *gatewayProc) exitCode(t *testing.T) int {
 	t.Helper()
 	select {
 	case <-p.exited:
-	case <-time.After(d):
-		t.Fatalf("dwara did not exit within %v; stderr:\n%s", d, p.log)
+	case <-time.After(wait):
+		t.Fatalf("dwara did not exit within %v; stderr:\n%s", wait, p.log)
 	}
 	var ee *exec.ExitError
 	if p.waitErr != nil && !errors.As(p.waitErr, &ee) {
@@ -282,21 +278,6 @@ func expectPool(t *testing.T, c *http.Client, url, pool string, n int) {
 	}
 }
 
-// pollPool sends requests until one is served by pool, within waitSwitch
-// and at most a bounded number of requests, and returns how many it sent.
-func pollPool(t *testing.T, c *http.Client, url, pool string) int {
-	t.Helper()
-	const maxRequests = 20000
-	deadline := time.Now().Add(waitSwitch)
-	for i := 1; i <= maxRequests && time.Now().Before(deadline); i++ {
-		if _, p, _ := get(t, c, url); p == pool {
-			return i
-		}
-	}
-	t.Fatalf("no request served by %s within %v", pool, waitSwitch)
-	return 0
-}
-
 // readyz returns the generation /readyz reports; it must answer 200.
 func readyz(t *testing.T, c *http.Client, base string) int64 {
 	t.Helper()
@@ -337,7 +318,7 @@ func TestGatewayFromFile(t *testing.T) {
 	p := startProc(t, "gateway", "--config", file, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	_, m := p.log.waitFor(t, 0, listeningRe)
 	proxyURL, metricsURL := "http://"+m[1]+"/", "http://"+m[2]
-	c := &http.Client{Timeout: requestTimeout}
+	c := &http.Client{Timeout: wait}
 	t.Cleanup(c.CloseIdleConnections)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -365,12 +346,13 @@ func TestGatewayFromFile(t *testing.T) {
 		if err := os.WriteFile(file, []byte(splitSpec(blue, green, 0, 100)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		n := pollPool(t, c, proxyURL, "green")
-		t.Logf("green served after %d requests", n)
-		expectPool(t, c, proxyURL, "green", 40)
+		// A write in place may be seen half-done and refused first; the
+		// complete file is then applied as generation 2. A request sent
+		// after the process logged that is served by it.
 		if _, m := p.log.waitFor(t, mark, appliedRe); m[1] != "2" {
 			t.Errorf("generation after the change = %s, want 2", m[1])
 		}
+		expectPool(t, c, proxyURL, "green", 40)
 	})
 
 	step("broken file keeps the old split", func(t *testing.T) {
@@ -394,10 +376,9 @@ func TestGatewayFromFile(t *testing.T) {
 		p.signal(t, syscall.SIGHUP)
 		i, _ := p.log.waitFor(t, mark, reloadRe)
 		// The file event may apply the change first; the SIGHUP reload is
-		// then a forced re-apply. Either way a generation follows it.
+		// then a forced re-apply. Either way a generation of the changed
+		// file follows it, and requests sent after it are served by blue.
 		p.log.waitFor(t, i+1, appliedRe)
-		n := pollPool(t, c, proxyURL, "blue")
-		t.Logf("blue served after %d requests", n)
 		expectPool(t, c, proxyURL, "blue", 40)
 	})
 
@@ -437,7 +418,7 @@ func TestGatewayFromFile(t *testing.T) {
 	step("SIGTERM stops it with exit code 0", func(t *testing.T) {
 		c.CloseIdleConnections()
 		p.signal(t, syscall.SIGTERM)
-		if code := p.wait(t, 10*time.Second); code != 0 {
+		if code := p.exitCode(t); code != 0 {
 			t.Errorf("exit code after SIGTERM = %d, want 0; stderr:\n%s", code, p.log)
 		}
 	})
@@ -487,7 +468,7 @@ services:
 			}
 			args := append(tt.args(file), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 			p := startProc(t, args...)
-			if code := p.wait(t, waitLog); code != 1 {
+			if code := p.exitCode(t); code != 1 {
 				t.Errorf("exit code = %d, want 1", code)
 			}
 			logged := p.log.String()

@@ -4,7 +4,7 @@
 //	dwara gateway --config FILE        [--listen ADDR] [--metrics-listen ADDR]
 //	dwara gateway --database-url URL   [--listen ADDR] [--metrics-listen ADDR]
 //	dwara migrate [--database-url URL]
-//	dwara apply | flip | weights | kill | rollback | history | diff  (client verbs, client.go)
+//	dwara apply | flip | weights | kill | rollback | history | diff  (client verbs, package client/cli)
 //
 // The database URL defaults to $DWARA_DATABASE_URL; the admin token is read
 // from $DWARA_ADMIN_TOKEN. The client verbs call the API at $DWARA_API_URL.
@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/dwara/dwara/client/cli"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/node"
 )
@@ -32,7 +33,7 @@ Usage:
   dwara gateway [flags]   data plane only: from --config FILE, or a replica of --database-url
   dwara migrate [flags]   apply the database migrations and exit
 
-` + clientUsage + `
+` + cli.Usage + `
 Run "dwara COMMAND -h" for the flags of a command.
 Environment: DWARA_DATABASE_URL (database), DWARA_ADMIN_TOKEN (API bearer token), DWARA_API_URL (API of the client verbs),
 DWARA_LOG_LEVEL (debug|info|warn|error).
@@ -56,13 +57,14 @@ func main() {
 		err = gateway(ctx, args, log)
 	case "migrate":
 		err = migrate(ctx, args)
-	case "apply", "flip", "weights", "kill", "rollback", "history", "diff":
-		code := runClient(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr, getenv: os.Getenv})
-		stop()
-		os.Exit(code)
 	case "-h", "--help", "help":
 		fmt.Fprint(os.Stdout, usage)
 	default:
+		if cli.IsVerb(cmd) {
+			code := cli.Run(ctx, os.Args[1:], cli.IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv})
+			stop()
+			os.Exit(code)
+		}
 		fmt.Fprintf(os.Stderr, "dwara: unknown command %q\n\n%s", cmd, usage)
 		os.Exit(2)
 	}
@@ -82,7 +84,7 @@ func logLevel() slog.Level {
 
 func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	c := node.Config{Logger: log, AdminToken: os.Getenv("DWARA_ADMIN_TOKEN")}
+	c := node.ServeConfig{Process: node.Process{Logger: log}, AdminToken: os.Getenv("DWARA_ADMIN_TOKEN")}
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen address")
 	fs.StringVar(&c.AdminListen, "admin-listen", node.DefaultAdminListen, "API, docs and metrics listen address (loopback only unless DWARA_ADMIN_TOKEN is set)")
 	fs.StringVar(&c.DatabaseURL, "database-url", os.Getenv("DWARA_DATABASE_URL"), "PostgreSQL URL (default $DWARA_DATABASE_URL)")
@@ -96,7 +98,7 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 
 func gateway(ctx context.Context, args []string, log *slog.Logger) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	c := node.Config{Logger: log}
+	c := node.GatewayConfig{Process: node.Process{Logger: log}}
 	fs.StringVar(&c.ConfigFile, "config", "", "serve from this YAML/JSON spec file (reloaded on change and on SIGHUP)")
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen address")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", node.DefaultMetricsListen, "/metrics, /healthz and /readyz listen address")
@@ -108,15 +110,43 @@ func gateway(ctx context.Context, args []string, log *slog.Logger) error {
 		return errors.New("gateway needs --config FILE or --database-url URL")
 	}
 	if c.ConfigFile != "" {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		c.Reload = hup
+		reload, stop := notifyReload(syscall.SIGHUP)
+		defer stop()
+		c.Reload = reload
 	}
 	c.Started = func(a node.Addrs) {
 		log.Info("gateway listening", "proxy", a.Proxy, "metrics", "http://"+a.Metrics+"/metrics")
 	}
 	return node.Gateway(ctx, c)
+}
+
+// notifyReload turns every arrival of one of sigs into a receive on reload,
+// collapsing a burst into one, until stop is called; stop returns once the
+// goroutine that forwards them has ended.
+func notifyReload(sigs ...os.Signal) (reload <-chan struct{}, stop func()) {
+	in := make(chan os.Signal, 1)
+	out := make(chan struct{}, 1)
+	done, stopped := make(chan struct{}), make(chan struct{})
+	signal.Notify(in, sigs...)
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-in:
+				select {
+				case out <- struct{}{}:
+				default: // a reload is already pending
+				}
+			}
+		}
+	}()
+	return out, func() {
+		signal.Stop(in)
+		close(done)
+		<-stopped
+	}
 }
 
 func migrate(ctx context.Context, args []string) error {

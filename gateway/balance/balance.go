@@ -11,6 +11,11 @@
 // and health survive configuration swaps; the Registry forgets an address
 // only when Retain is told that no applied generation names it any more.
 //
+// Every balancer passes over endpoints that are down and returns -1 when none
+// is up. An endpoint is down only when its State is marked down with
+// SetUp(false), which nothing in the gateway does yet apart from tests (active
+// and passive health checks are not built), so today every endpoint is up.
+//
 // Four algorithms are provided, one file each:
 //
 //   - round_robin (roundrobin.go): rotate over the endpoints that are up.

@@ -4,7 +4,7 @@ package config
 const (
 	DefaultBalancer           = BalancerRoundRobin
 	DefaultBasePath           = "/"
-	DefaultStickyTTLS         = 3600
+	DefaultStickyTTLSeconds   = 3600
 	DefaultHealthPath         = "/healthz"
 	DefaultHealthIntervalS    = 5
 	DefaultHealthTimeoutS     = 2
@@ -46,7 +46,7 @@ func (s *Spec) Defaults() {
 		svc := &s.Services[i]
 		setDefault(&svc.BasePath, DefaultBasePath)
 		if svc.Sticky != nil {
-			setDefault(&svc.Sticky.TTLS, DefaultStickyTTLS)
+			setDefault(&svc.Sticky.TTLSeconds, DefaultStickyTTLSeconds)
 		}
 		if svc.Split != nil && svc.Split.CanaryAnalysis != nil {
 			ca := svc.Split.CanaryAnalysis

@@ -30,7 +30,7 @@ func TestDefaults(t *testing.T) {
 				Services: []Service{{
 					Name: "s", BasePath: "/",
 					Split:  &Split{CanaryAnalysis: &CanaryAnalysis{WindowSeconds: 60, Step: 5, MinRequests: 10, CooldownSeconds: 30}},
-					Sticky: &Sticky{Cookie: "c", TTLS: 3600},
+					Sticky: &Sticky{Cookie: "c", TTLSeconds: 3600},
 				}},
 			},
 		},
@@ -46,7 +46,7 @@ func TestDefaults(t *testing.T) {
 						CanaryAnalysis: &CanaryAnalysis{WindowSeconds: 1, Step: 2, MinRequests: 3, CooldownSeconds: 4,
 							Promote: Threshold{Metric: "error_rate"}},
 					},
-					Sticky: &Sticky{Cookie: "c", TTLS: 5},
+					Sticky: &Sticky{Cookie: "c", TTLSeconds: 5},
 				}},
 			},
 		},

@@ -25,10 +25,16 @@ func (e FieldError) String() string {
 }
 
 // ValidationError carries every problem found in a spec, in the order they
-// were met walking the spec top-down. Parse, Validate and the spec edits
-// return it as a *ValidationError; callers reach it with errors.As.
+// were met walking the spec top-down. The decoder (Parse and its kin),
+// Validate and the spec edits return it as a *ValidationError; callers reach
+// it with errors.As.
 type ValidationError struct {
 	Errors []FieldError
+	// Malformed is true when the document could not be read at all (a JSON
+	// or YAML syntax error, or data after it), as opposed to a readable
+	// document with problems. The API answers the first with 400 and the
+	// second with 422.
+	Malformed bool
 }
 
 // Error joins the problems as "path: message; path: message".

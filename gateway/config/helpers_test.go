@@ -77,7 +77,7 @@ func validSpec() *Spec {
 						Rollback: Threshold{Metric: MetricErrorRate, Threshold: 0.05},
 					},
 				},
-				Sticky: &Sticky{Cookie: "dwara_affinity", TTLS: 3600},
+				Sticky: &Sticky{Cookie: "dwara_affinity", TTLSeconds: 3600},
 			},
 			{Name: "web", BasePath: "/", Host: "example.com", Upstream: "api-stable"},
 		},

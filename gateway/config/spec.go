@@ -1,6 +1,8 @@
 // Package config owns the generation spec: the types an operator writes, strict
 // JSON and YAML parsing, defaults, and validation that reports every error of a
-// spec at once with its field path.
+// spec at once with its field path. It also compares two specs: Diff says what
+// changed in each service and upstream, and Displacement the share of request
+// keys a change of a service's targets moves to another upstream.
 //
 // The data plane compiles a spec with the same code the API uses to validate
 // it, so whatever the API accepts the proxy can serve.
@@ -71,8 +73,8 @@ type Split struct {
 	CanaryAnalysis *CanaryAnalysis `json:"canary_analysis,omitempty"`
 }
 
-// Target is one branch of a split. When decoded from JSON or YAML an absent
-// weight means 1; a Target built in Go with no Weight has weight 0.
+// Target is one weighted upstream of a split. When decoded from JSON or YAML
+// an absent weight means 1; a Target built in Go with no Weight has weight 0.
 type Target struct {
 	Upstream string `json:"upstream"`
 	Weight   int    `json:"weight"`
@@ -97,11 +99,11 @@ type Threshold struct {
 	Threshold float64 `json:"threshold"`
 }
 
-// Sticky pins a client session to one branch with an affinity cookie.
+// Sticky pins a client session to one target with an affinity cookie.
 type Sticky struct {
 	// Cookie is the cookie name, an RFC 6265 token.
 	Cookie string `json:"cookie"`
-	// TTLS is the cookie's Max-Age in seconds, 1..2592000; 0 means 3600
+	// TTLSeconds is the cookie's Max-Age in seconds, 1..2592000; 0 means 3600
 	// (Defaults fills it in).
-	TTLS int `json:"ttl_s"`
+	TTLSeconds int `json:"ttl_s"`
 }

@@ -122,6 +122,8 @@ type checker struct {
 	// usable is false once a problem makes the document unfit to decode
 	// (syntax, type or duplicate field); unknown fields are only dropped.
 	usable bool
+	// malformed is true once a syntax error was found.
+	malformed bool
 }
 
 // errSyntax stops the walk; the problem is already recorded.
@@ -129,21 +131,22 @@ var errSyntax = errors.New("syntax error")
 
 // checkStructure checks data against the shape of Spec. It returns the
 // document with unknown fields and nulls removed (ready to be decoded), the
-// problems found, and whether the document is usable: false when any problem
-// other than an unknown field was found.
-func checkStructure(data []byte) (any, problems, bool) {
+// problems found, whether the document is usable (false when any problem
+// other than an unknown field was found) and whether it is malformed (a
+// syntax error).
+func checkStructure(data []byte) (any, problems, bool, bool) {
 	c := &checker{data: data, dec: json.NewDecoder(bytes.NewReader(data)), usable: true}
 	if t := bytes.TrimSpace(data); len(t) == 0 || string(t) == "null" {
 		// An empty body, an empty YAML document, or JSON null.
 		c.fail("", "the spec is empty; expected an object with upstreams and services")
-		return nil, c.probs, false
+		return nil, c.probs, false, false
 	}
 	c.dec.UseNumber()
 	v, err := c.value(specShape(), "", true)
 	if err == nil {
-		c.end()
+		c.end("the spec")
 	}
-	return v, c.probs, c.usable
+	return v, c.probs, c.usable, c.malformed
 }
 
 func (c *checker) fail(path, format string, args ...any) {
@@ -175,11 +178,12 @@ func (c *checker) syntax(path string, err error) {
 		msg = "unexpected end of input"
 	}
 	line, col := position(c.data, off)
+	c.malformed = true
 	c.fail(path, "invalid JSON at line %d, column %d: %s", line, col, msg)
 }
 
-// end checks that nothing follows the spec.
-func (c *checker) end() {
+// end checks that nothing follows the document, which it calls what.
+func (c *checker) end(what string) {
 	off := c.dec.InputOffset()
 	_, err := c.dec.Token()
 	if errors.Is(err, io.EOF) {
@@ -190,7 +194,8 @@ func (c *checker) end() {
 		off++
 	}
 	line, col := position(c.data, off)
-	c.fail("", "unexpected data after the spec at line %d, column %d", line, col)
+	c.malformed = true
+	c.fail("", "unexpected data after %s at line %d, column %d", what, line, col)
 }
 
 func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\n' }

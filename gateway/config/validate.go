@@ -11,17 +11,17 @@ import (
 
 // Limits enforced by Validate.
 const (
-	MaxEndpoints     = 64
-	MinTargets       = 2
-	MaxTargets       = 8
-	MaxWeight        = 1_000_000
-	MaxStickyTTLS    = 2_592_000
-	MaxCookieName    = 64
-	MaxHealthS       = 3600
-	MaxThreshold     = 100
-	MaxWindowSeconds = 3600
-	MaxCooldownS     = 86_400
-	MaxLatencyP99S   = 600
+	MaxEndpoints        = 64
+	MinTargets          = 2
+	MaxTargets          = 8
+	MaxWeight           = 1_000_000
+	MaxStickyTTLSeconds = 2_592_000
+	MaxCookieName       = 64
+	MaxHealthS          = 3600
+	MaxThreshold        = 100
+	MaxWindowSeconds    = 3600
+	MaxCooldownS        = 86_400
+	MaxLatencyP99S      = 600
 )
 
 // namePattern is the pattern of upstream and service names.
@@ -444,7 +444,7 @@ func (v *validator) sticky(st *Sticky, path string) {
 		v.probs.add(member(path, "cookie"), "must be an RFC 6265 token of 1..%d characters without control characters, spaces or separators ()<>@,;:\\\"/[]?={}, got %s",
 			MaxCookieName, quote(st.Cookie))
 	}
-	v.between(member(path, "ttl_s"), st.TTLS, 1, MaxStickyTTLS)
+	v.between(member(path, "ttl_s"), st.TTLSeconds, 1, MaxStickyTTLSeconds)
 }
 
 // isCookieToken reports whether s is a cookie name: an RFC 6265 token (RFC

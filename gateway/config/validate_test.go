@@ -267,11 +267,11 @@ func TestValidate(t *testing.T) {
 			want: []problem{{"services[0].sticky.cookie", "must be an RFC 6265 token", ""}}},
 		{name: "cookie with non-ASCII", mutate: cookie("café"),
 			want: []problem{{"services[0].sticky.cookie", "must be an RFC 6265 token", ""}}},
-		{name: "sticky ttl zero takes default", mutate: func(s *Spec) { api(s).Sticky.TTLS = 0 }},
-		{name: "sticky ttl 30 days", mutate: func(s *Spec) { api(s).Sticky.TTLS = 2_592_000 }},
-		{name: "sticky ttl above 30 days", mutate: func(s *Spec) { api(s).Sticky.TTLS = 2_592_001 },
+		{name: "sticky ttl zero takes default", mutate: func(s *Spec) { api(s).Sticky.TTLSeconds = 0 }},
+		{name: "sticky ttl 30 days", mutate: func(s *Spec) { api(s).Sticky.TTLSeconds = 2_592_000 }},
+		{name: "sticky ttl above 30 days", mutate: func(s *Spec) { api(s).Sticky.TTLSeconds = 2_592_001 },
 			want: []problem{{"services[0].sticky.ttl_s", "must be 1..2592000, got 2592001", ""}}},
-		{name: "sticky ttl negative", mutate: func(s *Spec) { api(s).Sticky.TTLS = -1 },
+		{name: "sticky ttl negative", mutate: func(s *Spec) { api(s).Sticky.TTLSeconds = -1 },
 			want: []problem{{"services[0].sticky.ttl_s", "must be 1..2592000, got -1", ""}}},
 
 		// base path
@@ -374,7 +374,7 @@ func TestValidateReportsEveryProblemInOrder(t *testing.T) {
 	s.Upstreams[1].Endpoints = []string{"nowhere"}
 	s.Services[0].Split.Targets[1].Upstream = "api-canry"
 	s.Services[0].Split.CanaryAnalysis.Rollback.Metric = "p99"
-	s.Services[0].Sticky.TTLS = -1
+	s.Services[0].Sticky.TTLSeconds = -1
 	s.Services[1].Host = "Example.com"
 	s.Services[1].Upstream = ""
 	checkProblems(t, s.Validate(),

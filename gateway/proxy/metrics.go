@@ -8,6 +8,8 @@ import (
 )
 
 // metrics holds the data-plane collectors of DESIGN.md section 6.
+// dwara_upstream_endpoint_up is not among them: endpointCollector reports it
+// from the live endpoint states at each scrape.
 type metrics struct {
 	picks      *prometheus.CounterVec
 	failovers  *prometheus.CounterVec
@@ -16,18 +18,17 @@ type metrics struct {
 	duration   *prometheus.HistogramVec
 	generation prometheus.Gauge
 	applySecs  prometheus.Histogram
-	endpointUp *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 	m := &metrics{
 		picks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dwara_split_picks_total",
-			Help: "Requests routed to each branch of a service, by the split pick.",
+			Help: "Requests routed to each target of a service, by the split pick.",
 		}, []string{"service", "upstream"}),
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dwara_split_failovers_total",
-			Help: "Requests whose picked branch had no endpoint up, by the branch that was picked; they went to the next healthy branch.",
+			Help: "Requests whose picked target had no endpoint up, by the target that was picked; they went to the next target with an endpoint up.",
 		}, []string{"service", "upstream"}),
 		sticky: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dwara_sticky_sessions_total",

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/gateway/config/spectest"
 )
 
 // BenchmarkProxyParallel drives the proxy from many concurrent clients, as a
@@ -13,7 +14,7 @@ func BenchmarkProxyParallel(b *testing.B) {
 	stable := startPool(b, "stable", 2)
 	canary := startPool(b, "canary", 2)
 	g := startGateway(b)
-	g.apply(b, 1, splitSpec([]*demo.Pool{stable, canary}, []int{95, 5}, ""))
+	g.apply(b, 1, spectest.SplitOver([]*demo.Pool{stable, canary}, 95, 5).YAML())
 	b.SetParallelism(16)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

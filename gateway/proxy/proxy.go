@@ -10,11 +10,17 @@
 //
 // For each request the proxy finds the service, works out the key (the
 // sticky cookie, else the request id; a sticky service without a valid cookie
-// mints the handle first and sets it on the response), picks the branch with
-// the split, fails over to the next healthy branch when every endpoint of the
-// picked one is down, lets the upstream's balancer pick an endpoint, and
+// mints the handle first and sets it on the response), picks the target with
+// the split, lets the target upstream's balancer pick an endpoint, and
 // forwards the request with the X-Request-Id, X-Forwarded-* and X-Dwara-*
 // headers of DESIGN.md section 3.
+//
+// Failover to the next target with an endpoint up runs only when every
+// endpoint of the picked target is marked down in its balance.State. Nothing
+// marks an endpoint down yet (active and passive health checks are not built),
+// so apart from tests that call State.SetUp(false) every endpoint stays up and
+// the failover never runs: a request picked for an unreachable endpoint is
+// answered 502.
 package proxy
 
 import (
@@ -34,6 +40,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dwara/dwara/api/apiv1"
+	"github.com/dwara/dwara/gateway/affinity"
 	"github.com/dwara/dwara/gateway/balance"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/split"
@@ -41,8 +49,8 @@ import (
 
 // Options configure a Proxy. The zero value is usable.
 type Options struct {
-	// Registry holds the endpoint states shared across generations (and with
-	// health checkers); nil means a new private one.
+	// Registry holds the endpoint states shared across generations (and,
+	// once health checks exist, with them); nil means a new private one.
 	Registry *balance.Registry
 	// Metrics receives the data-plane collectors; nil registers them nowhere.
 	Metrics prometheus.Registerer
@@ -103,8 +111,13 @@ func NewTransport() *http.Transport {
 	}
 }
 
-// Apply validates spec, compiles it and makes it the generation that serves
-// the next request. An invalid spec is refused with its *config.ValidationError
+// Apply compiles spec and makes it the generation that serves the next
+// request.
+//
+// spec must come from config.Parse or a spec edit, which validated it; Apply
+// compiles it and does not validate it again. What it cannot compile (a nil
+// spec, a service naming an unknown upstream, weights the split refuses, an
+// unknown balancer, a bad endpoint) is refused with an error, never a panic,
 // and the current generation keeps serving. Apply does not modify spec.
 func (p *Proxy) Apply(spec *config.Spec, generation int64) error {
 	_, err := p.apply(spec, generation, false)
@@ -115,15 +128,16 @@ func (p *Proxy) Apply(spec *config.Spec, generation int64) error {
 // or equal generation is skipped (applied false, nil error). Two sources
 // racing to apply generations (the database subscriber, and the API applying
 // its own publish before answering) therefore never move the proxy back.
+//
+// As for Apply, spec must come from config.Parse or a spec edit, which
+// validated it; ApplyNewer compiles it and does not validate it again, and
+// refuses with an error what it cannot compile.
 func (p *Proxy) ApplyNewer(spec *config.Spec, generation int64) (applied bool, err error) {
 	return p.apply(spec, generation, true)
 }
 
 func (p *Proxy) apply(spec *config.Spec, generation int64, onlyNewer bool) (bool, error) {
 	start := time.Now()
-	if err := spec.Validate(); err != nil {
-		return false, err
-	}
 	p.applyMu.Lock()
 	defer p.applyMu.Unlock()
 	if onlyNewer && generation <= p.Generation() {
@@ -186,11 +200,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reqID := requestID(r)
 
 	key := reqID
-	affinity := ""
+	affinityKey := ""
 	if st := svc.sticky; st != nil {
-		v, ok := split.ReadCookie(r.Header, st.cookie)
-		if !ok || !split.ValidAffinityID(v) {
-			v = split.MintAffinityID()
+		v, ok := affinity.ReadCookie(r.Header, st.cookie)
+		if !ok || !affinity.Valid(v) {
+			v = affinity.Mint()
 			cookie := st.cookie + "=" + v + st.attrs
 			if r.TLS != nil {
 				cookie += "; Secure"
@@ -198,29 +212,30 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Add("Set-Cookie", cookie)
 			p.m.sticky.Inc()
 		}
-		key, affinity = v, v
+		key, affinityKey = v, v
 	}
-	if affinity == "" {
-		affinity = clientIP(r)
+	if affinityKey == "" {
+		affinityKey = clientIP(r)
 	}
 
 	h := split.Hash(key)
 	ti := svc.split.PickHash(h)
 	tg := svc.targets[ti]
-	ei := tg.up.balancer.Pick(affinity)
+	ei := tg.up.balancer.Pick(affinityKey)
 	if ei < 0 {
-		// Every endpoint of the picked branch is down: walk the remaining
-		// weights the same way, excluding each branch found dead.
+		// Every endpoint of the picked target is marked down (which only
+		// tests do until health checks exist): walk the remaining weights the
+		// same way, excluding each target with no endpoint up.
 		excluded := uint8(1) << ti
 		tg.failovers.Inc()
 		for ei < 0 {
 			ti = svc.split.PickExcluding(h, excluded)
 			if ti < 0 {
-				writeProblem(w, http.StatusBadGateway, "No healthy upstream", "every endpoint of every branch of service "+svc.name+" is down")
+				writeProblem(w, http.StatusBadGateway, "No healthy upstream", "every endpoint of every target of service "+svc.name+" is down")
 				return
 			}
 			tg = svc.targets[ti]
-			if ei = tg.up.balancer.Pick(affinity); ei < 0 {
+			if ei = tg.up.balancer.Pick(affinityKey); ei < 0 {
 				excluded |= 1 << ti
 			}
 		}
@@ -263,7 +278,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 // requestID returns the request's X-Request-Id when it is 1..128 characters
 // of [A-Za-z0-9._:-]; otherwise it sets a fresh random one and returns it.
 func requestID(r *http.Request) string {
-	if vs := r.Header["X-Request-Id"]; len(vs) == 1 && ValidRequestID(vs[0]) {
+	if vs := r.Header["X-Request-Id"]; len(vs) == 1 && apiv1.ValidRequestID(vs[0]) {
 		return vs[0]
 	}
 	var raw [16]byte
@@ -274,25 +289,6 @@ func requestID(r *http.Request) string {
 	id := string(b[:])
 	r.Header["X-Request-Id"] = []string{id}
 	return id
-}
-
-// ValidRequestID reports whether v is a request id a client may choose: 1..128
-// characters of [A-Za-z0-9._:-]. The proxy and the API both keep such an
-// X-Request-Id and replace any other.
-func ValidRequestID(v string) bool {
-	if len(v) == 0 || len(v) > 128 {
-		return false
-	}
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
-			c == '.', c == '_', c == ':', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // clientIP returns the host part of r.RemoteAddr: the peer, never a header.

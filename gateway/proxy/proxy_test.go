@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/dwara/dwara/api/apiv1"
 	"io"
 	"math"
 	"net"
@@ -21,8 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/gateway/affinity"
 	"github.com/dwara/dwara/gateway/config"
-	"github.com/dwara/dwara/gateway/split"
+	"github.com/dwara/dwara/gateway/config/spectest"
 )
 
 // Chi-square critical values at p = 0.001 by degrees of freedom.
@@ -85,23 +87,9 @@ func (g *gateway) apply(t testing.TB, gen int64, yaml string) {
 	}
 }
 
+// endpoints formats a pool's addresses as a YAML flow list.
 func endpoints(p *demo.Pool) string {
 	return `["` + strings.Join(p.Addrs, `", "`) + `"]`
-}
-
-// splitSpec is a one-service spec splitting / over pools by weights.
-func splitSpec(pools []*demo.Pool, weights []int, extra string) string {
-	var b strings.Builder
-	b.WriteString("upstreams:\n")
-	for _, p := range pools {
-		fmt.Fprintf(&b, "  - {name: %s, endpoints: %s}\n", p.Name, endpoints(p))
-	}
-	b.WriteString("services:\n  - name: web\n    base_path: /\n    split:\n      targets:\n")
-	for i, p := range pools {
-		fmt.Fprintf(&b, "        - {upstream: %s, weight: %d}\n", p.Name, weights[i])
-	}
-	b.WriteString(extra)
-	return b.String()
 }
 
 var client = &http.Client{
@@ -148,7 +136,7 @@ func TestSplitRatiosEndToEnd(t *testing.T) {
 				pools = append(pools, p)
 			}
 			g := startGateway(t)
-			g.apply(t, 1, splitSpec(pools, tt.weights, ""))
+			g.apply(t, 1, spectest.SplitOver(pools, tt.weights...).YAML())
 			counts := make([]int, len(tt.weights))
 			for k := 0; k < tt.keys; k++ {
 				resp, _ := get(t, client, g.URL+"/", map[string]string{"X-Request-Id": fmt.Sprintf("req-%s-%d", tt.name, k)})
@@ -274,7 +262,7 @@ func TestStickyCookieInvalidIsReplaced(t *testing.T) {
 	a := startPool(t, "a", 1)
 	b := startPool(t, "b", 1)
 	g := startGateway(t)
-	g.apply(t, 1, splitSpec([]*demo.Pool{a, b}, []int{1, 1}, "    sticky: {cookie: sid}\n"))
+	g.apply(t, 1, spectest.SplitOver([]*demo.Pool{a, b}, 1, 1).Sticky("sid", 0).YAML())
 	valid := "0123456789abcdef01234567"
 	resp, _ := get(t, client, g.URL, map[string]string{"Cookie": "sid=" + valid})
 	if sc := resp.Header.Values("Set-Cookie"); len(sc) != 0 {
@@ -304,7 +292,7 @@ func TestFlipUnderLoad(t *testing.T) {
 	blue := startPool(t, "blue", 2)
 	green := startPool(t, "green", 2)
 	g := startGateway(t)
-	g.apply(t, 1, splitSpec([]*demo.Pool{blue, green}, []int{100, 0}, ""))
+	g.apply(t, 1, spectest.SplitOver([]*demo.Pool{blue, green}, 100, 0).YAML())
 
 	var (
 		flipped              atomic.Bool
@@ -357,7 +345,7 @@ func TestFlipUnderLoad(t *testing.T) {
 	case <-warm:
 	case <-ctx.Done():
 	}
-	g.apply(t, 2, splitSpec([]*demo.Pool{blue, green}, []int{0, 100}, ""))
+	g.apply(t, 2, spectest.SplitOver([]*demo.Pool{blue, green}, 0, 100).YAML())
 	flipped.Store(true)
 	select {
 	case <-enough:
@@ -478,7 +466,7 @@ services: [{name: web, upstream: a}]
 	}
 	for _, bad := range []string{"has space", "semi;colon", strings.Repeat("a", 129), "ünï"} {
 		e, _ := echo(map[string]string{"X-Request-Id": bad})
-		if got := e.Header.Get("X-Request-Id"); got == bad || !ValidRequestID(got) {
+		if got := e.Header.Get("X-Request-Id"); got == bad || !apiv1.ValidRequestID(got) {
 			t.Errorf("X-Request-Id %q forwarded as %q, want a fresh id", bad, got)
 		}
 	}
@@ -537,12 +525,14 @@ func TestServiceMatching(t *testing.T) {
 	}
 }
 
-func TestFailoverWhenBranchIsDown(t *testing.T) {
+// TestFailoverWhenTargetIsDown marks endpoints down by hand: nothing else
+// does yet, since health checks are not built.
+func TestFailoverWhenTargetIsDown(t *testing.T) {
 	t.Parallel()
 	stable := startPool(t, "stable", 2)
 	canary := startPool(t, "canary", 1)
 	g := startGateway(t)
-	g.apply(t, 1, splitSpec([]*demo.Pool{stable, canary}, []int{50, 50}, ""))
+	g.apply(t, 1, spectest.SplitOver([]*demo.Pool{stable, canary}, 50, 50).YAML())
 	g.Registry().Get(canary.Addrs[0]).SetUp(false)
 	const n = 400
 	for i := 0; i < n; i++ {
@@ -560,22 +550,61 @@ func TestFailoverWhenBranchIsDown(t *testing.T) {
 	}
 	resp, _ := get(t, client, g.URL, nil)
 	if resp.StatusCode != 502 {
-		t.Errorf("every branch down: %d, want 502", resp.StatusCode)
+		t.Errorf("every target down: %d, want 502", resp.StatusCode)
 	}
 }
 
+// TestApplyInvalidKeepsServing gives Apply specs that were never validated
+// (Apply trusts its caller to have done that): whatever the proxy cannot
+// compile is refused with an error, not a panic, and the generation already
+// applied keeps serving.
 func TestApplyInvalidKeepsServing(t *testing.T) {
 	t.Parallel()
 	a := startPool(t, "a", 1)
 	g := startGateway(t)
-	g.apply(t, 1, splitSpec([]*demo.Pool{a, startPool(t, "b", 1)}, []int{1, 0}, ""))
-	bad := &config.Spec{Services: []config.Service{{Name: "web", Upstream: "nope"}}}
-	if err := g.Apply(bad, 2); err == nil {
-		t.Fatal("invalid spec applied")
+	g.apply(t, 1, spectest.SplitOver([]*demo.Pool{a, startPool(t, "b", 1)}, 1, 0).YAML())
+	up := func(name string, endpoints ...string) config.Upstream {
+		if endpoints == nil {
+			endpoints = a.Addrs
+		}
+		return config.Upstream{Name: name, Endpoints: endpoints}
 	}
-	resp, _ := get(t, client, g.URL, nil)
-	if resp.StatusCode != 200 || g.Generation() != 1 {
-		t.Errorf("after a refused apply: %d, generation %d", resp.StatusCode, g.Generation())
+	splitOf := func(weights ...int) *config.Split {
+		sp := &config.Split{}
+		for _, w := range weights {
+			sp.Targets = append(sp.Targets, config.Target{Upstream: "a", Weight: w})
+		}
+		return sp
+	}
+	tests := []struct {
+		name string
+		spec *config.Spec
+	}{
+		{"nil spec", nil},
+		{"unknown upstream", &config.Spec{Services: []config.Service{{Name: "web", Upstream: "nope"}}}},
+		{"unknown split target", &config.Spec{Upstreams: []config.Upstream{up("a")}, Services: []config.Service{{Name: "web",
+			Split: &config.Split{Targets: []config.Target{{Upstream: "a", Weight: 1}, {Upstream: "nope", Weight: 1}}}}}}},
+		{"neither upstream nor split", &config.Spec{Upstreams: []config.Upstream{up("a")}, Services: []config.Service{{Name: "web"}}}},
+		{"total weight 0", &config.Spec{Upstreams: []config.Upstream{up("a")}, Services: []config.Service{{Name: "web", Split: splitOf(0, 0)}}}},
+		{"negative weight", &config.Spec{Upstreams: []config.Upstream{up("a")}, Services: []config.Service{{Name: "web", Split: splitOf(5, -1)}}}},
+		{"empty split", &config.Spec{Upstreams: []config.Upstream{up("a")}, Services: []config.Service{{Name: "web", Split: splitOf()}}}},
+		{"9 targets", &config.Spec{Upstreams: []config.Upstream{up("a")}, Services: []config.Service{{Name: "web", Split: splitOf(1, 1, 1, 1, 1, 1, 1, 1, 1)}}}},
+		{"unknown balancer", &config.Spec{Upstreams: []config.Upstream{{Name: "a", Balancer: "random", Endpoints: a.Addrs}},
+			Services: []config.Service{{Name: "web", Upstream: "a"}}}},
+		{"no endpoints", &config.Spec{Upstreams: []config.Upstream{up("a", []string{}...)}, Services: []config.Service{{Name: "web", Upstream: "a"}}}},
+		{"bad endpoint", &config.Spec{Upstreams: []config.Upstream{up("a", "not an endpoint")}, Services: []config.Service{{Name: "web", Upstream: "a"}}}},
+	}
+	for _, tt := range tests {
+		if err := g.Apply(tt.spec, 2); err == nil {
+			t.Errorf("%s: Apply accepted it", tt.name)
+		}
+		if applied, err := g.ApplyNewer(tt.spec, 3); err == nil || applied {
+			t.Errorf("%s: ApplyNewer = %t, %v; want refused", tt.name, applied, err)
+		}
+		resp, _ := get(t, client, g.URL, nil)
+		if resp.StatusCode != 200 || g.Generation() != 1 {
+			t.Errorf("%s: after a refused apply: %d, generation %d; want 200 by generation 1", tt.name, resp.StatusCode, g.Generation())
+		}
 	}
 }
 
@@ -614,7 +643,7 @@ func BenchmarkProxy(b *testing.B) {
 	stable := startPool(b, "stable", 2)
 	canary := startPool(b, "canary", 2)
 	g := startGateway(b)
-	g.apply(b, 1, splitSpec([]*demo.Pool{stable, canary}, []int{95, 5}, "    sticky: {cookie: sid}\n"))
+	g.apply(b, 1, spectest.SplitOver([]*demo.Pool{stable, canary}, 95, 5).Sticky("sid", 0).YAML())
 	benchRequests(b, g.URL)
 }
 
@@ -624,7 +653,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 	stable := startPool(b, "stable", 2)
 	canary := startPool(b, "canary", 2)
 	g := startGateway(b)
-	g.apply(b, 1, splitSpec([]*demo.Pool{stable, canary}, []int{95, 5}, "    sticky: {cookie: sid}\n"))
+	g.apply(b, 1, spectest.SplitOver([]*demo.Pool{stable, canary}, 95, 5).Sticky("sid", 0).YAML())
 	b.ReportAllocs()
 	for b.Loop() {
 		req := httptest.NewRequest(http.MethodGet, "http://gw/bench", nil)
@@ -639,14 +668,14 @@ func BenchmarkServeHTTP(b *testing.B) {
 }
 
 // TestRoutingAllocs guards the part of the hot path Dwara owns: matching the
-// service, reading the affinity cookie, picking the branch and the endpoint
+// service, reading the affinity cookie, picking the target and the endpoint
 // allocate nothing (the stdlib reverse proxy that follows does).
 func TestRoutingAllocs(t *testing.T) {
 	a := startPool(t, "a", 2)
 	b := startPool(t, "b", 2)
 	g := startGateway(t)
-	g.apply(t, 1, splitSpec([]*demo.Pool{a, b}, []int{95, 5}, "    sticky: {cookie: sid}\n")+
-		"  - {name: hosted, host: example.test, base_path: /x, upstream: a, sticky: {cookie: sid}}\n")
+	g.apply(t, 1, spectest.SplitOver([]*demo.Pool{a, b}, 95, 5).Sticky("sid", 0).
+		Route("hosted", "/x", "a").Host("example.test").Sticky("sid", 0).YAML())
 	req := httptest.NewRequest(http.MethodGet, "http://Example.test:8080/x/y", nil)
 	if s := g.table.Load().match(req.Host, req.URL.Path); s == nil || s.name != "hosted" {
 		t.Fatalf("matched %+v, want the hosted service", s)
@@ -655,7 +684,7 @@ func TestRoutingAllocs(t *testing.T) {
 	tbl := g.table.Load()
 	allocs := testing.AllocsPerRun(1000, func() {
 		svc := tbl.match(req.Host, req.URL.Path)
-		v, _ := split.ReadCookie(req.Header, svc.sticky.cookie)
+		v, _ := affinity.ReadCookie(req.Header, svc.sticky.cookie)
 		tg := svc.targets[svc.split.Pick(v)]
 		if tg.up.balancer.Pick(v) < 0 {
 			t.Fatal("no endpoint")
@@ -696,7 +725,7 @@ func TestEndpointUpMetric(t *testing.T) {
 	a := startPool(t, "a", 2)
 	b := startPool(t, "b", 1)
 	g := startGateway(t)
-	g.apply(t, 1, splitSpec([]*demo.Pool{a, b}, []int{1, 1}, ""))
+	g.apply(t, 1, spectest.SplitOver([]*demo.Pool{a, b}, 1, 1).YAML())
 	up := func() map[string]float64 {
 		mfs, err := g.reg.Gather()
 		if err != nil {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httputil"
@@ -44,7 +45,8 @@ type sticky struct {
 	attrs string
 }
 
-// target is one branch of a service, with its metric children resolved.
+// target is a compiled config.Target: one weighted upstream of a service,
+// with its metric children resolved.
 type target struct {
 	up        *upstream
 	picks     prometheus.Counter
@@ -70,8 +72,14 @@ type endpoint struct {
 	rp    *httputil.ReverseProxy
 }
 
-// compile turns a validated spec into a table.
+// compile turns a spec into a table. It does not validate spec (Apply's
+// caller did), but it refuses with an error, never a panic, whatever it cannot
+// compile: a nil spec, a bad endpoint or balancer, a service naming an
+// unknown upstream, or weights split.New refuses.
 func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
+	if spec == nil {
+		return nil, errors.New("compile generation: nil spec")
+	}
 	t := &table{
 		generation: generation,
 		byHost:     make(map[string][]*service),
@@ -90,7 +98,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 		if cs.basePath == "" {
 			cs.basePath = "/"
 		}
-		targets := s.Branches()
+		targets := s.Targets()
 		weights := make([]int, len(targets))
 		for i, tg := range targets {
 			u, ok := t.upstreams[tg.Upstream]
@@ -115,9 +123,9 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 		}
 		cs.split = sp
 		if s.Sticky != nil {
-			ttl := s.Sticky.TTLS
+			ttl := s.Sticky.TTLSeconds
 			if ttl == 0 {
-				ttl = 3600
+				ttl = config.DefaultStickyTTLSeconds
 			}
 			cs.sticky = &sticky{
 				cookie: s.Sticky.Cookie,

@@ -1,16 +1,18 @@
-// Package split implements the deterministic weighted split of the data plane.
+// Package split implements the deterministic weighted split of the data plane:
+// the weighting algorithm that picks one target of a service for a request.
 //
 // A request's key (its sticky cookie value, else its request id) is hashed
 // with FNV-1a 64-bit; the hash modulo the total weight is a slot, and the slot
 // falls into one target by walking the targets' cumulative weights. A target
 // of weight 0 owns no slot and is never picked. The pick is stateless: no
 // locks, no counters and no allocation, so every proxy replica, given the same
-// generation, sends the same key to the same branch.
+// generation, sends the same key to the same target.
 //
 // Because slots are laid out in target order, a change that keeps the total
 // moves exactly the slots whose owner changed (95/5 -> 90/10 moves 5% of keys,
 // all from the first target to the second); a change of the total reshuffles
-// keys. Displacement computes that share exactly.
+// keys. The share a change of weights moves is computed by the config package
+// (config.Displacement), which owns the spec's targets.
 package split
 
 import (
@@ -46,8 +48,10 @@ type Split struct {
 	total   uint64
 }
 
-// New compiles weights (1..MaxTargets entries, each >= 0, positive total)
-// into a Split.
+// New compiles weights (1..MaxTargets entries, each >= 0, with a positive
+// total that fits in a uint64) into a Split. Any other weights are refused
+// with an error, never a panic, so New may be given weights that were not
+// validated.
 func New(weights []int) (*Split, error) {
 	if len(weights) == 0 || len(weights) > MaxTargets {
 		return nil, fmt.Errorf("split: %d targets, want 1..%d", len(weights), MaxTargets)
@@ -56,6 +60,9 @@ func New(weights []int) (*Split, error) {
 	for i, w := range weights {
 		if w < 0 {
 			return nil, fmt.Errorf("split: target %d has negative weight %d", i, w)
+		}
+		if s.total+uint64(w) < s.total {
+			return nil, fmt.Errorf("split: total weight overflows at target %d", i)
 		}
 		s.weights[i] = uint64(w)
 		s.total += uint64(w)
@@ -96,7 +103,9 @@ func (s *Split) PickHash(h uint64) int {
 // PickExcluding is the failover pick: it walks the same way over the weights
 // of the targets not in the excluded bit set (bit i = target i excluded),
 // slot = h % (remaining total). It returns -1 when every target with weight is
-// excluded. It does not allocate.
+// excluded. It does not allocate. The proxy calls it only when every endpoint
+// of the picked target is marked down, which nothing but tests does yet (the
+// health checks that will mark endpoints down are not built).
 func (s *Split) PickExcluding(h uint64, excluded uint8) int {
 	var total uint64
 	for i := 0; i < s.n; i++ {

@@ -1,4 +1,13 @@
-package main
+// Package cli is the command line of Dwara's REST API: the verbs apply,
+// flip, weights, kill, rollback, history and diff of the dwara command. Each
+// verb parses its flags, calls the API through package client and prints a
+// short summary (or, with --json, the API's answer). Specs are read with
+// the one spec decoder of gateway/config, so a file the gateway would refuse
+// is refused here with the same messages before anything is sent.
+//
+// Like the client, it speaks only the API's wire types (api/apiv1); it never
+// imports the server or the database.
+package cli
 
 import (
 	"bytes"
@@ -11,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,16 +28,13 @@ import (
 	"time"
 	"unicode"
 
-	yamlv2 "go.yaml.in/yaml/v2"
-	"sigs.k8s.io/yaml"
-
-	"github.com/dwara/dwara/api"
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/client"
-	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/config"
 )
 
-// clientUsage is the client verbs' part of the usage text.
-const clientUsage = `Client verbs (they call the REST API of a running "dwara serve"):
+// Usage is the client verbs' part of the dwara command's usage text.
+const Usage = `Client verbs (they call the REST API of a running "dwara serve"):
   dwara apply -f FILE [-m MESSAGE] [--dry-run] [--if-match ID]    publish a YAML or JSON spec (-f - reads stdin)
   dwara flip SERVICE [-m MESSAGE]                                  swap the weights of a 2-target split
   dwara weights SERVICE UPSTREAM=W... [--allow-reshuffle] [-m MESSAGE]
@@ -60,18 +67,25 @@ var clientVerbs = map[string]clientVerb{
 	"diff":     {"[ID] [--against ID]", setupDiff},
 }
 
-// stdio is what a client verb reads and writes: the process's streams and
-// environment in main, buffers and a map in tests.
-type stdio struct {
-	in       io.Reader
-	out, err io.Writer
-	getenv   func(string) string
+// IO is what a client verb reads and writes: the process's streams and
+// environment in main, buffers and a map in tests. Every field is required.
+type IO struct {
+	In     io.Reader
+	Out    io.Writer
+	Err    io.Writer
+	Getenv func(string) string
+}
+
+// IsVerb reports whether name is one of the client verbs.
+func IsVerb(name string) bool {
+	_, ok := clientVerbs[name]
+	return ok
 }
 
 // clientCall is one run of a client verb.
 type clientCall struct {
 	verb   string
-	io     stdio
+	io     IO
 	c      *client.Client
 	json   bool
 	answer []byte // the last answer body, for --json
@@ -86,24 +100,24 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Sprintf(format, args...)}
 }
 
-// runClient runs the client verb args[0] with the arguments args[1:] and
-// returns the exit status: 0 done, 1 the call failed (the reason is on
-// s.err), 2 a usage mistake.
-func runClient(ctx context.Context, args []string, s stdio) int {
+// Run runs the client verb args[0] with the arguments args[1:] and returns
+// the exit status: 0 done, 1 the call failed (the reason is on s.Err), 2 a
+// usage mistake.
+func Run(ctx context.Context, args []string, s IO) int {
 	if len(args) == 0 {
-		fmt.Fprintln(s.err, "dwara: no command")
+		fmt.Fprintln(s.Err, "dwara: no command")
 		return 2
 	}
 	verb := args[0]
 	v, ok := clientVerbs[verb]
 	if !ok {
-		fmt.Fprintf(s.err, "dwara: unknown command %q\n", verb)
+		fmt.Fprintf(s.Err, "dwara: unknown command %q\n", verb)
 		return 2
 	}
 	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
-	fs.SetOutput(s.err)
+	fs.SetOutput(s.Err)
 	fs.Usage = func() {
-		fmt.Fprintf(s.err, "usage: dwara %s %s [client flags]\n\n", verb, v.synopsis)
+		fmt.Fprintf(s.Err, "usage: dwara %s %s [client flags]\n\n", verb, v.synopsis)
 		fs.PrintDefaults()
 	}
 	apiURL := fs.String("api", "", "base `URL` of the API (default $DWARA_API_URL, else "+client.DefaultURL+")")
@@ -120,25 +134,25 @@ func runClient(ctx context.Context, args []string, s stdio) int {
 		return 2 // the flag package printed the error and the usage
 	}
 	if *timeout <= 0 {
-		fmt.Fprintf(s.err, "dwara %s: --timeout must be positive\n", verb)
+		fmt.Fprintf(s.Err, "dwara %s: --timeout must be positive\n", verb)
 		return 2
 	}
 	if *apiURL == "" {
-		*apiURL = s.getenv("DWARA_API_URL")
+		*apiURL = s.Getenv("DWARA_API_URL")
 	}
 	if *actor == "" {
-		*actor = s.getenv("USER")
+		*actor = s.Getenv("USER")
 	}
 	cc := &clientCall{verb: verb, io: s, json: *asJSON}
 	cc.c, err = client.New(client.Options{
 		URL:        *apiURL,
-		Token:      s.getenv("DWARA_ADMIN_TOKEN"),
+		Token:      s.Getenv("DWARA_ADMIN_TOKEN"),
 		Actor:      *actor,
 		HTTPClient: newHTTPClient(*timeout),
 		Answer:     func(_ int, body []byte) { cc.answer = body },
 	})
 	if err != nil {
-		fmt.Fprintf(s.err, "dwara %s: %v\n", verb, err)
+		fmt.Fprintf(s.Err, "dwara %s: %v\n", verb, err)
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
@@ -148,7 +162,7 @@ func runClient(ctx context.Context, args []string, s stdio) int {
 		return 0
 	}
 	if ue, ok := errors.AsType[usageError](err); ok {
-		fmt.Fprintf(s.err, "dwara %s: %s\n", verb, ue.msg)
+		fmt.Fprintf(s.Err, "dwara %s: %s\n", verb, ue.msg)
 		fs.Usage()
 		return 2
 	}
@@ -222,12 +236,15 @@ func setupApply(fs *flag.FlagSet) func(context.Context, *clientCall, []string) e
 		if err != nil {
 			return err
 		}
-		spec, msg, err := readSpec(cc.io.in, *file)
+		spec, msg, err := readSpec(cc.io.In, *file)
 		if err != nil {
 			return err
 		}
 		if *message != "" {
 			msg = *message
+		}
+		if msg == "" {
+			msg = "apply " + filepath.Base(specName(*file))
 		}
 		res, err := cc.c.Create(ctx, msg, spec, client.CreateOptions{DryRun: *dryRun, IfMatch: match})
 		if err != nil {
@@ -237,25 +254,26 @@ func setupApply(fs *flag.FlagSet) func(context.Context, *clientCall, []string) e
 			return nil
 		}
 		if res.DryRun != nil {
-			fmt.Fprintln(cc.io.out, "dry run: the spec is valid; nothing was stored")
-			printDiff(cc.io.out, res.DryRun.Impact)
+			fmt.Fprintln(cc.io.Out, "dry run: the spec is valid; nothing was stored")
+			printDiff(cc.io.Out, res.DryRun.Impact)
 			return nil
 		}
-		printGeneration(cc.io.out, *res.Generation)
+		printGeneration(cc.io.Out, *res.Generation)
 		return nil
 	}
 }
 
-// readSpec reads the spec file name ("-": in) and returns it as JSON. The
-// file is just the spec, as for `dwara gateway --config`; a file holding a
-// whole request body ({"message": ..., "spec": ...}, as in the curl examples)
-// is accepted too, and its message returned.
+// readSpec reads the spec file name ("-": in) with the one spec decoder and
+// returns it as normalized JSON. The file is just the spec, as for `dwara
+// gateway --config`; a file holding a whole request body ({"message": ...,
+// "spec": ...}, as in the curl examples) is accepted too, and its message
+// returned. A spec that fails to decode or validate is a *specError listing
+// every problem; nothing is sent.
 func readSpec(in io.Reader, name string) (json.RawMessage, string, error) {
 	var data []byte
 	var err error
 	if name == "-" {
-		name = "stdin"
-		data, err = io.ReadAll(io.LimitReader(in, api.MaxBodyBytes+1))
+		data, err = io.ReadAll(io.LimitReader(in, apiv1.MaxBodyBytes+1))
 	} else {
 		data, err = os.ReadFile(name)
 	}
@@ -263,60 +281,38 @@ func readSpec(in io.Reader, name string) (json.RawMessage, string, error) {
 		return nil, "", fmt.Errorf("read spec: %w", err)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, "", fmt.Errorf("read spec: %s is empty", name)
+		return nil, "", fmt.Errorf("read spec: %s is empty", specName(name))
 	}
-	js, err := specJSON(data)
+	env, err := config.ParseDocument(data)
+	if ve, ok := errors.AsType[*config.ValidationError](err); ok {
+		return nil, "", &specError{file: specName(name), errs: ve.Errors}
+	}
 	if err != nil {
-		return nil, "", fmt.Errorf("read spec %s: %w", name, err)
+		return nil, "", fmt.Errorf("read spec %s: %w", specName(name), err)
 	}
-	var wrapper map[string]json.RawMessage
-	if json.Unmarshal(js, &wrapper) == nil && wrapper["spec"] != nil {
-		onlyBody := true
-		for k := range wrapper {
-			onlyBody = onlyBody && (k == "spec" || k == "message")
-		}
-		if onlyBody {
-			var msg string
-			if m := wrapper["message"]; m != nil {
-				if err := json.Unmarshal(m, &msg); err != nil {
-					return nil, "", fmt.Errorf("read spec %s: message must be a string", name)
-				}
-			}
-			return wrapper["spec"], msg, nil
-		}
+	js, err := json.Marshal(env.Spec)
+	if err != nil {
+		return nil, "", fmt.Errorf("encode spec %s: %w", specName(name), err)
 	}
-	return js, "", nil
+	return js, env.Message, nil
 }
 
-// specJSON returns data, a JSON or YAML document, as JSON. JSON (first
-// non-blank byte "{" or "[") is kept byte for byte, so the server reports
-// problems such as duplicate fields; YAML is converted with duplicate keys
-// refused and must be a single document.
-func specJSON(data []byte) ([]byte, error) {
-	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
-		var v any
-		if err := json.Unmarshal(data, &v); err != nil {
-			return nil, fmt.Errorf("invalid JSON: %w", err)
-		}
-		return data, nil
+// specName names the spec file in messages: "stdin" for "-".
+func specName(name string) string {
+	if name == "-" {
+		return "stdin"
 	}
-	dec := yamlv2.NewDecoder(bytes.NewReader(data))
-	for n := 0; ; n++ {
-		var v any
-		err := dec.Decode(&v)
-		if errors.Is(err, io.EOF) || err != nil && n == 0 {
-			break // the end, or a syntax error the converter reports below
-		}
-		if n > 0 && (err != nil || v != nil) {
-			return nil, errors.New("invalid YAML: more than one document; a spec is one document")
-		}
-	}
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
-		return nil, fmt.Errorf("invalid YAML: %s", strings.Join(strings.Fields(strings.TrimPrefix(msg, "yaml: ")), " "))
-	}
-	return js, nil
+	return name
+}
+
+// specError is a spec refused by the decoder before anything was sent.
+type specError struct {
+	file string
+	errs []config.FieldError
+}
+
+func (e *specError) Error() string {
+	return fmt.Sprintf("the spec in %s is invalid", e.file)
 }
 
 // setupEdit is the setup of flip and kill, which differ only in the call.
@@ -412,7 +408,7 @@ func setupHistory(fs *flag.FlagSet) func(context.Context, *clientCall, []string)
 		if cc.printJSON() {
 			return nil
 		}
-		w := cc.io.out
+		w := cc.io.Out
 		if len(page.Items) == 0 {
 			fmt.Fprintln(w, "no generations")
 			return nil
@@ -472,18 +468,19 @@ func setupDiff(fs *flag.FlagSet) func(context.Context, *clientCall, []string) er
 		if cc.printJSON() {
 			return nil
 		}
-		printDiff(cc.io.out, d)
+		printDiff(cc.io.Out, d)
 		return nil
 	}
 }
 
-// generation prints the generation a mutating verb created, or returns err.
-func (cc *clientCall) generation(g db.Generation, err error) error {
+// generation prints the generation a mutating verb created (or found
+// unchanged), or returns err.
+func (cc *clientCall) generation(g apiv1.Generation, err error) error {
 	if err != nil {
 		return err
 	}
 	if !cc.printJSON() {
-		printGeneration(cc.io.out, g)
+		printGeneration(cc.io.Out, g)
 	}
 	return nil
 }
@@ -494,16 +491,22 @@ func (cc *clientCall) printJSON() bool {
 	if !cc.json {
 		return false
 	}
-	cc.io.out.Write(cc.answer)
+	cc.io.Out.Write(cc.answer)
 	if !bytes.HasSuffix(cc.answer, []byte("\n")) {
-		fmt.Fprintln(cc.io.out)
+		fmt.Fprintln(cc.io.Out)
 	}
 	return true
 }
 
 // printGeneration prints the one-line summary of a new generation:
-// "generation 7 created (rollback of 3) by alice: why".
-func printGeneration(w io.Writer, g db.Generation) {
+// "generation 7 created (rollback of 3) by alice: why", or of a change that
+// stored nothing: "unchanged: generation 7 is active and already has this
+// spec".
+func printGeneration(w io.Writer, g apiv1.Generation) {
+	if g.Unchanged {
+		fmt.Fprintf(w, "unchanged: generation %d is active and already has this spec; nothing was stored\n", g.ID)
+		return
+	}
 	action := clean(g.Action)
 	if g.SourceID != nil {
 		action += fmt.Sprintf(" of %d", *g.SourceID)
@@ -518,7 +521,7 @@ func printGeneration(w io.Writer, g db.Generation) {
 // printDiff prints a diff or a dry run's impact: every service with its
 // change, the share of keys that moves and the details, then the upstreams
 // that changed.
-func printDiff(w io.Writer, d api.Diff) {
+func printDiff(w io.Writer, d apiv1.Diff) {
 	side := func(id *int64, none string) string {
 		if id == nil {
 			return none
@@ -532,9 +535,9 @@ func printDiff(w io.Writer, d api.Diff) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", clean(s.Name), clean(s.Change), percent(s.MovedShare), clean(strings.Join(s.Details, "; ")))
 	}
 	tw.Flush()
-	var changed []api.UpstreamDiff
+	var changed []apiv1.UpstreamDiff
 	for _, u := range d.Upstreams {
-		if u.Change != api.ChangeUnchanged {
+		if u.Change != apiv1.ChangeUnchanged {
 			changed = append(changed, u)
 		}
 	}
@@ -577,9 +580,26 @@ func clean(s string) string {
 // or an unreachable API with what to do about it. With --json a problem
 // answer is also printed to stdout as the API wrote it.
 func (cc *clientCall) report(err error, timeout time.Duration) {
-	w := cc.io.err
+	w := cc.io.Err
 	prefix := "dwara " + cc.verb + ": "
-	if p, ok := errors.AsType[*api.Problem](err); ok {
+	if se, ok := errors.AsType[*specError](err); ok {
+		if cc.json {
+			// The shape of the API's own 422, for scripts.
+			p := apiv1.Problem{Type: "about:blank", Title: "Unprocessable Entity", Status: 422,
+				Detail: se.Error() + "; nothing was sent", Errors: make([]apiv1.FieldError, len(se.errs))}
+			for i, fe := range se.errs {
+				p.Errors[i] = apiv1.FieldError{Path: fe.Path, Message: fe.Message}
+			}
+			cc.answer, _ = json.Marshal(p)
+			cc.printJSON()
+		}
+		fmt.Fprintln(w, prefix+se.Error()+"; nothing was sent")
+		for _, fe := range se.errs {
+			fmt.Fprintln(w, "  "+clean(fe.String()))
+		}
+		return
+	}
+	if p, ok := errors.AsType[*apiv1.Problem](err); ok {
 		if cc.json && len(cc.answer) > 0 {
 			cc.printJSON()
 		}
@@ -593,7 +613,7 @@ func (cc *clientCall) report(err error, timeout time.Duration) {
 		}
 		switch p.Status {
 		case 401:
-			if cc.io.getenv("DWARA_ADMIN_TOKEN") == "" {
+			if cc.io.Getenv("DWARA_ADMIN_TOKEN") == "" {
 				fmt.Fprintln(w, "hint: the API wants a token; set DWARA_ADMIN_TOKEN to the server's admin token")
 			} else {
 				fmt.Fprintln(w, "hint: the token in DWARA_ADMIN_TOKEN is not the server's admin token")

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -7,17 +7,17 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/dwara/dwara/api"
 	"github.com/dwara/dwara/api/apitest"
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/config/spectest"
 )
 
 // cliAPI is a real API over a fresh database, served on 127.0.0.1, and the
@@ -51,16 +51,16 @@ func (r cliResult) String() string {
 	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 }
 
-// runVerb runs `dwara args...` through runClient, as main does, with stdin
+// runVerb runs `dwara args...` through Run, as main does, with stdin
 // and the environment env.
 func runVerb(t *testing.T, env map[string]string, stdin string, args ...string) cliResult {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := runClient(t.Context(), args, stdio{
-		in:     strings.NewReader(stdin),
-		out:    &out,
-		err:    &errOut,
-		getenv: func(k string) string { return env[k] },
+	code := Run(t.Context(), args, IO{
+		In:     strings.NewReader(stdin),
+		Out:    &out,
+		Err:    &errOut,
+		Getenv: func(k string) string { return env[k] },
 	})
 	return cliResult{code: code, stdout: out.String(), stderr: errOut.String()}
 }
@@ -82,7 +82,7 @@ func (a *cliAPI) must(t *testing.T, args ...string) string {
 }
 
 // current returns the active generation.
-func (a *cliAPI) current(t *testing.T) db.Generation {
+func (a *cliAPI) current(t *testing.T) apiv1.Generation {
 	t.Helper()
 	g, err := a.store.Current(t.Context())
 	if err != nil {
@@ -101,39 +101,17 @@ func (a *cliAPI) count(t *testing.T) int {
 	return len(gens)
 }
 
-// cliSpecYAML is a spec with service "api" split api-stable/api-canary by
-// the weights; extra endpoints are added to api-canary.
+// cliSpecYAML is spectest.Canary as YAML, with extra endpoints added to
+// api-canary.
 func cliSpecYAML(stable, canary int, extra ...string) string {
-	endpoints := append([]string{`"127.0.0.1:9101"`}, extra...)
-	return fmt.Sprintf(`# the api service
-upstreams:
-  - name: api-stable
-    endpoints: ["127.0.0.1:9001", "127.0.0.1:9002"]
-  - name: api-canary
-    endpoints: [%s]
-services:
-  - name: api
-    base_path: /v1
-    split:
-      targets:
-        - { upstream: api-stable, weight: %d }
-        - { upstream: api-canary, weight: %d }
-`, strings.Join(endpoints, ", "), stable, canary)
+	return spectest.Canary(stable, canary).Edit(func(s *config.Spec) {
+		s.Upstreams[1].Endpoints = append(s.Upstreams[1].Endpoints, extra...)
+	}).YAML()
 }
 
-// cliSpecJSON is cliSpecYAML as JSON.
+// cliSpecJSON is spectest.Canary as JSON.
 func cliSpecJSON(stable, canary int) string {
-	return fmt.Sprintf(`{
-  "upstreams": [
-    {"name": "api-stable", "endpoints": ["127.0.0.1:9001", "127.0.0.1:9002"]},
-    {"name": "api-canary", "endpoints": ["127.0.0.1:9101"]}
-  ],
-  "services": [
-    {"name": "api", "base_path": "/v1",
-     "split": {"targets": [{"upstream": "api-stable", "weight": %d}, {"upstream": "api-canary", "weight": %d}]}}
-  ]
-}
-`, stable, canary)
+	return string(spectest.Canary(stable, canary).JSON())
 }
 
 // writeSpec writes content to a file name in a fresh directory.
@@ -147,7 +125,7 @@ func writeSpec(t *testing.T, name, content string) string {
 }
 
 // splitWeights returns the weights of service "api" in g.
-func splitWeights(t *testing.T, g db.Generation) []int {
+func splitWeights(t *testing.T, g apiv1.Generation) []int {
 	t.Helper()
 	var spec config.Spec
 	if err := json.Unmarshal(g.Spec, &spec); err != nil {
@@ -179,13 +157,13 @@ func TestApply(t *testing.T) {
 		{name: "YAML file", file: "spec.yaml", content: cliSpecYAML(95, 5), args: []string{"-m", "canary at 5%"},
 			wantOut: "generation 1 created (create) by alice: canary at 5%\n", wantMsg: "canary at 5%", wantActor: "alice"},
 		{name: "JSON file", file: "spec.json", content: cliSpecJSON(95, 5),
-			wantOut: "generation 1 created (create) by alice\n", wantActor: "alice"},
+			wantOut: "generation 1 created (create) by alice: apply spec.json\n", wantMsg: "apply spec.json", wantActor: "alice"},
 		{name: "YAML on stdin", content: cliSpecYAML(95, 5), args: []string{"--actor", "carol", "-m", "from a pipe"},
 			wantOut: "generation 1 created (create) by carol: from a pipe\n", wantMsg: "from a pipe", wantActor: "carol"},
 		{name: "JSON on stdin", content: cliSpecJSON(95, 5), env: map[string]string{"USER": "bob"},
-			wantOut: "generation 1 created (create) by bob\n", wantActor: "bob"},
+			wantOut: "generation 1 created (create) by bob: apply stdin\n", wantMsg: "apply stdin", wantActor: "bob"},
 		{name: "no actor", file: "spec.yaml", content: cliSpecYAML(95, 5), env: map[string]string{"USER": ""},
-			wantOut: "generation 1 created (create) by anonymous\n", wantActor: "anonymous"},
+			wantOut: "generation 1 created (create) by anonymous: apply spec.yaml\n", wantMsg: "apply spec.yaml", wantActor: "anonymous"},
 		{name: "a whole request body", file: "gen.yaml",
 			content: "message: from the file\nspec:\n" + indent(cliSpecYAML(95, 5)),
 			wantOut: "generation 1 created (create) by alice: from the file\n", wantMsg: "from the file", wantActor: "alice"},
@@ -208,7 +186,7 @@ func TestApply(t *testing.T) {
 				t.Fatalf("got %s\nwant stdout %q", r, tt.wantOut)
 			}
 			g := a.current(t)
-			if g.ID != 1 || g.Action != db.ActionCreate || g.Author != tt.wantActor || g.Message != tt.wantMsg {
+			if g.ID != 1 || g.Action != apiv1.ActionCreate || g.Author != tt.wantActor || g.Message != tt.wantMsg {
 				t.Errorf("stored %+v", g)
 			}
 			if ws := splitWeights(t, g); !slices.Equal(ws, []int{95, 5}) {
@@ -250,7 +228,7 @@ func TestApplyDryRun(t *testing.T) {
 	}
 
 	a.must(t, "apply", "-f", writeSpec(t, "spec.yaml", cliSpecYAML(95, 5)))
-	path := writeSpec(t, "spec.yaml", cliSpecYAML(90, 10, `"127.0.0.1:9102"`))
+	path := writeSpec(t, "spec.yaml", cliSpecYAML(90, 10, "127.0.0.1:9102"))
 	r = a.run(t, "apply", "--dry-run", "-f", path, "-m", "ramp")
 	if r.code != 0 || r.stderr != "" {
 		t.Fatalf("dry run: %s", r)
@@ -271,7 +249,7 @@ func TestApplyDryRun(t *testing.T) {
 	}
 
 	r = a.run(t, "apply", "--dry-run", "--json", "-f", path)
-	var res api.DryRunResult
+	var res apiv1.DryRunResult
 	if err := json.Unmarshal([]byte(r.stdout), &res); r.code != 0 || err != nil {
 		t.Fatalf("dry run --json: %v\n%s", err, r)
 	}
@@ -303,7 +281,8 @@ services:
 	if r.code != 1 || r.stdout != "" {
 		t.Fatalf("apply of an invalid spec: %s", r)
 	}
-	if !strings.HasPrefix(r.stderr, "dwara apply: 422 Unprocessable Entity: the spec is invalid\n") {
+	// The one decoder refuses it before anything is sent.
+	if !regexp.MustCompile(`^dwara apply: the spec in \S*bad\.yaml is invalid; nothing was sent\n`).MatchString(r.stderr) {
 		t.Errorf("stderr does not start with the problem:\n%s", r.stderr)
 	}
 	// Every error the validator finds is printed as "path: message".
@@ -327,7 +306,7 @@ services:
 	}
 	// With --json the problem document is also printed, for scripts.
 	r = a.run(t, "apply", "--json", "-f", writeSpec(t, "bad.yaml", bad))
-	var p api.Problem
+	var p apiv1.Problem
 	if err := json.Unmarshal([]byte(r.stdout), &p); r.code != 1 || err != nil || p.Status != 422 || len(p.Errors) != len(v.Errors) {
 		t.Errorf("apply --json of an invalid spec: %v, %+v\n%s", err, p, r)
 	}
@@ -337,9 +316,9 @@ services:
 		name, content, want string
 	}{
 		{"broken YAML", "services: [\n", "invalid YAML"},
-		{"two YAML documents", cliSpecYAML(95, 5) + "---\nservices: []\n", "more than one document"},
+		{"two YAML documents", cliSpecYAML(95, 5) + "---\nservices: []\n", "a second document starts at line"},
 		{"broken JSON", `{"services": [}`, "invalid JSON"},
-		{"duplicate YAML key", "services: []\nservices: []\n", "invalid YAML"},
+		{"duplicate YAML key", "services: []\nservices: []\n", "services: duplicate key at line 2 (first at line 1)"},
 		{"empty", "\n\n", "is empty"},
 	}
 	for _, tt := range local {
@@ -365,7 +344,7 @@ func TestApplyIfMatch(t *testing.T) {
 	a := startCLIAPI(t, "")
 	path := writeSpec(t, "spec.yaml", cliSpecYAML(95, 5))
 	a.must(t, "apply", "-f", path, "--if-match", "0")
-	a.must(t, "apply", "-f", path)
+	a.must(t, "apply", "-f", writeSpec(t, "ramp.yaml", cliSpecYAML(90, 10)))
 
 	r := a.run(t, "apply", "-f", path, "--if-match", "1")
 	if r.code != 1 || r.stdout != "" ||
@@ -376,8 +355,15 @@ func TestApplyIfMatch(t *testing.T) {
 	if n := a.count(t); n != 2 {
 		t.Errorf("a refused apply left %d generations, want 2", n)
 	}
-	if out := a.must(t, "apply", "-f", path, "--if-match", "2"); out != "generation 3 created (create) by alice\n" {
+	if out := a.must(t, "apply", "-f", path, "--if-match", "2"); out != "generation 3 created (create) by alice: apply spec.yaml\n" {
 		t.Errorf("apply --if-match 2 printed %q", out)
+	}
+	// The active spec again: nothing is stored, and the CLI says so.
+	if out := a.must(t, "apply", "-f", path); out != "unchanged: generation 3 is active and already has this spec; nothing was stored\n" {
+		t.Errorf("apply of the active spec printed %q", out)
+	}
+	if n := a.count(t); n != 3 {
+		t.Errorf("an unchanged apply left %d generations, want 3", n)
 	}
 	if r := a.run(t, "apply", "-f", path, "--if-match", "two"); r.code != 2 || !strings.Contains(r.stderr, "--if-match must be a generation id") {
 		t.Errorf("a malformed --if-match: %s", r)
@@ -398,30 +384,30 @@ func TestEdits(t *testing.T) {
 		source  int64
 	}{
 		{name: "flip", args: []string{"flip", "api", "-m", "blue-green"},
-			out: "generation 2 created (flip) by alice: blue-green\n", action: db.ActionFlip, weights: []int{5, 95}},
+			out: "generation 2 created (flip) by alice: blue-green\n", action: apiv1.ActionFlip, weights: []int{5, 95}},
 		{name: "flip without a message", args: []string{"flip", "api"},
-			out: "generation 2 created (flip) by alice: flip api\n", action: db.ActionFlip, weights: []int{5, 95}},
+			out: "generation 2 created (flip) by alice: flip api\n", action: apiv1.ActionFlip, weights: []int{5, 95}},
 		{name: "weights", args: []string{"weights", "api", "api-stable=90", "api-canary=10"},
-			out: "generation 2 created (weights) by alice: weights api\n", action: db.ActionWeights, weights: []int{90, 10}},
+			out: "generation 2 created (weights) by alice: weights api\n", action: apiv1.ActionWeights, weights: []int{90, 10}},
 		{name: "weights reshuffle allowed", args: []string{"weights", "api", "api-canary=20", "--allow-reshuffle", "-m", "more"},
-			out: "generation 2 created (weights) by alice: more\n", action: db.ActionWeights, weights: []int{95, 20}},
+			out: "generation 2 created (weights) by alice: more\n", action: apiv1.ActionWeights, weights: []int{95, 20}},
 		{name: "weights reshuffle refused", args: []string{"weights", "api", "api-canary=20"}, code: 1,
 			errLike: "\n  weights: total weight would change from 100 to 115"},
 		{name: "weights of an unknown target", args: []string{"weights", "api", "stable=90", "canary=10"}, code: 1,
 			errLike: `weights: "canary" is not a target of service "api"; its targets are "api-stable", "api-canary"`},
 		{name: "kill", args: []string{"kill", "api", "-m", "errors"},
-			out: "generation 2 created (kill) by alice: errors\n", action: db.ActionKill, weights: []int{100, 0}},
+			out: "generation 2 created (kill) by alice: errors\n", action: apiv1.ActionKill, weights: []int{100, 0}},
 		{name: "rollback", before: [][]string{{"flip", "api"}, {"kill", "api"}}, args: []string{"rollback", "1"},
-			out: "generation 4 created (rollback of 1) by alice: rollback to generation 1\n", action: db.ActionRollback, weights: []int{95, 5}, source: 1},
+			out: "generation 4 created (rollback of 1) by alice: rollback to generation 1\n", action: apiv1.ActionRollback, weights: []int{95, 5}, source: 1},
 		{name: "rollback with if-match", before: [][]string{{"flip", "api"}}, args: []string{"rollback", "--if-match", "2", "1", "-m", "undo"},
-			out: "generation 3 created (rollback of 1) by alice: undo\n", action: db.ActionRollback, weights: []int{95, 5}, source: 1},
+			out: "generation 3 created (rollback of 1) by alice: undo\n", action: apiv1.ActionRollback, weights: []int{95, 5}, source: 1},
 		{name: "rollback to nothing", args: []string{"rollback", "7"}, code: 1,
 			errLike: "dwara rollback: 404 Not Found: generation 7 does not exist"},
 		{name: "flip an unknown service", args: []string{"flip", "nope"}, code: 1,
 			errLike: `dwara flip: 404 Not Found: service "nope" does not exist in generation 1`},
 		{name: "flip with a stale if-match", args: []string{"flip", "api", "--if-match", "5"}, code: 1,
 			errLike: "412 Precondition Failed"},
-		{name: "kill as json", args: []string{"kill", "api", "--json"}, action: db.ActionKill, weights: []int{100, 0}},
+		{name: "kill as json", args: []string{"kill", "api", "--json"}, action: apiv1.ActionKill, weights: []int{100, 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -453,7 +439,7 @@ func TestEdits(t *testing.T) {
 				t.Errorf("source %v, want %d", g.SourceID, tt.source)
 			}
 			if slices.Contains(tt.args, "--json") {
-				var got db.Generation
+				var got apiv1.Generation
 				if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.ID != g.ID || got.Action != g.Action {
 					t.Errorf("--json printed %q (%v); want generation %d", r.stdout, err, g.ID)
 				}
@@ -569,7 +555,7 @@ func TestHistory(t *testing.T) {
 		t.Errorf("history without --limit shows %d rows, want 5", len(rows))
 	}
 
-	var page api.GenerationList
+	var page apiv1.GenerationList
 	if err := json.Unmarshal([]byte(a.must(t, "history", "--json", "--limit", "3")), &page); err != nil {
 		t.Fatal(err)
 	}
@@ -585,7 +571,7 @@ func TestDiff(t *testing.T) {
 	t.Parallel()
 	a := startCLIAPI(t, "")
 	a.must(t, "apply", "-f", writeSpec(t, "a.yaml", cliSpecYAML(95, 5)))
-	a.must(t, "apply", "-f", writeSpec(t, "b.yaml", cliSpecYAML(90, 10, `"127.0.0.1:9102"`)))
+	a.must(t, "apply", "-f", writeSpec(t, "b.yaml", cliSpecYAML(90, 10, "127.0.0.1:9102")))
 
 	moved := regexp.MustCompile(`(?m)^api\s+modified\s+5\.0%\s+weights api-stable 95->90; weights api-canary 5->10$`)
 	for _, args := range [][]string{{"diff", "2"}, {"diff"}, {"diff", "2", "--against", "1"}} {
@@ -611,7 +597,7 @@ func TestDiff(t *testing.T) {
 		t.Errorf("diff of a flip 90/10 -> 10/90:\n%s", out)
 	}
 
-	var d api.Diff
+	var d apiv1.Diff
 	if err := json.Unmarshal([]byte(a.must(t, "diff", "2", "--json")), &d); err != nil {
 		t.Fatal(err)
 	}
@@ -650,7 +636,7 @@ func TestClientAuth(t *testing.T) {
 	if n := a.count(t); n != 0 {
 		t.Errorf("refused calls stored %d generations", n)
 	}
-	if out := a.must(t, "apply", "-f", path); out != "generation 1 created (create) by alice\n" {
+	if out := a.must(t, "apply", "-f", path); !strings.HasPrefix(out, "generation 1 created (create) by alice") {
 		t.Errorf("apply with the token printed %q", out)
 	}
 	if out := a.must(t, "history"); !strings.Contains(out, "alice") {
@@ -676,40 +662,5 @@ func TestClientConnectionRefused(t *testing.T) {
 	r = runVerb(t, map[string]string{"DWARA_API_URL": "http://127.0.0.1:1"}, "", "history", "--api", url)
 	if r.code != 1 || !strings.Contains(r.stderr, url) {
 		t.Errorf("--api is not used: %s", r)
-	}
-}
-
-// TestClientBinary runs the verbs through the built binary, proving main
-// dispatches them and passes the environment and exit status through.
-func TestClientBinary(t *testing.T) {
-	t.Parallel()
-	a := startCLIAPI(t, "")
-	run := func(stdin string, args ...string) (int, string, string) {
-		t.Helper()
-		cmd := exec.CommandContext(t.Context(), binary, args...)
-		cmd.Env = append(os.Environ(), "DWARA_API_URL="+a.url, "USER=dora", "DWARA_ADMIN_TOKEN=")
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		code := 0
-		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("run dwara: %v", err)
-		}
-		return code, out.String(), errOut.String()
-	}
-	if code, out, errOut := run(cliSpecYAML(95, 5), "apply", "-f", "-", "-m", "via the binary"); code != 0 || out != "generation 1 created (create) by dora: via the binary\n" {
-		t.Fatalf("apply: exit %d, stdout %q, stderr %q", code, out, errOut)
-	}
-	if code, _, errOut := run("", "flip"); code != 2 || !strings.Contains(errOut, "give exactly one SERVICE") {
-		t.Errorf("flip without a service: exit %d, stderr %q", code, errOut)
-	}
-	if code, _, errOut := run("", "rollback", "9"); code != 1 || !strings.Contains(errOut, "404 Not Found") {
-		t.Errorf("rollback 9: exit %d, stderr %q", code, errOut)
-	}
-	if code, out, _ := run("", "help"); code != 0 || !strings.Contains(out, "dwara weights SERVICE UPSTREAM=W...") {
-		t.Errorf("help: exit %d, stdout %q", code, out)
 	}
 }

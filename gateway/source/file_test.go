@@ -1,4 +1,4 @@
-package filesource_test
+package source_test
 
 import (
 	"bytes"
@@ -15,21 +15,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config"
-	"github.com/dwara/dwara/gateway/filesource"
 	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/dwara/dwara/gateway/source"
 )
 
-// wait bounds every wait on the source: a load is debounced by 100 ms, so
-// five seconds is generous even under -race on a busy machine.
-const wait = 5 * time.Second
-
-// load is one call of Source.Loaded.
+// load is one call of File.Loaded.
 type load struct {
 	gen int64
 	err error
@@ -71,7 +66,7 @@ func (b *syncBuffer) records(t *testing.T) []map[string]any {
 	return out
 }
 
-// harness is a Source feeding a real proxy on a loopback listener, with two
+// harness is a File feeding a real proxy on a loopback listener, with two
 // demo pools, "blue" and "green", as its upstreams.
 type harness struct {
 	path        string
@@ -80,7 +75,7 @@ type harness struct {
 	url         string
 	client      *http.Client
 	loads       chan load
-	reload      chan os.Signal
+	reload      chan struct{}
 	logs        *syncBuffer
 }
 
@@ -90,7 +85,7 @@ func newHarness(t *testing.T) *harness {
 	h := &harness{
 		path:   filepath.Join(t.TempDir(), "dwara.yaml"),
 		loads:  make(chan load, 16),
-		reload: make(chan os.Signal, 1),
+		reload: make(chan struct{}, 1),
 		logs:   &syncBuffer{},
 		client: &http.Client{Timeout: wait},
 	}
@@ -111,12 +106,14 @@ func newHarness(t *testing.T) *harness {
 	return h
 }
 
-// source returns a Source wired to the harness; ctx bounds the callback's
+// source returns a File wired to the harness; ctx bounds the callback's
 // send so a test that stopped reading never blocks the source forever.
-func (h *harness) source(ctx context.Context) *filesource.Source {
-	return &filesource.Source{
-		Path:   h.path,
-		Apply:  h.px.Apply,
+func (h *harness) source(ctx context.Context) *source.File {
+	return &source.File{
+		Path: h.path,
+		Apply: func(_ context.Context, spec *config.Spec, generation int64) error {
+			return h.px.Apply(spec, generation)
+		},
 		Reload: h.reload,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, nil)),
 		Loaded: func(gen int64, err error) {
@@ -130,7 +127,7 @@ func (h *harness) source(ctx context.Context) *filesource.Source {
 
 // run starts src and waits for its first load to succeed with generation 1.
 // The source stops, and Run must return nil, at the end of the test.
-func (h *harness) run(t *testing.T, src *filesource.Source) {
+func (h *harness) run(t *testing.T, src *source.File) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -499,7 +496,7 @@ func TestReloadChannel(t *testing.T) {
 	}{
 		{
 			name:    "signal reloads unchanged content",
-			trigger: func(_ *testing.T, h *harness) { h.reload <- syscall.SIGHUP },
+			trigger: func(_ *testing.T, h *harness) { h.reload <- struct{}{} },
 			wantGen: 2,
 		},
 		{
@@ -528,7 +525,7 @@ func TestReloadSignalAppliesChange(t *testing.T) {
 	h := newHarness(t)
 	h.start(t, h.splitSpec(100, 0))
 	replaceFile(t, h.path, h.splitSpec(0, 100))
-	h.reload <- syscall.SIGHUP
+	h.reload <- struct{}{}
 	// The signal and the file event race; whichever comes first applies
 	// generation 2, and the other is then a no-op (unchanged content) or a
 	// forced generation 3. Either way green serves.

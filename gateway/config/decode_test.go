@@ -2,6 +2,8 @@ package config
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,10 +17,10 @@ func TestParseExample(t *testing.T) {
 		parse func([]byte) (*Spec, error)
 	}{
 		{"yaml via Parse", "testdata/example.yaml", Parse},
-		{"yaml via ParseYAML", "testdata/example.yaml", ParseYAML},
+		{"yaml via ParseAs", "testdata/example.yaml", parseYAML},
 		{"json via Parse", "testdata/example.json", Parse},
-		{"json via ParseJSON", "testdata/example.json", ParseJSON},
-		{"json via ParseYAML", "testdata/example.json", ParseYAML},
+		{"json via ParseAs", "testdata/example.json", parseJSONFormat},
+		{"json read as yaml", "testdata/example.json", parseYAML},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,7 +131,7 @@ services:
 					Rollback: Threshold{Metric: "latency_p99", Threshold: 0.5},
 				},
 			},
-			Sticky: &Sticky{Cookie: "sid", TTLS: 3600},
+			Sticky: &Sticky{Cookie: "sid", TTLSeconds: 3600},
 		}},
 	}
 	if !reflect.DeepEqual(s, want) {
@@ -226,7 +228,11 @@ func TestParseStructuralErrors(t *testing.T) {
 		{name: "duplicate json field", in: replace(example, `"base_path": "/v1",`, `"base_path": "/v1", "base_path": "/v2",`),
 			want: []problem{{"services[0].base_path", "duplicate field", ""}}},
 		{name: "duplicate yaml key", in: replace(exampleYAML, "    base_path: /v1", "    base_path: /v1\n    base_path: /v2"),
-			want: []problem{{"", `invalid YAML: unmarshal errors: line 16: key "base_path" already set in map`, ""}}},
+			want: []problem{{"services[0].base_path", "duplicate key at line 16 (first at line 15)", ""}}},
+		{name: "duplicate yaml key in a list element", in: replace(exampleYAML, "      ttl_s: 3600", "      ttl_s: 3600\n      cookie: other"),
+			want: []problem{{"services[0].sticky.cookie", "duplicate key at line", ""}}},
+		{name: "duplicate top-level yaml key", in: exampleYAML + "services: []\n",
+			want: []problem{{"services", "duplicate key at line", ""}}},
 
 		// syntax and framing
 		{name: "empty input", in: "", want: []problem{{"", "the spec is empty", ""}}},
@@ -250,7 +256,7 @@ func TestParseStructuralErrors(t *testing.T) {
 		{name: "yaml syntax error", in: "upstreams: [\n", want: []problem{{"", "invalid YAML", ""}}},
 		{name: "yaml bad indentation", in: "services:\n  - name: a\n   upstream: b\n", want: []problem{{"", "invalid YAML: line 2", ""}}},
 		{name: "second yaml document", in: exampleYAML + "---\nservices: []\n",
-			want: []problem{{"", "data after the first document", ""}}},
+			want: []problem{{"", fmt.Sprintf("a second document starts at line %d", strings.Count(exampleYAML, "\n")+2), ""}}},
 		{name: "yaml after document end", in: exampleYAML + "...\nservices: []\n",
 			want: []problem{{"", "data after the first document", ""}}},
 		{name: "yaml infinity", in: strings.Replace(exampleYAML, "threshold: 0.01", "threshold: .inf", 1),
@@ -295,7 +301,7 @@ func TestParseAccepts(t *testing.T) {
 func TestParseYAMLFlowMapping(t *testing.T) {
 	t.Parallel()
 	in := `{upstreams: [{name: a, endpoints: ["10.0.0.1:80"]}], services: [{name: s, upstream: a}]}`
-	s, err := ParseYAML([]byte(in))
+	s, err := parseYAML([]byte(in))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +353,7 @@ func TestParseRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := ParseJSON(out)
+	again, err := parseJSONFormat(out)
 	if err != nil {
 		t.Fatalf("re-parse %s: %v", out, err)
 	}
@@ -404,4 +410,131 @@ func TestShapeCoversSpec(t *testing.T) {
 	if thr == nil || thr.kind != kindNumber {
 		t.Fatalf("shape of Threshold.Threshold = %+v", thr)
 	}
+}
+
+func parseYAML(data []byte) (*Spec, error)       { return ParseAs(data, FormatYAML) }
+func parseJSONFormat(data []byte) (*Spec, error) { return ParseAs(data, FormatJSON) }
+
+func TestParseMalformed(t *testing.T) {
+	t.Parallel()
+	exampleYAML := string(readFile(t, "testdata/example.yaml"))
+	tests := []struct {
+		name      string
+		in        string
+		malformed bool
+	}{
+		{"json syntax error", `{"upstreams": [`, true},
+		{"json trailing data", `{"upstreams": [], "services": []} x`, true},
+		{"yaml syntax error", "upstreams: [\n", true},
+		{"yaml duplicate key", exampleYAML + "services: []\n", false},
+		{"second yaml document", exampleYAML + "---\nservices: []\n", false},
+		{"unknown field", `{"upstreams": [], "services": [], "x": 1}`, false},
+		{"wrong type", `{"upstreams": 1, "services": []}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(tt.in))
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("Parse = %v, want a *ValidationError", err)
+			}
+			if ve.Malformed != tt.malformed {
+				t.Errorf("Malformed = %t, want %t (%v)", ve.Malformed, tt.malformed, err)
+			}
+		})
+	}
+}
+
+func TestParseEnvelope(t *testing.T) {
+	t.Parallel()
+	spec := strings.ReplaceAll(minimal(`{"upstream": "b", "weight": 1}`), "\n", " ")
+	specYAML := "upstreams:\n  - {name: a, endpoints: [\"10.0.0.1:80\"]}\nservices:\n  - {name: s, upstream: a}\n"
+	tests := []struct {
+		name    string
+		in      string
+		format  Format
+		message string
+		want    []problem
+	}{
+		{name: "json", in: `{"message": "why", "spec": ` + spec + `}`, format: FormatJSON, message: "why"},
+		{name: "json without message", in: `{"spec": ` + spec + `}`, format: FormatJSON},
+		{name: "json null message", in: `{"message": null, "spec": ` + spec + `}`, format: FormatJSON},
+		{name: "yaml", in: "message: from yaml\nspec:\n" + indent(specYAML), format: FormatYAML, message: "from yaml"},
+		{name: "auto detects json", in: `{"message": "m", "spec": ` + spec + `}`, format: FormatAuto, message: "m"},
+
+		{name: "duplicate json spec", in: `{"spec": ` + spec + `,` + "\n" + `"spec": ` + spec + `}`, format: FormatJSON,
+			want: []problem{{"spec", "duplicate field at line 2", ""}}},
+		{name: "duplicate json message", in: `{"message": "a", "message": "b", "spec": ` + spec + `}`, format: FormatJSON,
+			want: []problem{{"message", "duplicate field at line 1", ""}}},
+		{name: "duplicate yaml message", in: "message: a\nmessage: b\nspec:\n" + indent(specYAML), format: FormatYAML,
+			want: []problem{{"message", "duplicate key at line 2 (first at line 1)", ""}}},
+		{name: "duplicate key inside the yaml spec", in: "spec:\n" + indent(specYAML) + "  services: []\n", format: FormatYAML,
+			want: []problem{{"spec.services", "duplicate key at line 6 (first at line 4)", ""}}},
+		{name: "two yaml documents", in: "spec:\n" + indent(specYAML) + "---\nspec: {}\n", format: FormatYAML,
+			want: []problem{{"", "a second document starts at line 7", ""}}},
+		{name: "unknown envelope field", in: `{"spec": ` + spec + `, "author": "eve"}`, format: FormatJSON,
+			want: []problem{{"author", "unknown field; allowed: message, spec", ""}}},
+		{name: "message not a string", in: `{"message": ["a"], "spec": ` + spec + `}`, format: FormatJSON,
+			want: []problem{{"message", "must be a string", ""}}},
+		{name: "missing spec", in: `{"message": "m"}`, format: FormatJSON,
+			want: []problem{{"spec", "is required", ""}}},
+		{name: "null spec", in: `{"spec": null}`, format: FormatJSON,
+			want: []problem{{"spec", "is required", ""}}},
+		{name: "not an object", in: `[1]`, format: FormatJSON,
+			want: []problem{{"", "must be an object", ""}}},
+		{name: "empty", in: ``, format: FormatJSON,
+			want: []problem{{"", "the body is empty", ""}}},
+		{name: "trailing data", in: `{"spec": ` + spec + `} {}`, format: FormatJSON,
+			want: []problem{{"", "unexpected data after the body", ""}}},
+		{name: "invalid spec", in: `{"spec": {"upstreams": [], "services": [{"name": "s", "upstream": "x"}]}}`, format: FormatJSON,
+			want: []problem{{"services[0].upstream", "unknown upstream", ""}}},
+		{name: "json syntax error in the spec", in: `{"spec": {"upstreams": [}}`, format: FormatJSON,
+			want: []problem{{"spec", "invalid JSON at line 1", ""}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env, err := ParseEnvelope([]byte(tt.in), tt.format)
+			checkProblems(t, err, tt.want...)
+			if err != nil {
+				return
+			}
+			if env.Spec == nil || env.Message != tt.message {
+				t.Errorf("envelope = message %q, spec %v; want message %q and a spec", env.Message, env.Spec, tt.message)
+			}
+		})
+	}
+}
+
+func TestParseDocument(t *testing.T) {
+	t.Parallel()
+	spec := minimal(`{"upstream": "b"}`)
+	tests := []struct {
+		name    string
+		in      string
+		message string
+		want    []problem
+	}{
+		{name: "bare json spec", in: spec},
+		{name: "json envelope", in: `{"message": "m", "spec": ` + spec + `}`, message: "m"},
+		{name: "yaml envelope", in: "message: hello\nspec: " + spec + "\n", message: "hello"},
+		{name: "a spec with a message field is a spec", in: `{"message": "m", "upstreams": [], "services": []}`,
+			want: []problem{{"message", "unknown field", ""}, {"services", "at least one service", ""}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env, err := ParseDocument([]byte(tt.in))
+			checkProblems(t, err, tt.want...)
+			if err == nil && (env.Spec == nil || env.Message != tt.message) {
+				t.Errorf("document = message %q, spec %v; want message %q and a spec", env.Message, env.Spec, tt.message)
+			}
+		})
+	}
+}
+
+// indent indents every line of s by two spaces.
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n  ") + "\n"
 }

@@ -1,0 +1,275 @@
+// Package apiv1 holds the wire types of Dwara's REST API, version 1: the
+// JSON shapes of openapi/openapi.yaml, the header names and the rules a
+// client and the server share (the request-id rule, the body cap).
+//
+// It is a leaf: it imports nothing of Dwara and nothing outside the standard
+// library, so the client, the CLI and any program that talks to the API
+// depend on it alone, never on the server, the database or the data plane.
+// The server (package api) and the store (package db) convert to and from
+// these types; JSON field names are part of the contract.
+package apiv1
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Headers the API reads and writes.
+const (
+	// RequestIDHeader carries the request id in both directions; see
+	// ValidRequestID.
+	RequestIDHeader = "X-Request-Id"
+	// ActorHeader names who makes a change; it becomes the generation's
+	// author and the audit actor.
+	ActorHeader = "X-Dwara-Actor"
+)
+
+// MaxBodyBytes caps every request body; a larger one is answered with 413.
+const MaxBodyBytes = 1 << 20
+
+// MaxMessageLen is the longest accepted change message, in characters.
+const MaxMessageLen = 1024
+
+// Generation actions (Generation.Action and AuditEntry.Action).
+const (
+	ActionCreate   = "create"
+	ActionFlip     = "flip"
+	ActionWeights  = "weights"
+	ActionRollback = "rollback"
+	ActionKill     = "kill"
+	ActionAdopt    = "adopt"
+)
+
+// Audit outcomes (AuditEntry.Outcome).
+const (
+	// OutcomeAccepted: the call created a generation (or, for a call that
+	// creates none, did what it was asked).
+	OutcomeAccepted = "accepted"
+	// OutcomeUnchanged: the call was valid but its result equals the
+	// active spec, so nothing was stored.
+	OutcomeUnchanged = "unchanged"
+	// OutcomeRefused: the call was answered with an error.
+	OutcomeRefused = "refused"
+)
+
+// Server-sent event names of GET /api/v1/events.
+const (
+	EventGenerationPublished = "generation_published"
+	EventGenerationApplied   = "generation_applied"
+)
+
+// Generation is one stored configuration generation. Spec is the normalized
+// spec JSON (defaults applied); it is omitted in lists and events.
+// Unchanged is true only in the 200 answer of a change whose result equals
+// the active spec: Generation is then the active one, and nothing was
+// stored.
+type Generation struct {
+	ID        int64           `json:"id"`
+	ParentID  *int64          `json:"parent_id"`
+	Action    string          `json:"action"`
+	SourceID  *int64          `json:"source_id"`
+	Author    string          `json:"author"`
+	Message   string          `json:"message"`
+	CreatedAt time.Time       `json:"created_at"`
+	Spec      json.RawMessage `json:"spec,omitempty"`
+	Unchanged bool            `json:"unchanged,omitempty"`
+}
+
+// GenerationList is one page of generations, newest first, without specs.
+type GenerationList struct {
+	Items []Generation `json:"items"`
+	// NextCursor, when not empty, is the cursor of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// AuditEntry is one row of the audit log: every mutating call, accepted,
+// unchanged or refused.
+type AuditEntry struct {
+	ID           int64     `json:"id"`
+	At           time.Time `json:"at"`
+	Actor        string    `json:"actor"`
+	Action       string    `json:"action"`
+	Outcome      string    `json:"outcome"` // one of the Outcome* constants
+	Status       int       `json:"status"`  // HTTP status answered
+	GenerationID *int64    `json:"generation_id"`
+	RequestID    string    `json:"request_id"`
+	RemoteAddr   string    `json:"remote_addr"`
+	// Detail is a JSON object of what the call asked and why it was
+	// refused; null when there is nothing to say.
+	Detail json.RawMessage `json:"detail"`
+}
+
+// AuditList is one page of the audit log, newest first.
+type AuditList struct {
+	Items []AuditEntry `json:"items"`
+	// NextCursor, when not empty, is the cursor of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// GatewayInstance is one data-plane process as it last reported itself.
+// AppliedGeneration 0 means none yet; a zero AppliedAt means never.
+type GatewayInstance struct {
+	ID                string    `json:"id"`
+	Hostname          string    `json:"hostname"`
+	Listen            string    `json:"listen"`
+	AppliedGeneration int64     `json:"applied_generation"`
+	AppliedAt         time.Time `json:"applied_at"`
+	StartedAt         time.Time `json:"started_at"`
+	LastHeartbeat     time.Time `json:"last_heartbeat"`
+}
+
+// GatewayList is every known data-plane instance.
+type GatewayList struct {
+	Items []GatewayInstance `json:"items"`
+}
+
+// CreateRequest is the body of POST /api/v1/generations, as JSON or YAML.
+type CreateRequest struct {
+	// Message says why; stored with the generation. Optional.
+	Message string `json:"message,omitempty"`
+	// Spec is the routing configuration (the generation spec of DESIGN.md
+	// section 2).
+	Spec json.RawMessage `json:"spec"`
+}
+
+// MessageRequest is the optional body of rollback, flip and kill.
+type MessageRequest struct {
+	// Message says why; empty means a generated one.
+	Message string `json:"message,omitempty"`
+}
+
+// WeightsRequest is the body of PUT /api/v1/services/{name}/weights.
+type WeightsRequest struct {
+	// Weights maps target upstream names to new weights; targets not named
+	// keep theirs. Required, at least one entry.
+	Weights map[string]int `json:"weights"`
+	// AllowReshuffle accepts a change of the total weight, which reshuffles
+	// keys across every target.
+	AllowReshuffle bool `json:"allow_reshuffle,omitempty"`
+	// Message says why; empty means a generated one.
+	Message string `json:"message,omitempty"`
+}
+
+// DryRunResult answers POST /api/v1/generations?dry_run=true for a valid
+// spec.
+type DryRunResult struct {
+	// Valid is always true (an invalid spec is a 422 problem).
+	Valid bool `json:"valid"`
+	// Impact compares the active generation with the proposed spec.
+	Impact Diff `json:"impact"`
+}
+
+// Change kinds of a ServiceDiff or UpstreamDiff.
+const (
+	ChangeAdded     = "added"
+	ChangeRemoved   = "removed"
+	ChangeModified  = "modified"
+	ChangeUnchanged = "unchanged"
+)
+
+// Diff compares two specs: the old side From and the new side To.
+type Diff struct {
+	// From is the old generation; nil for the empty spec (no generation).
+	From *int64 `json:"from"`
+	// To is the new generation; nil for a proposed spec (a dry run).
+	To *int64 `json:"to"`
+	// Services lists every service of either side: the new side's in order,
+	// then the removed ones.
+	Services []ServiceDiff `json:"services"`
+	// Upstreams lists every upstream of either side, in the same order.
+	Upstreams []UpstreamDiff `json:"upstreams"`
+}
+
+// ServiceDiff is what changed in one service.
+type ServiceDiff struct {
+	Name string `json:"name"`
+	// Change is one of the Change* constants.
+	Change string `json:"change"`
+	// Details lists each change in words, e.g. "weights api-stable 95->90".
+	Details []string `json:"details"`
+	// MovedShare is the exact share of the service's request keys whose
+	// upstream changes; 1 for an added or removed service.
+	MovedShare float64 `json:"moved_share"`
+}
+
+// UpstreamDiff is what changed in one upstream.
+type UpstreamDiff struct {
+	Name string `json:"name"`
+	// Change is one of the Change* constants.
+	Change string `json:"change"`
+	// Details lists each change in words, e.g. "endpoint added 10.0.0.3:80".
+	Details []string `json:"details"`
+}
+
+// FieldError is one problem of a request, with the path of the field in the
+// notation an operator writes ("services[0].split.targets[1].upstream");
+// Path is empty for a problem of the document as a whole.
+type FieldError struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+// String formats e as "path: message", or just the message when Path is
+// empty.
+func (e FieldError) String() string {
+	if e.Path == "" {
+		return e.Message
+	}
+	return e.Path + ": " + e.Message
+}
+
+// Problem is an RFC 9457 problem details object, the body of every error
+// answer (Content-Type application/problem+json). A *Problem is also an
+// error, so the server's helpers return one and the client hands one back
+// for every error answer.
+type Problem struct {
+	// Type is a URI reference naming the problem type; "about:blank" means
+	// the HTTP status says it all and Title is the status text.
+	Type string `json:"type"`
+	// Title is a short human-readable summary of the problem type.
+	Title string `json:"title"`
+	// Status is the HTTP status code of the answer.
+	Status int `json:"status"`
+	// Detail explains this occurrence; empty when Title says enough.
+	Detail string `json:"detail,omitempty"`
+	// Instance is the path of the request that failed.
+	Instance string `json:"instance,omitempty"`
+	// RequestID is the request id of the failed call, also found in the
+	// server log and the audit log.
+	RequestID string `json:"request_id,omitempty"`
+	// Errors lists every validation problem (422, and 400 for bad
+	// parameters), each with its field path.
+	Errors []FieldError `json:"errors,omitempty"`
+}
+
+// Error implements error: "status title: detail; path: message...".
+func (p *Problem) Error() string {
+	s := fmt.Sprintf("%d %s", p.Status, p.Title)
+	if p.Detail != "" {
+		s += ": " + p.Detail
+	}
+	for _, e := range p.Errors {
+		s += "; " + e.String()
+	}
+	return s
+}
+
+// ValidRequestID reports whether v is a request id a client may choose:
+// 1..128 characters of [A-Za-z0-9._:-]. The proxy and the API keep such an
+// X-Request-Id and replace any other with a fresh one.
+func ValidRequestID(v string) bool {
+	if len(v) == 0 || len(v) > 128 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
+			c == '.', c == '_', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,236 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dwara/dwara/api/apiv1"
+	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/config"
+)
+
+// Database defaults.
+const (
+	defaultHeartbeat = 5 * time.Second
+	defaultResync    = 30 * time.Second
+	// storeTimeout bounds one load or one instance record, so a database
+	// that stopped answering is retried rather than waited on forever.
+	storeTimeout = 15 * time.Second
+)
+
+// Database keeps a data plane on the newest generation stored in
+// PostgreSQL.
+//
+// It opens no LISTEN connection: the process's one db.Listener calls Notify
+// on every notification on db.NotifyChannel and on every (re)connect, once
+// it listens. Every load follows a trigger: Notify, the periodic Resync, or
+// a retry after a failed load. Triggers do a non-blocking send into a
+// capacity-1 channel, so a burst of publishes collapses into one load; each
+// load fetches the newest generation (Store.Current) and applies it only
+// when its id is newer than the last one applied, so an older generation is
+// never applied. Because the listener notifies on every (re)connect, a
+// notification missed while disconnected is never a missed generation.
+//
+// The stored spec is decoded once per generation with config.ParseAs (JSON)
+// and handed to Apply. A spec that does not decode, or that Apply refuses,
+// is logged and retried on the next trigger. After each successful apply the
+// Database records Instance (AppliedGeneration, AppliedAt) with
+// Store.UpsertGateway, and every Heartbeat it refreshes the instance's
+// LastHeartbeat. While PostgreSQL is down it retries with backoff and
+// applies nothing, so the data plane keeps serving the last generation it
+// applied.
+//
+// Set the fields before Run. Notify, Ready and Applied are safe for
+// concurrent use, also before Run starts; a Database must not be copied
+// after first use and Run must be called at most once.
+type Database struct {
+	// Store loads generations and records the instance. Required.
+	Store *db.Store
+	// Instance identifies this data plane: the caller sets ID, Hostname,
+	// Listen and StartedAt; the Database fills in the rest. An empty ID
+	// means the instance is not recorded in gateway_instances.
+	Instance apiv1.GatewayInstance
+	// Apply switches the data plane to a generation. Required.
+	Apply ApplyFunc
+	// Heartbeat is how often the instance's LastHeartbeat is refreshed;
+	// 0 means 5s.
+	Heartbeat time.Duration
+	// Resync is how often the newest generation is loaded even without a
+	// notification; 0 means 30s.
+	Resync time.Duration
+	// Logger receives apply and store errors; nil means slog.Default().
+	Logger *slog.Logger
+
+	initOnce  sync.Once
+	kick      chan struct{} // capacity 1: pending triggers collapse
+	ready     chan struct{}
+	readyOnce sync.Once
+	applied   atomic.Int64
+}
+
+func (s *Database) init() {
+	s.initOnce.Do(func() {
+		s.kick = make(chan struct{}, 1)
+		s.ready = make(chan struct{})
+	})
+}
+
+// Notify asks for a load of the newest generation. It never blocks: while a
+// load is pending further calls collapse into it. The process's listener
+// calls it on every notification on db.NotifyChannel and on every
+// (re)connect; a call before Run is kept until Run starts.
+func (s *Database) Notify() {
+	s.init()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Ready returns a channel that is closed once the first load has finished:
+// the newest generation was applied, or there was none. It is never closed
+// if Run stops before that.
+func (s *Database) Ready() <-chan struct{} {
+	s.init()
+	return s.ready
+}
+
+// Applied returns the id of the last generation applied, 0 when none.
+func (s *Database) Applied() int64 {
+	return s.applied.Load()
+}
+
+// Run keeps the data plane on the newest generation until ctx is done, then
+// returns nil. It returns an error at once only when the Database is
+// misconfigured.
+func (s *Database) Run(ctx context.Context) error {
+	if s.Store == nil || s.Apply == nil {
+		return errors.New("database source: Store and Apply are required")
+	}
+	s.init()
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	resyncT := time.NewTicker(orDefault(s.Resync, defaultResync))
+	defer resyncT.Stop()
+	heartbeatT := time.NewTicker(orDefault(s.Heartbeat, defaultHeartbeat))
+	defer heartbeatT.Stop()
+	// retry re-runs a failed load with backoff, independently of the
+	// listener (which may be connected while queries fail).
+	retry := time.NewTimer(0)
+	retry.Stop()
+	defer retry.Stop()
+	backoff := minBackoff
+
+	inst := s.Instance
+	var dec decoded
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.kick:
+		case <-resyncT.C:
+		case <-retry.C:
+		case <-heartbeatT.C:
+			s.record(ctx, log, inst)
+			continue
+		}
+		changed, err := s.sync(ctx, &inst, &dec)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, errRefused):
+			// Not ready, not recorded: the generation is retried on the
+			// next trigger.
+			log.Error("apply generation failed", "err", err)
+			continue
+		case err != nil:
+			wait := jitter(backoff)
+			backoff = min(2*backoff, maxBackoff)
+			log.Warn("load newest generation failed", "err", err, "retry_in", wait)
+			retry.Reset(wait)
+			continue
+		}
+		backoff = minBackoff
+		retry.Stop()
+		if changed {
+			s.record(ctx, log, inst)
+		}
+		s.readyOnce.Do(func() { close(s.ready) })
+	}
+}
+
+// errRefused marks a generation that did not decode or that Apply refused,
+// as opposed to a load error.
+var errRefused = errors.New("refused")
+
+// decoded is the last generation decoded, kept so that a generation retried
+// after a refusal is not decoded again.
+type decoded struct {
+	id   int64
+	spec *config.Spec
+	err  error
+}
+
+// sync loads the newest generation and applies it when it is newer than the
+// last applied. changed reports that inst must be recorded: a generation
+// was applied, or this is the first load.
+func (s *Database) sync(ctx context.Context, inst *apiv1.GatewayInstance, dec *decoded) (changed bool, err error) {
+	first := !s.isReady()
+	loadCtx, cancel := context.WithTimeout(ctx, storeTimeout)
+	g, err := s.Store.Current(loadCtx)
+	cancel()
+	if errors.Is(err, db.ErrNotFound) {
+		return first, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("load newest generation: %w", err)
+	}
+	if g.ID <= s.applied.Load() {
+		return first, nil
+	}
+	if dec.id != g.ID {
+		spec, err := config.ParseAs(g.Spec, config.FormatJSON)
+		*dec = decoded{id: g.ID, spec: spec, err: err}
+	}
+	if dec.err != nil {
+		return false, fmt.Errorf("%w generation %d: decode spec: %w", errRefused, g.ID, dec.err)
+	}
+	if err := s.Apply(ctx, dec.spec, g.ID); err != nil {
+		return false, fmt.Errorf("%w generation %d: %w", errRefused, g.ID, err)
+	}
+	*dec = decoded{}
+	s.applied.Store(g.ID)
+	inst.AppliedGeneration = g.ID
+	inst.AppliedAt = time.Now()
+	return true, nil
+}
+
+// record writes inst to gateway_instances with a fresh heartbeat; errors
+// are logged, the next heartbeat retries.
+func (s *Database) record(ctx context.Context, log *slog.Logger, inst apiv1.GatewayInstance) {
+	if inst.ID == "" {
+		return
+	}
+	inst.LastHeartbeat = time.Time{} // the database's now
+	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if err := s.Store.UpsertGateway(rctx, inst); err != nil && ctx.Err() == nil {
+		log.Warn("record gateway instance failed", "instance", inst.ID, "err", err)
+	}
+}
+
+func (s *Database) isReady() bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,358 @@
+package source_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dwara/dwara/api/apiv1"
+	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/source"
+)
+
+// applyCall is one call of Database.Apply.
+type applyCall struct {
+	gen  int64
+	spec *config.Spec
+}
+
+// databaseHarness runs a Database on its own database and reports each
+// applied generation on applied.
+type databaseHarness struct {
+	store   *db.Store
+	url     string
+	src     *source.Database
+	applied chan applyCall
+	logs    chan string
+	order   safeList[int64]
+	// gateways receives the dwara_gateway notifications of the database.
+	gateways <-chan note
+}
+
+// newDatabase returns a harness whose Apply fails with fail's error when
+// fail is non-nil and returns one.
+func newDatabase(t *testing.T, fail func(gen int64) error) *databaseHarness {
+	t.Helper()
+	s, url := newStore(t)
+	h := &databaseHarness{store: s, url: url, applied: make(chan applyCall, 100), logs: make(chan string, 1000)}
+	h.gateways = watch(t, url, db.GatewayNotifyChannel)
+	h.src = &source.Database{
+		Store:    s,
+		Instance: apiv1.GatewayInstance{ID: "gw-test", Hostname: "test-host", Listen: "127.0.0.1:0", StartedAt: time.Now()},
+		Apply: func(_ context.Context, spec *config.Spec, gen int64) error {
+			if fail != nil {
+				if err := fail(gen); err != nil {
+					return err
+				}
+			}
+			h.order.add(gen)
+			h.applied <- applyCall{gen, spec}
+			return nil
+		},
+		// Long enough that only Notify triggers a load during a test.
+		Resync:    time.Hour,
+		Heartbeat: time.Hour,
+		Logger:    testLogger(t, h.logs),
+	}
+	return h
+}
+
+func (h *databaseHarness) start(t *testing.T) {
+	t.Helper()
+	runInBackground(t, h.src.Run)
+}
+
+// waitApplied waits until Apply received generation id with its decoded
+// spec and the instance reported it, then checks Applied,
+// gateway_instances and that ids were applied in strictly increasing order.
+func (h *databaseHarness) waitApplied(t *testing.T, id int64) {
+	t.Helper()
+	for {
+		c := recv(t, h.applied, fmt.Sprintf("apply of generation %d", id))
+		if c.gen > id {
+			t.Fatalf("applied %d, want %d", c.gen, id)
+		}
+		if c.gen == id {
+			// spec(n) names its upstream after n.
+			if c.spec == nil || len(c.spec.Upstreams) != 1 || c.spec.Upstreams[0].Name != fmt.Sprint("u", id) {
+				t.Errorf("generation %d applied with spec %+v, want the decoded spec(%d)", id, c.spec, id)
+			}
+			break
+		}
+	}
+	h.waitReport(t, id)
+	if got := h.src.Applied(); got != id {
+		t.Errorf("Applied() = %d, want %d", got, id)
+	}
+	gws, err := h.store.ListGateways(context.Background())
+	if err != nil || len(gws) != 1 || gws[0].ID != "gw-test" || gws[0].AppliedGeneration != id ||
+		gws[0].Hostname != "test-host" || (id > 0 && gws[0].AppliedAt.IsZero()) {
+		t.Errorf("gateways = %+v, %v; want gw-test on generation %d", gws, err, id)
+	}
+	ids := h.order.snapshot()
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			t.Fatalf("applied ids %v: not strictly increasing", ids)
+		}
+	}
+}
+
+// waitReport waits for gw-test's notification that it applied id.
+func (h *databaseHarness) waitReport(t *testing.T, id int64) {
+	t.Helper()
+	for {
+		n := recv(t, h.gateways, fmt.Sprintf("gateway report of generation %d", id))
+		var g apiv1.GatewayInstance
+		if err := json.Unmarshal([]byte(n.payload), &g); err != nil {
+			t.Fatalf("gateway payload %q: %v", n.payload, err)
+		}
+		if g.ID == "gw-test" && g.AppliedGeneration == id {
+			return
+		}
+	}
+}
+
+// expectNotReady checks that the first load has not finished.
+func expectNotReady(t *testing.T, src *source.Database, why string) {
+	t.Helper()
+	select {
+	case <-src.Ready():
+		t.Fatalf("ready %s", why)
+	default:
+	}
+}
+
+func TestDatabaseNotifyBeforeRunAppliesNewest(t *testing.T) {
+	t.Parallel()
+	h := newDatabase(t, nil)
+	for i := 1; i <= 3; i++ {
+		publish(t, h.store, i)
+	}
+	ready := h.src.Ready() // usable before Run
+	h.src.Notify()         // kept until Run starts
+	h.start(t)
+	recv(t, ready, "ready")
+	if got := h.src.Applied(); got != 3 {
+		t.Errorf("Applied() at ready = %d, want 3", got)
+	}
+	h.waitApplied(t, 3)
+}
+
+func TestDatabaseEmpty(t *testing.T) {
+	t.Parallel()
+	h := newDatabase(t, nil)
+	h.start(t)
+	h.src.Notify()
+	recv(t, h.src.Ready(), "ready")
+	if got := h.src.Applied(); got != 0 {
+		t.Errorf("Applied() on an empty database = %d, want 0", got)
+	}
+	// The instance registers itself with nothing applied.
+	h.waitReport(t, 0)
+
+	publish(t, h.store, 1)
+	h.src.Notify()
+	h.waitApplied(t, 1)
+}
+
+// TestDatabaseFollowsListener wires the Database to a db.Listener as a
+// process does: the connect loads the newest generation, and every publish
+// arrives by notification (Resync is an hour).
+func TestDatabaseFollowsListener(t *testing.T) {
+	t.Parallel()
+	h := newDatabase(t, nil)
+	publish(t, h.store, 1)
+	h.start(t)
+	recv(t, follow(t, h.url, h.src), "listener connect")
+	h.waitApplied(t, 1)
+
+	for i := int64(2); i <= 5; i++ {
+		publish(t, h.store, int(i))
+		h.waitApplied(t, i)
+	}
+	// A burst collapses into fewer loads, but always ends on the newest and
+	// never goes back.
+	for i := 6; i <= 25; i++ {
+		publish(t, h.store, i)
+	}
+	h.waitApplied(t, 25)
+}
+
+func TestDatabaseRetriesRefusedApply(t *testing.T) {
+	t.Parallel()
+	var attempts atomic.Int32
+	h := newDatabase(t, func(gen int64) error {
+		if gen == 1 && attempts.Add(1) == 1 {
+			return errors.New("cannot compile")
+		}
+		return nil
+	})
+	publish(t, h.store, 1)
+	h.start(t)
+	h.src.Notify()
+	waitMessage(t, h.logs, "apply generation failed")
+	expectNotReady(t, h.src, "although the only generation failed to apply")
+	if got := h.src.Applied(); got != 0 {
+		t.Errorf("Applied() after a failed apply = %d, want 0", got)
+	}
+
+	// The next trigger retries the same generation.
+	h.src.Notify()
+	h.waitApplied(t, 1)
+	recv(t, h.src.Ready(), "ready")
+	if n := attempts.Load(); n != 2 {
+		t.Errorf("generation 1 attempted %d times, want 2", n)
+	}
+}
+
+func TestDatabaseRefusesUndecodableSpec(t *testing.T) {
+	t.Parallel()
+	h := newDatabase(t, nil)
+	// Stored (the store takes any JSON object), but not a valid spec.
+	publishSpec(t, h.store, json.RawMessage(`{"upstreams": [], "services": [{"name": "web", "upstream": "nowhere"}]}`))
+	h.start(t)
+	h.src.Notify()
+	waitMessage(t, h.logs, "apply generation failed")
+	expectNotReady(t, h.src, "although the only generation does not decode")
+	select {
+	case c := <-h.applied:
+		t.Fatalf("Apply called with generation %d, whose spec does not decode", c.gen)
+	default:
+	}
+
+	publish(t, h.store, 2)
+	h.src.Notify()
+	h.waitApplied(t, 2)
+	recv(t, h.src.Ready(), "ready")
+}
+
+func TestDatabaseSurvivesListenerKill(t *testing.T) {
+	t.Parallel()
+	h := newDatabase(t, nil)
+	publish(t, h.store, 1)
+	h.start(t)
+	connects := follow(t, h.url, h.src)
+	recv(t, connects, "listener connect")
+	h.waitApplied(t, 1)
+
+	for round := int64(2); round <= 4; round++ {
+		if k := killListeners(t, h.url); k != 1 {
+			t.Fatalf("round %d: terminated %d listener backends, want 1", round, k)
+		}
+		// Publish while the listener is down (or just reconnecting): the
+		// notification may be lost, the load on reconnect catches it.
+		publish(t, h.store, int(round))
+		recv(t, connects, "reconnect")
+		h.waitApplied(t, round)
+	}
+
+	// The new connection listens: a publish now arrives by notification
+	// (Resync is an hour).
+	publish(t, h.store, 5)
+	h.waitApplied(t, 5)
+}
+
+func TestDatabaseHeartbeat(t *testing.T) {
+	t.Parallel()
+	h := newDatabase(t, nil)
+	// Beats often; the test waits for two of them, whenever they come.
+	h.src.Heartbeat = 20 * time.Millisecond
+	// Announce every heartbeat-only update of this test's database.
+	exec(t, h.url, `
+		CREATE FUNCTION test_heartbeat() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_notify('test_heartbeat', NEW.id);
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER test_heartbeat AFTER UPDATE ON gateway_instances FOR EACH ROW
+			WHEN (OLD.applied_generation = NEW.applied_generation AND OLD.last_heartbeat < NEW.last_heartbeat)
+			EXECUTE FUNCTION test_heartbeat()`)
+	beats := watch(t, h.url, "test_heartbeat")
+	publish(t, h.store, 1)
+	h.start(t)
+	h.src.Notify()
+	h.waitApplied(t, 1)
+
+	for i := range 2 {
+		if n := recv(t, beats, "heartbeat"); n.payload != "gw-test" {
+			t.Fatalf("heartbeat %d from %q, want gw-test", i, n.payload)
+		}
+	}
+	gws, err := h.store.ListGateways(context.Background())
+	if err != nil || len(gws) != 1 || gws[0].AppliedGeneration != 1 {
+		t.Errorf("gateways after heartbeats = %+v, %v; want generation 1 kept", gws, err)
+	}
+}
+
+func TestDatabaseMisconfigured(t *testing.T) {
+	t.Parallel()
+	src := &source.Database{}
+	if err := src.Run(context.Background()); err == nil {
+		t.Error("Run without Store and Apply = nil, want an error")
+	}
+}
+
+// TestDatabaseNotifyNeverBlocks calls Notify from many goroutines, before
+// any Run: every call returns, since pending triggers collapse into one.
+func TestDatabaseNotifyNeverBlocks(t *testing.T) {
+	t.Parallel()
+	src := &source.Database{}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 1000 {
+				src.Notify()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestDatabaseKeepsRetryingWhileDatabaseDown(t *testing.T) {
+	t.Parallel()
+	// A port that was just free: every connection is refused.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s, err := db.Open(context.Background(), fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=5", addr))
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(s.Close)
+
+	logs := make(chan string, 1000)
+	src := &source.Database{
+		Store: s,
+		Apply: func(context.Context, *config.Spec, int64) error {
+			t.Error("Apply called without a database")
+			return nil
+		},
+		Resync: time.Hour,
+		Logger: testLogger(t, logs),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	src.Notify()
+	// One trigger, two failed loads: the retry needs no further trigger.
+	waitMessage(t, logs, "load newest generation failed")
+	waitMessage(t, logs, "load newest generation failed")
+	expectNotReady(t, src, "without a database")
+	cancel()
+	if err := recv(t, done, "Run to return after cancel"); err != nil {
+		t.Errorf("Run = %v, want nil", err)
+	}
+	if got := src.Applied(); got != 0 {
+		t.Errorf("Applied() = %d, want 0", got)
+	}
+}

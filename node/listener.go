@@ -1,0 +1,80 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+
+	"github.com/dwara/dwara/api"
+	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/source"
+)
+
+// consumer is one part of a process that the process's listener feeds.
+type consumer struct {
+	// channels are the notification channels it wants.
+	channels []string
+	// connected is called on every (re)connect, once every channel is
+	// listened on; nil means nothing to do. It must not block.
+	connected func()
+	// notify is called with each notification on one of channels. It must
+	// not block.
+	notify func(channel, payload string)
+}
+
+// listener returns the process's one LISTEN connection: a db.Listener on the
+// union of the consumers' channels that calls every consumer's connected on
+// each (re)connect and hands each notification to the consumers that want
+// its channel, in the order given. This is the only place where
+// notifications are fanned out; no part of a process opens a LISTEN
+// connection of its own.
+func listener(connString string, log *slog.Logger, consumers ...consumer) *db.Listener {
+	var channels []string
+	for _, c := range consumers {
+		for _, ch := range c.channels {
+			if !slices.Contains(channels, ch) {
+				channels = append(channels, ch)
+			}
+		}
+	}
+	return &db.Listener{
+		ConnString: connString,
+		Channels:   channels,
+		OnConnect: func(context.Context) error {
+			for _, c := range consumers {
+				if c.connected != nil {
+					c.connected()
+				}
+			}
+			return nil
+		},
+		OnNotify: func(channel, payload string) {
+			for _, c := range consumers {
+				if slices.Contains(c.channels, channel) {
+					c.notify(channel, payload)
+				}
+			}
+		},
+		Logger: log,
+	}
+}
+
+// follows is the consumer of a database source: every generation
+// notification and every (re)connect asks it to load the newest generation.
+func follows(src *source.Database) consumer {
+	return consumer{
+		channels:  []string{db.NotifyChannel},
+		connected: src.Notify,
+		notify:    func(string, string) { src.Notify() },
+	}
+}
+
+// events is the consumer of the API's event loop: published generations and
+// gateway reports become server-sent events.
+func events(s *api.Server) consumer {
+	return consumer{
+		channels:  []string{db.NotifyChannel, db.GatewayNotifyChannel},
+		connected: s.Connected,
+		notify:    s.Notify,
+	}
+}
