@@ -197,7 +197,54 @@ func decodeJSON(body []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return problemf(http.StatusBadRequest, "malformed JSON: unexpected data after the top-level value")
 	}
+	// encoding/json keeps the last of two equal keys; a body that says two
+	// things at once is refused instead. (Decode above has already refused
+	// nesting deeper than encoding/json's limit, which bounds the recursion.)
+	if path, _ := duplicateKey(json.NewDecoder(bytes.NewReader(body)), ""); path != "" {
+		return fieldProblem(http.StatusUnprocessableEntity, path, "duplicate field")
+	}
 	return nil
+}
+
+// duplicateKey reads one JSON value from dec and returns the path of the
+// first key that appears twice in one of its objects; "" when none does.
+func duplicateKey(dec *json.Decoder, path string) (string, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", err
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return "", err
+			}
+			k, _ := kt.(string)
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			if seen[k] {
+				return p, nil
+			}
+			seen[k] = true
+			if dup, err := duplicateKey(dec, p); dup != "" || err != nil {
+				return dup, err
+			}
+		}
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if dup, err := duplicateKey(dec, fmt.Sprintf("%s[%d]", path, i)); dup != "" || err != nil {
+				return dup, err
+			}
+		}
+	default:
+		return "", nil
+	}
+	_, err = dec.Token() // the closing delimiter
+	return "", err
 }
 
 // decodeProblem translates an encoding/json error to a Problem.

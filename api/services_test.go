@@ -63,6 +63,8 @@ func TestServiceEditRefusals(t *testing.T) {
 		{"weights change the total", call{method: "PUT", path: "/api/v1/services/api/weights", body: map[string]any{"weights": map[string]int{"api-canary": 20}}}, 422, "weights"},
 		{"weights name no target", call{method: "PUT", path: "/api/v1/services/api/weights", body: map[string]any{"weights": map[string]int{"api-next": 5, "api-stable": 90}}}, 422, "weights"},
 		{"weights empty", call{method: "PUT", path: "/api/v1/services/api/weights", body: map[string]any{"weights": map[string]int{}}, violates: true}, 422, "weights"},
+		{"weights name a target twice", call{method: "PUT", path: "/api/v1/services/api/weights", body: `{"weights": {"api-stable": 90, "api-canary": 10, "api-stable": 80}}`}, 422, "weights.api-stable"},
+		{"message given twice", call{method: "POST", path: "/api/v1/services/api/kill", body: `{"message": "a", "message": "b"}`}, 422, "message"},
 		{"weights missing", call{method: "PUT", path: "/api/v1/services/api/weights", body: map[string]any{}, violates: true}, 422, "weights"},
 		{"weights no body", call{method: "PUT", path: "/api/v1/services/api/weights", violates: true}, 422, "body"},
 		{"weights not integers", call{method: "PUT", path: "/api/v1/services/api/weights", body: `{"weights": {"api-stable": "ninety"}}`, violates: true}, 422, "weights"},

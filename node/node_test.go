@@ -27,6 +27,7 @@ import (
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/gateway/config/spectest"
 )
 
 // wait bounds every wait for a signal in these tests. A passing test never
@@ -170,12 +171,9 @@ func pools(t testing.TB) (a, b *demo.Pool) {
 	return a, b
 }
 
+// specJSON splits "/" between pools a and b by the weights.
 func specJSON(a, b *demo.Pool, wa, wb int) json.RawMessage {
-	q := func(v []string) string { js, _ := json.Marshal(v); return string(js) }
-	return json.RawMessage(fmt.Sprintf(`{
-  "upstreams": [{"name": "pool-a", "endpoints": %s}, {"name": "pool-b", "endpoints": %s}],
-  "services": [{"name": "web", "split": {"targets": [{"upstream": "pool-a", "weight": %d}, {"upstream": "pool-b", "weight": %d}]}}]
-}`, q(a.Addrs), q(b.Addrs), wa, wb))
+	return spectest.SplitOver([]*demo.Pool{a, b}, wa, wb).JSON()
 }
 
 // call sends an API request and decodes a JSON answer into out (when non-nil).

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/config/spectest"
 )
 
 // binary is the dwara executable built once by TestMain.
@@ -217,23 +219,6 @@ var (
 	reloadRe    = regexp.MustCompile(`level=INFO msg="reload requested"`)
 )
 
-// splitSpec is a service on "/" split between the blue and green pools.
-func splitSpec(blue, green *demo.Pool, wBlue, wGreen int) string {
-	return fmt.Sprintf(`upstreams:
-  - name: blue
-    endpoints: [%q]
-  - name: green
-    endpoints: [%q]
-services:
-  - name: web
-    base_path: /
-    split:
-      targets:
-        - { upstream: blue, weight: %d }
-        - { upstream: green, weight: %d }
-`, blue.Addrs[0], green.Addrs[0], wBlue, wGreen)
-}
-
 // replaceFile writes content to a temporary file and renames it over path.
 func replaceFile(t *testing.T, path, content string) {
 	t.Helper()
@@ -312,7 +297,7 @@ func TestGatewayFromFile(t *testing.T) {
 	t.Cleanup(green.Close)
 
 	file := filepath.Join(t.TempDir(), "f.yaml")
-	if err := os.WriteFile(file, []byte(splitSpec(blue, green, 100, 0)), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(spectest.SplitOver([]*demo.Pool{blue, green}, 100, 0).YAML()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p := startProc(t, "gateway", "--config", file, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
@@ -343,7 +328,7 @@ func TestGatewayFromFile(t *testing.T) {
 
 	step("file change switches the split", func(t *testing.T) {
 		mark := p.log.mark()
-		if err := os.WriteFile(file, []byte(splitSpec(blue, green, 0, 100)), 0o644); err != nil {
+		if err := os.WriteFile(file, []byte(spectest.SplitOver([]*demo.Pool{blue, green}, 0, 100).YAML()), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		// A write in place may be seen half-done and refused first; the
@@ -357,7 +342,8 @@ func TestGatewayFromFile(t *testing.T) {
 
 	step("broken file keeps the old split", func(t *testing.T) {
 		mark := p.log.mark()
-		broken := strings.Replace(splitSpec(blue, green, 100, 0), "{ upstream: green", "{ upstream: gren", 1)
+		broken := spectest.SplitOver([]*demo.Pool{blue, green}, 100, 0).
+			Edit(func(s *config.Spec) { s.Services[0].Split.Targets[1].Upstream = "gren" }).YAML()
 		replaceFile(t, file, broken)
 		p.log.waitFor(t, mark, refusedRe)
 		const want = `msg="spec file error" file=` + "%s" + ` path=services[0].split.targets[1].upstream error="unknown upstream \"gren\"; did you mean \"green\"?"`
@@ -372,7 +358,7 @@ func TestGatewayFromFile(t *testing.T) {
 
 	step("SIGHUP reloads a change", func(t *testing.T) {
 		mark := p.log.mark()
-		replaceFile(t, file, splitSpec(blue, green, 100, 0))
+		replaceFile(t, file, spectest.SplitOver([]*demo.Pool{blue, green}, 100, 0).YAML())
 		p.signal(t, syscall.SIGHUP)
 		i, _ := p.log.waitFor(t, mark, reloadRe)
 		// The file event may apply the change first; the SIGHUP reload is

@@ -20,6 +20,7 @@ import (
 
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/gateway/proxy"
 	"github.com/dwara/dwara/gateway/source"
 )
@@ -247,20 +248,11 @@ func (h *harness) expectServed(t *testing.T, pool string, gen int64) {
 
 // splitSpec is a service on "/" split between blue and green.
 func (h *harness) splitSpec(blue, green int) string {
-	return fmt.Sprintf(`upstreams:
-  - name: blue
-    endpoints: [%q, %q]
-  - name: green
-    endpoints: [%q]
-services:
-  - name: web
-    base_path: /
-    split:
-      targets:
-        - { upstream: blue, weight: %d }
-        - { upstream: green, weight: %d }
-`, h.blue.Addrs[0], h.blue.Addrs[1], h.green.Addrs[0], blue, green)
+	return spectest.SplitOver([]*demo.Pool{h.blue, h.green}, blue, green).YAML()
 }
+
+// misspellGreen names the green target "gren", an unknown upstream.
+func misspellGreen(s *config.Spec) { s.Services[0].Split.Targets[1].Upstream = "gren" }
 
 // writeFile writes content in place (truncate, then write), as `echo >` or
 // a plain editor save does.
@@ -440,7 +432,7 @@ func TestBrokenFileKeepsGeneration(t *testing.T) {
 		{
 			name: "unknown upstream",
 			breakFile: func(t *testing.T, h *harness) {
-				replaceFile(t, h.path, strings.Replace(h.splitSpec(0, 100), "{ upstream: green", "{ upstream: gren", 1))
+				replaceFile(t, h.path, spectest.SplitOver([]*demo.Pool{h.blue, h.green}, 0, 100).Edit(misspellGreen).YAML())
 			},
 			check: func(t *testing.T, err error) {
 				want := config.FieldError{

@@ -14,6 +14,7 @@ import (
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/gateway/source"
 )
 
@@ -36,10 +37,8 @@ func newStore(t *testing.T) (*db.Store, string) {
 
 // spec returns a valid generation spec whose upstream is named after n.
 func spec(n int) json.RawMessage {
-	return json.RawMessage(fmt.Sprintf(`{
-  "upstreams": [{"name": "u%d", "endpoints": ["127.0.0.1:%d"]}],
-  "services": [{"name": "web", "upstream": "u%d"}]
-}`, n, 9000+n, n))
+	name := fmt.Sprintf("u%d", n)
+	return spectest.New().Upstream(name, fmt.Sprintf("127.0.0.1:%d", 9000+n)).Route("web", "", name).JSON()
 }
 
 // publishSpec stores js as a new generation.
