@@ -1,17 +1,16 @@
 package api
 
 import (
-	"github.com/dwara/dwara/api/apiv1"
-
 	"bytes"
-	"context"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/dwara/dwara/api/apiv1"
+	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/internal/testlog"
 )
 
 func TestAuth(t *testing.T) {
@@ -193,28 +192,10 @@ func TestMetricsDisabled(t *testing.T) {
 	e.do(call{method: "GET", path: "/metrics"}).want(t, http.StatusNotFound).problem(t)
 }
 
-// lockedBuffer is a goroutine-safe log sink.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // A 5xx names the request id and nothing of its cause; the log has both.
 func TestInternalErrorsDoNotLeak(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	e := newEnv(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	e.publish(specWith(95, 5), "")
 	e.store.Close() // every query now fails
@@ -241,16 +222,9 @@ func TestInternalErrorsDoNotLeak(t *testing.T) {
 // still succeeds.
 func TestAuditFailureDoesNotFailPublish(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	e := newEnv(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	conn, err := pgx.Connect(t.Context(), e.store.ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(t.Context(), `ALTER TABLE audit_log RENAME TO audit_log_gone`); err != nil {
-		t.Fatal(err)
-	}
+	dbtest.Exec(t, e.store.ConnString(), `ALTER TABLE audit_log RENAME TO audit_log_gone`)
 	g := e.publish(specWith(95, 5), "")
 	if g.ID != 1 {
 		t.Errorf("generation = %+v", g)

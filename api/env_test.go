@@ -1,8 +1,6 @@
 package api
 
 import (
-	"github.com/dwara/dwara/api/apiv1"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/gateway/config/spectest"
@@ -33,12 +32,7 @@ type env struct {
 // newEnv starts a Server with o (Store and Logger filled in when unset).
 func newEnv(t *testing.T, o Options) *env {
 	t.Helper()
-	dbURL := dbtest.New(t)
-	store, err := db.Open(t.Context(), dbURL)
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(store.Close)
+	store, _ := dbtest.NewStore(t)
 	o.Store = store
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

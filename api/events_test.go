@@ -2,7 +2,6 @@ package api
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,12 +9,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/internal/testlog"
+	"github.com/dwara/dwara/internal/testrun"
 )
 
 // sseReader reads server-sent events from a stream.
@@ -60,46 +60,22 @@ func runEvents(t *testing.T, e *env) (stopRun func()) {
 		OnNotify: e.srv.Notify,
 		Logger:   slog.New(slog.DiscardHandler),
 	}
-	t.Cleanup(background(t, l.Run))
-	stopRun = background(t, e.srv.Run)
-	t.Cleanup(stopRun)
+	testrun.Background(t, l.Run)
+	stopRun = testrun.Background(t, e.srv.Run)
 	select {
 	case <-e.srv.hub.listening:
-	case <-time.After(waitEvents):
-		t.Fatalf("the listener did not connect within %v", waitEvents)
+	case <-time.After(testrun.Timeout):
+		t.Fatalf("the listener did not connect within %v", testrun.Timeout)
 	}
 	return stopRun
 }
-
-// background runs run in a goroutine; the returned func cancels it and
-// checks that it returns nil. Calls after the first do nothing.
-func background(t *testing.T, run func(context.Context) error) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
-	return sync.OnceFunc(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run returned %v", err)
-			}
-		case <-time.After(waitEvents):
-			t.Errorf("run did not return within %v of cancel", waitEvents)
-		}
-	})
-}
-
-// waitEvents bounds every wait in these tests; a passing test never waits
-// this long.
-const waitEvents = 30 * time.Second
 
 func TestEvents(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Options{})
 	stopRun := runEvents(t, e)
 
-	ctx, cancel := context.WithTimeout(t.Context(), waitEvents)
+	ctx, cancel := context.WithTimeout(t.Context(), testrun.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", e.url+"/api/v1/events", nil)
 	if err != nil {
@@ -172,7 +148,7 @@ func TestEvents(t *testing.T) {
 // queued ones become events once Run starts.
 func TestNotifyDropsWhenFull(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testlog.Buffer
 	e := newEnv(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	const extra = 3
 	for range notifyQueue + extra {
@@ -184,24 +160,6 @@ func TestNotifyDropsWhenFull(t *testing.T) {
 	if n := len(e.srv.queue); n != notifyQueue {
 		t.Errorf("%d notifications queued, want %d", n, notifyQueue)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func TestGatewaysEmpty(t *testing.T) {

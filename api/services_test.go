@@ -1,8 +1,6 @@
 package api
 
 import (
-	"github.com/dwara/dwara/api/apiv1"
-
 	"math"
 	"net/http"
 	"slices"
@@ -10,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/gateway/config"
 )
 

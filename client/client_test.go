@@ -3,7 +3,6 @@ package client
 import (
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config/spectest"
+	"github.com/dwara/dwara/internal/testnet"
 )
 
 // newAPI serves a real API (token "" means none) over a fresh database on
@@ -314,13 +314,8 @@ func TestNotDwara(t *testing.T) {
 
 func TestConnectionRefused(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, err = newClient(t, Options{URL: addr}).List(t.Context(), 0, "")
+	addr := testnet.ClosedAddr(t)
+	_, err := newClient(t, Options{URL: addr}).List(t.Context(), 0, "")
 	if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "http://"+addr+"/api/v1/generations") {
 		t.Fatalf("List against a closed port: %v; want connection refused naming the URL", err)
 	}

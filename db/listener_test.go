@@ -5,22 +5,25 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/internal/testlog"
+	"github.com/dwara/dwara/internal/testnet"
+	"github.com/dwara/dwara/internal/testrun"
 )
 
 func TestPublishNotifies(t *testing.T) {
 	t.Parallel()
-	s, url := newStore(t)
+	s, url := dbtest.NewStore(t)
 	ctx := context.Background()
 	notes, connects := listen(t, url, db.NotifyChannel)
-	recv(t, connects, "listener connect")
+	testrun.Recv(t, connects, "listener connect")
 
 	g := publish(t, s, 1)
-	if n := recv(t, notes, "notification of generation 1"); n != (note{db.NotifyChannel, "1"}) || g.ID != 1 {
+	if n := testrun.Recv(t, notes, "notification of generation 1"); n != (note{db.NotifyChannel, "1"}) || g.ID != 1 {
 		t.Fatalf("notification = %+v, want %s 1", n, db.NotifyChannel)
 	}
 
@@ -33,38 +36,38 @@ func TestPublishNotifies(t *testing.T) {
 		t.Fatal("publish of a non-object spec succeeded")
 	}
 	publish(t, s, 2)
-	if n := recv(t, notes, "notification of generation 2"); n.payload != "2" {
+	if n := testrun.Recv(t, notes, "notification of generation 2"); n.payload != "2" {
 		t.Fatalf("notification after failed publishes = %+v, want payload 2", n)
 	}
 }
 
 func TestListenerChannelsAndReconnect(t *testing.T) {
 	t.Parallel()
-	url := dbtestURL(t)
+	url := dbtest.New(t)
 	notes, connects := listen(t, url, "alpha", "Beta channel")
-	recv(t, connects, "first connect")
+	testrun.Recv(t, connects, "first connect")
 
-	exec(t, url, `SELECT pg_notify('alpha', 'a1'), pg_notify('Beta channel', 'b1'), pg_notify('gamma', 'g1')`)
-	if n := recv(t, notes, "alpha"); n != (note{"alpha", "a1"}) {
+	dbtest.Exec(t, url, `SELECT pg_notify('alpha', 'a1'), pg_notify('Beta channel', 'b1'), pg_notify('gamma', 'g1')`)
+	if n := testrun.Recv(t, notes, "alpha"); n != (note{"alpha", "a1"}) {
 		t.Errorf("first notification = %+v, want alpha a1", n)
 	}
-	if n := recv(t, notes, "Beta channel"); n != (note{"Beta channel", "b1"}) {
+	if n := testrun.Recv(t, notes, "Beta channel"); n != (note{"Beta channel", "b1"}) {
 		t.Errorf("second notification = %+v, want Beta channel b1", n)
 	}
 
-	if k := killListeners(t, url); k != 1 {
+	if k := dbtest.KillListeners(t, url); k != 1 {
 		t.Fatalf("terminated %d listener backends, want 1", k)
 	}
-	recv(t, connects, "reconnect after the backend was terminated")
-	exec(t, url, `SELECT pg_notify('alpha', 'a2')`)
-	if n := recv(t, notes, "alpha after reconnect"); n != (note{"alpha", "a2"}) {
+	testrun.Recv(t, connects, "reconnect after the backend was terminated")
+	dbtest.Exec(t, url, `SELECT pg_notify('alpha', 'a2')`)
+	if n := testrun.Recv(t, notes, "alpha after reconnect"); n != (note{"alpha", "a2"}) {
 		t.Errorf("notification after reconnect = %+v, want alpha a2 (gamma must never arrive)", n)
 	}
 }
 
 func TestListenerOnConnectErrorReconnects(t *testing.T) {
 	t.Parallel()
-	url := dbtestURL(t)
+	url := dbtest.New(t)
 	calls := make(chan int, 100)
 	n := 0
 	l := &db.Listener{
@@ -79,42 +82,30 @@ func TestListenerOnConnectErrorReconnects(t *testing.T) {
 			return nil
 		},
 		OnNotify: func(string, string) {},
-		Logger:   testLogger(t, nil),
+		Logger:   testlog.New(t, nil),
 	}
-	runInBackground(t, l.Run)
-	recv(t, calls, "first OnConnect")
-	if got := recv(t, calls, "OnConnect after the failed one"); got != 2 {
+	testrun.Background(t, l.Run)
+	testrun.Recv(t, calls, "first OnConnect")
+	if got := testrun.Recv(t, calls, "OnConnect after the failed one"); got != 2 {
 		t.Errorf("OnConnect call = %d, want 2", got)
 	}
 }
 
 func TestListenerRetriesWhileUnreachable(t *testing.T) {
 	t.Parallel()
-	// A port that was just free: connections are refused.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-
 	msgs := make(chan string, 100)
 	l := &db.Listener{
-		ConnString: fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=5", addr),
+		// Connections are refused.
+		ConnString: fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=5", testnet.ClosedAddr(t)),
 		Channels:   []string{"c"},
 		OnConnect:  func(context.Context) error { t.Error("OnConnect called without a server"); return nil },
 		OnNotify:   func(string, string) {},
-		Logger:     testLogger(t, msgs),
+		Logger:     testlog.New(t, msgs),
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
-	waitMessage(t, msgs, "listener connect failed")
-	waitMessage(t, msgs, "listener connect failed")
-	cancel()
-	if err := recv(t, done, "Run to return after cancel"); err != nil {
-		t.Errorf("Run = %v, want nil after cancel", err)
-	}
+	stop := testrun.Background(t, l.Run)
+	testlog.Wait(t, msgs, "listener connect failed")
+	testlog.Wait(t, msgs, "listener connect failed")
+	stop() // Run must return nil after cancel
 }
 
 func TestListenerMisconfigured(t *testing.T) {
@@ -130,7 +121,7 @@ func TestListenerMisconfigured(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), testrun.Timeout)
 			defer cancel()
 			start := time.Now()
 			if err := tt.l.Run(ctx); err == nil {

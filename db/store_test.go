@@ -2,8 +2,6 @@ package db_test
 
 import (
 	"bytes"
-	"github.com/dwara/dwara/api/apiv1"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,13 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/gateway/config/spectest"
+	"github.com/dwara/dwara/internal/testrun"
 )
 
 func TestPublishConcurrentIDsAreGapFree(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s, _ := dbtest.NewStore(t)
 	ctx := context.Background()
 
 	const n = 50
@@ -71,7 +72,7 @@ func TestPublishIfMatch(t *testing.T) {
 
 	t.Run("zero on empty database", func(t *testing.T) {
 		t.Parallel()
-		s, _ := newStore(t)
+		s, _ := dbtest.NewStore(t)
 		g, err := s.Publish(ctx, db.PublishParams{Spec: spec(1), IfMatch: ptr(int64(0))})
 		if err != nil || g.ID != 1 {
 			t.Fatalf("publish = %d, %v; want 1, nil", g.ID, err)
@@ -80,7 +81,7 @@ func TestPublishIfMatch(t *testing.T) {
 
 	t.Run("stale", func(t *testing.T) {
 		t.Parallel()
-		s, _ := newStore(t)
+		s, _ := dbtest.NewStore(t)
 		publish(t, s, 1)
 		publish(t, s, 2)
 		for _, ifMatch := range []int64{0, 1, 3} {
@@ -97,7 +98,7 @@ func TestPublishIfMatch(t *testing.T) {
 
 	t.Run("concurrent", func(t *testing.T) {
 		t.Parallel()
-		s, _ := newStore(t)
+		s, _ := dbtest.NewStore(t)
 		publish(t, s, 1)
 
 		const n = 20
@@ -130,7 +131,7 @@ func TestPublishIfMatch(t *testing.T) {
 
 func TestPublishUnchanged(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s, _ := dbtest.NewStore(t)
 	ctx := context.Background()
 	first := publish(t, s, 1)
 	publish(t, s, 2)
@@ -183,7 +184,7 @@ func TestPublishValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s, _ := newStore(t)
+			s, _ := dbtest.NewStore(t)
 			publish(t, s, 1)
 			_, err := s.Publish(context.Background(), tt.params)
 			if err == nil {
@@ -201,7 +202,7 @@ func TestPublishValidation(t *testing.T) {
 
 func TestPublishRollbackRoundTrip(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s, _ := dbtest.NewStore(t)
 	ctx := context.Background()
 	first := publish(t, s, 1)
 	publish(t, s, 2)
@@ -231,7 +232,7 @@ func TestPublishRollbackRoundTrip(t *testing.T) {
 
 func TestGetAndCurrentNotFound(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s, _ := dbtest.NewStore(t)
 	ctx := context.Background()
 	if _, err := s.Current(ctx); !errors.Is(err, db.ErrNotFound) {
 		t.Errorf("current on empty database = %v, want ErrNotFound", err)
@@ -250,7 +251,7 @@ func TestGetAndCurrentNotFound(t *testing.T) {
 
 func TestList(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s, _ := dbtest.NewStore(t)
 	ctx := context.Background()
 	for i := 1; i <= 7; i++ {
 		publish(t, s, i)
@@ -296,7 +297,7 @@ func TestList(t *testing.T) {
 
 func TestAuditRoundTrip(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s, _ := dbtest.NewStore(t)
 	ctx := context.Background()
 	g := publish(t, s, 1)
 
@@ -358,10 +359,10 @@ func TestAuditRoundTrip(t *testing.T) {
 
 func TestGatewaysUpsertAndNotify(t *testing.T) {
 	t.Parallel()
-	s, url := newStore(t)
+	s, url := dbtest.NewStore(t)
 	ctx := context.Background()
 	notes, connects := listen(t, url, db.GatewayNotifyChannel)
-	recv(t, connects, "listener connect")
+	testrun.Recv(t, connects, "listener connect")
 	publish(t, s, 1)
 	publish(t, s, 2)
 
@@ -385,7 +386,7 @@ func TestGatewaysUpsertAndNotify(t *testing.T) {
 			t.Fatalf("%s: upsert: %v", st.name, err)
 		}
 		if st.wantNotify {
-			n := recv(t, notes, st.name+" notification")
+			n := testrun.Recv(t, notes, st.name+" notification")
 			var got apiv1.GatewayInstance
 			if err := json.Unmarshal([]byte(n.payload), &got); err != nil {
 				t.Fatalf("%s: payload %q: %v", st.name, n.payload, err)
@@ -413,7 +414,7 @@ func TestGatewaysUpsertAndNotify(t *testing.T) {
 	if err := s.UpsertGateway(ctx, apiv1.GatewayInstance{ID: "gw-b"}); err != nil {
 		t.Fatalf("upsert gw-b: %v", err)
 	}
-	if n := recv(t, notes, "gw-b notification"); !json.Valid([]byte(n.payload)) || !containsID(n.payload, "gw-b") {
+	if n := testrun.Recv(t, notes, "gw-b notification"); !json.Valid([]byte(n.payload)) || !containsID(n.payload, "gw-b") {
 		t.Errorf("next notification = %q, want gw-b's", n.payload)
 	}
 	gws, err := s.ListGateways(ctx)
@@ -440,7 +441,7 @@ func equalPtr[T comparable](a, b *T) bool {
 
 func TestPingAndConnString(t *testing.T) {
 	t.Parallel()
-	s, url := newStore(t)
+	s, url := dbtest.NewStore(t)
 	if err := s.Ping(context.Background()); err != nil {
 		t.Errorf("ping: %v", err)
 	}

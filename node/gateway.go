@@ -72,14 +72,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		src := &source.File{Path: c.ConfigFile, Apply: apply, Reload: c.Reload, Logger: log}
 		g.Go(func() error { return src.Run(gctx) })
 	} else {
-		src := &source.Database{
-			Store:     store,
-			Instance:  instance(proxyL.addr()),
-			Apply:     apply,
-			Heartbeat: c.Heartbeat,
-			Resync:    c.Resync,
-			Logger:    log,
-		}
+		src := c.databaseSource(store, proxyL.addr(), px, apply)
 		l := listener(store.ConnString(), log, follows(src))
 		g.Go(func() error { return l.Run(gctx) })
 		g.Go(func() error { return src.Run(gctx) })

@@ -164,6 +164,23 @@ func openStore(ctx context.Context, url string) (*db.Store, error) {
 	return db.Open(ctx, url)
 }
 
+// databaseSource returns the source of a process fed from the database: it
+// follows the newest generation in store, applies it to px with apply
+// (skipping what px already serves, such as a publish the API of the same
+// process applied before its 201) and reports this process, whose proxy is
+// bound at proxyAddr, in gateway_instances.
+func (p *Process) databaseSource(store *db.Store, proxyAddr string, px *proxy.Proxy, apply source.ApplyFunc) *source.Database {
+	return &source.Database{
+		Store:     store,
+		Instance:  instance(proxyAddr),
+		Apply:     apply,
+		Serving:   px.Generation,
+		Heartbeat: p.Heartbeat,
+		Resync:    p.Resync,
+		Logger:    p.Logger,
+	}
+}
+
 // instance describes this process for gateway_instances.
 func instance(listen string) apiv1.GatewayInstance {
 	host, _ := os.Hostname()

@@ -20,48 +20,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
-
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config/spectest"
+	"github.com/dwara/dwara/internal/testrun"
 )
 
-// wait bounds every wait for a signal in these tests. A passing test never
-// waits this long; it is generous so that a loaded machine running -race
-// never reaches it.
-const wait = 30 * time.Second
+// wait bounds every wait for a signal in these tests.
+const wait = testrun.Timeout
 
 var httpc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: wait}
 
 // TestMain fails the package when Serve or Gateway leaves a goroutine behind
-// after it returned. Goroutines that are still stopping (connections of
-// closed servers) get up to leakWait to finish.
+// after it returned.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	httpc.CloseIdleConnections()
-	if code == 0 {
-		if err := findLeaks(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-const leakWait = 15 * time.Second
-
-func findLeaks() error {
-	deadline := time.Now().Add(leakWait)
-	for {
-		err := goleak.Find() // retries for a moment itself
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-	}
+	testrun.Main(m, httpc.CloseIdleConnections)
 }
 
 var discard = slog.New(slog.DiscardHandler)
@@ -110,51 +85,39 @@ func (p *proc) waitApplied(t testing.TB, gen int64) {
 
 func startServe(t testing.TB, c ServeConfig) *proc {
 	t.Helper()
-	p := &proc{applied: make(chan struct{}, 1)}
-	started := make(chan Addrs, 1)
-	p.hooks(&c.Process, started)
 	c.AdminListen = "127.0.0.1:0"
-	p.Addrs = run(t, started, func(ctx context.Context) error { return Serve(ctx, c) })
-	return p
+	return start(t, &c.Process, func(ctx context.Context) error { return Serve(ctx, c) })
 }
 
 func startGateway(t testing.TB, c GatewayConfig) *proc {
 	t.Helper()
-	p := &proc{applied: make(chan struct{}, 1)}
-	started := make(chan Addrs, 1)
-	p.hooks(&c.Process, started)
 	c.MetricsListen = "127.0.0.1:0"
-	p.Addrs = run(t, started, func(ctx context.Context) error { return Gateway(ctx, c) })
-	return p
+	return start(t, &c.Process, func(ctx context.Context) error { return Gateway(ctx, c) })
 }
 
-// run runs a process until the test ends; it then cancels it and checks
-// that it returned nil. It returns the process's addresses once started.
-func run(t testing.TB, started <-chan Addrs, f func(context.Context) error) Addrs {
+// start runs a process until the test ends, then cancels it and checks
+// that it returned nil. c is the Process of the config that run starts; it
+// gets hooks that report to the returned proc. start returns once the
+// process started.
+func start(t testing.TB, c *Process, run func(context.Context) error) *proc {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("process stopped with %v", err)
-			}
-		case <-time.After(wait):
-			t.Errorf("process did not stop within %v", wait)
-		}
+	p := &proc{applied: make(chan struct{}, 1)}
+	started := make(chan Addrs, 1)
+	p.hooks(c, started)
+	stopped := make(chan error, 1)
+	testrun.Background(t, func(ctx context.Context) error {
+		err := run(ctx)
+		stopped <- err
+		return err
 	})
 	select {
-	case a := <-started:
-		return a
-	case err := <-done:
+	case p.Addrs = <-started:
+	case err := <-stopped:
 		t.Fatalf("process failed to start: %v", err)
 	case <-time.After(wait):
 		t.Fatalf("process did not start within %v", wait)
 	}
-	return Addrs{}
+	return p
 }
 
 func pools(t testing.TB) (a, b *demo.Pool) {
@@ -219,18 +182,6 @@ func publish(t testing.TB, admin string, spec json.RawMessage) apiv1.Generation 
 	return g
 }
 
-// testStore opens a Store on url for the test: a publish through it
-// bypasses the API, so a process applies it only through its listener.
-func testStore(t testing.TB, url string) *db.Store {
-	t.Helper()
-	s, err := db.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
-}
-
 func publishTo(t testing.TB, s *db.Store, spec json.RawMessage) apiv1.Generation {
 	t.Helper()
 	g, err := s.Publish(context.Background(), db.PublishParams{Spec: spec, Action: apiv1.ActionCreate, Author: "test"})
@@ -286,75 +237,11 @@ func pool(t testing.TB, addr string) string {
 	return s.pool
 }
 
-// watchGateways LISTENs on db.GatewayNotifyChannel over a plain connection
-// (application_name dwara-test, not a listener of the processes) until the
-// test ends. It returns once listening.
-func watchGateways(t testing.TB, url string) <-chan apiv1.GatewayInstance {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatalf("parse url: %v", err)
-	}
-	cfg.RuntimeParams["application_name"] = "dwara-test"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{db.GatewayNotifyChannel}.Sanitize()); err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	reports := make(chan apiv1.GatewayInstance, 1000)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer conn.Close(context.Background())
-		for {
-			n, err := conn.WaitForNotification(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					t.Errorf("watch gateways: %v", err)
-				}
-				return
-			}
-			var gi apiv1.GatewayInstance
-			if err := json.Unmarshal([]byte(n.Payload), &gi); err != nil {
-				t.Errorf("gateway payload %q: %v", n.Payload, err)
-				continue
-			}
-			reports <- gi
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return reports
-}
-
-// listeners counts the db.Listener connections to url's database.
-func listeners(t testing.TB, url string) int {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var n int
-	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-		WHERE application_name = $1 AND datname = current_database()`, db.ListenerApplicationName).Scan(&n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func TestPublishReachesEveryProxy(t *testing.T) {
 	t.Parallel()
 	url := dbtest.New(t)
 	a, b := pools(t)
-	reports := watchGateways(t, url)
+	reports := dbtest.Watch(t, url, db.GatewayNotifyChannel)
 	srv := startServe(t, ServeConfig{DatabaseURL: url})
 	replica := startGateway(t, GatewayConfig{DatabaseURL: url})
 
@@ -386,7 +273,12 @@ func TestPublishReachesEveryProxy(t *testing.T) {
 	timeout := time.After(wait)
 	for len(pending) > 0 {
 		select {
-		case gi := <-reports:
+		case payload := <-reports:
+			var gi apiv1.GatewayInstance
+			if err := json.Unmarshal([]byte(payload), &gi); err != nil {
+				t.Errorf("gateway payload %q: %v", payload, err)
+				continue
+			}
 			if gi.AppliedGeneration == g2.ID {
 				delete(pending, gi.Listen)
 			}
@@ -634,9 +526,8 @@ func (s *sseStream) next(t testing.TB) (name, data string) {
 // that a replica adds exactly one more.
 func TestOneListenConnectionPerProcess(t *testing.T) {
 	t.Parallel()
-	url := dbtest.New(t)
+	store, url := dbtest.NewStore(t)
 	a, b := pools(t)
-	store := testStore(t, url)
 	// Without a resync, and with generations published behind the API's
 	// back, a process applies a generation only when its listener connects
 	// or notifies.
@@ -665,13 +556,13 @@ func TestOneListenConnectionPerProcess(t *testing.T) {
 		}
 	}
 	srv.waitApplied(t, g2.ID)
-	if n := listeners(t, url); n != 1 {
+	if n := dbtest.ListenerCount(t, url); n != 1 {
 		t.Errorf("serve holds %d LISTEN connections, want 1", n)
 	}
 
 	replica := startGateway(t, GatewayConfig{DatabaseURL: url, Process: Process{Resync: time.Hour}})
 	replica.waitApplied(t, g2.ID)
-	if n := listeners(t, url); n != 2 {
+	if n := dbtest.ListenerCount(t, url); n != 2 {
 		t.Errorf("serve and a replica hold %d LISTEN connections, want 2", n)
 	}
 }
@@ -681,9 +572,8 @@ func TestOneListenConnectionPerProcess(t *testing.T) {
 // and apply it without a restart.
 func TestReplicaSurvivesListenerKill(t *testing.T) {
 	t.Parallel()
-	url := dbtest.New(t)
+	store, url := dbtest.NewStore(t)
 	a, b := pools(t)
-	store := testStore(t, url)
 	// Without a resync, applying a generation published behind the API's
 	// back proves a process's listener connected.
 	srv := startServe(t, ServeConfig{DatabaseURL: url, Process: Process{Resync: time.Hour}})
@@ -692,16 +582,8 @@ func TestReplicaSurvivesListenerKill(t *testing.T) {
 	srv.waitApplied(t, g1.ID)
 	replica.waitApplied(t, g1.ID)
 
-	conn, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var killed int
-	err = conn.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = $1 AND datname = current_database()`, db.ListenerApplicationName).Scan(&killed)
-	if err != nil || killed != 2 {
-		t.Fatalf("terminated %d listener backends (err %v), want serve's and the replica's", killed, err)
+	if killed := dbtest.KillListeners(t, url); killed != 2 {
+		t.Fatalf("terminated %d listener backends, want serve's and the replica's", killed)
 	}
 	// Published while the listeners are down or reconnecting: the reconnect
 	// loads the newest generation, so it is not missed.

@@ -14,7 +14,6 @@ import (
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/proxy"
-	"github.com/dwara/dwara/gateway/source"
 )
 
 // Serve runs `dwara serve`: the REST API on AdminListen and the embedded
@@ -78,14 +77,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		closeAll(proxyL)
 		return err
 	}
-	src := &source.Database{
-		Store:     store,
-		Instance:  instance(proxyL.addr()),
-		Apply:     apply,
-		Heartbeat: c.Heartbeat,
-		Resync:    c.Resync,
-		Logger:    log,
-	}
+	src := c.databaseSource(store, proxyL.addr(), px, apply)
 	l := listener(store.ConnString(), log, follows(src), events(apiSrv))
 
 	g, gctx := errgroup.WithContext(ctx)

@@ -1,8 +1,6 @@
 package openapi_test
 
 import (
-	"github.com/dwara/dwara/api/apiv1"
-
 	"reflect"
 	"slices"
 	"strings"
@@ -10,6 +8,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/openapi"
 )

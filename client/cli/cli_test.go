@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +17,7 @@ import (
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
+	"github.com/dwara/dwara/internal/testnet"
 )
 
 // cliAPI is a real API over a fresh database, served on 127.0.0.1, and the
@@ -646,12 +646,7 @@ func TestClientAuth(t *testing.T) {
 
 func TestClientConnectionRefused(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + ln.Addr().String()
-	ln.Close()
+	url := "http://" + testnet.ClosedAddr(t)
 	r := runVerb(t, map[string]string{"DWARA_API_URL": url}, "", "history")
 	if r.code != 1 || r.stdout != "" ||
 		!strings.Contains(r.stderr, "dwara history: cannot reach the Dwara API at "+url+": connection refused\n") ||

@@ -32,6 +32,9 @@ var allowedImports = map[string][]string{
 	"web":                     {},
 	"migrations":              {},
 	"demo":                    {},
+	"internal/testrun":        {},
+	"internal/testlog":        {"internal/testrun"},
+	"internal/testnet":        {},
 }
 
 // TestArchitecture checks every package's imports against allowedImports.

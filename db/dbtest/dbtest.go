@@ -5,7 +5,14 @@
 // named after a hash of those migrations; each test then gets a clone of it
 // (CREATE DATABASE ... TEMPLATE ...), which takes milliseconds. Template
 // creation is guarded by an advisory lock on the server, so parallel tests
-// and parallel test binaries share one template safely.
+// and parallel test binaries share one template safely. NewStore opens a
+// db.Store on such a database.
+//
+// The other helpers work on a test database over a connection of their
+// own: Exec runs a statement, ListenerCount and KillListeners count and
+// terminate the connections of db.Listener (to test what a process does
+// when its LISTEN connection drops), and Watch receives the notifications
+// of a channel.
 package dbtest
 
 import (
@@ -94,6 +101,20 @@ func New(t testing.TB) string {
 		}
 	})
 	return dbURL.String()
+}
+
+// NewStore returns a db.Store on a fresh database from New, closed when the
+// test ends (before the database is dropped), and that database's URL. It
+// fails the test (t.Fatalf) when the store cannot be opened.
+func NewStore(t testing.TB) (*db.Store, string) {
+	t.Helper()
+	dbURL := New(t)
+	s, err := db.Open(context.Background(), dbURL)
+	if err != nil {
+		t.Fatalf("dbtest: open store: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s, dbURL
 }
 
 // ensureTemplate returns the name of the template database for the current

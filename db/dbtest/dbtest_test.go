@@ -3,6 +3,7 @@ package dbtest_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/internal/testrun"
 )
 
 // fakeTB records Cleanup functions and Logf output and reports Failed as
@@ -169,5 +172,47 @@ func drop(t *testing.T, dbURL string) {
 	name := strings.TrimPrefix(mustPath(t, dbURL), "/")
 	if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
 		t.Errorf("drop %s: %v", name, err)
+	}
+}
+
+// Watch receives what Exec notifies, and its connection is not a
+// db.Listener's: ListenerCount and KillListeners see only the Listener, and
+// Watch keeps receiving after KillListeners.
+func TestConnHelpers(t *testing.T) {
+	t.Parallel()
+	const channel = "dbtest channel"
+	dbURL := dbtest.New(t)
+	payloads := dbtest.Watch(t, dbURL, channel)
+	dbtest.Exec(t, dbURL, `SELECT pg_notify($1, 'p1')`, channel)
+	if got := testrun.Recv(t, payloads, "first notification"); got != "p1" {
+		t.Errorf("payload = %q, want p1", got)
+	}
+	if n := dbtest.ListenerCount(t, dbURL); n != 0 {
+		t.Errorf("ListenerCount = %d without a Listener, want 0", n)
+	}
+
+	connects := make(chan struct{}, 10)
+	l := &db.Listener{
+		ConnString: dbURL,
+		Channels:   []string{"c"},
+		OnConnect: func(context.Context) error {
+			connects <- struct{}{}
+			return nil
+		},
+		OnNotify: func(string, string) {},
+		Logger:   slog.New(slog.DiscardHandler),
+	}
+	testrun.Background(t, l.Run)
+	testrun.Recv(t, connects, "listener connect")
+	if n := dbtest.ListenerCount(t, dbURL); n != 1 {
+		t.Errorf("ListenerCount = %d with one Listener, want 1", n)
+	}
+	if n := dbtest.KillListeners(t, dbURL); n != 1 {
+		t.Errorf("KillListeners = %d, want 1", n)
+	}
+	testrun.Recv(t, connects, "reconnect after KillListeners")
+	dbtest.Exec(t, dbURL, `SELECT pg_notify($1, 'p2')`, channel)
+	if got := testrun.Recv(t, payloads, "notification after KillListeners"); got != "p2" {
+		t.Errorf("payload = %q, want p2", got)
 	}
 }

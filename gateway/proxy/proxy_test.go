@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/dwara/dwara/api/apiv1"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -21,10 +19,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/affinity"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
+	"github.com/dwara/dwara/internal/testnet"
 )
 
 // Chi-square critical values at p = 0.001 by degrees of freedom.
@@ -305,7 +305,7 @@ func TestFlipUnderLoad(t *testing.T) {
 		enough               = make(chan struct{}) // closed after 400 requests past the flip
 		warmOnce, enoughOnce sync.Once
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for c := 0; c < 8; c++ {
 		wg.Add(1)
@@ -393,12 +393,7 @@ services: [{name: api, base_path: /v1, upstream: a}]
 
 func TestUnreachableUpstreamIs502(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := testnet.ClosedAddr(t)
 	g := startGateway(t)
 	g.apply(t, 1, fmt.Sprintf(`
 upstreams: [{name: dead, endpoints: ["%s"]}]

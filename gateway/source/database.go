@@ -37,7 +37,7 @@ const (
 // notification missed while disconnected is never a missed generation.
 //
 // The stored spec is decoded once per generation with config.ParseAs (JSON)
-// and handed to Apply. A spec that does not decode, or that Apply refuses,
+// and handed to Apply, unless Serving says the data plane serves it already. A spec that does not decode, or that Apply refuses,
 // is logged and retried on the next trigger. After each successful apply the
 // Database records Instance (AppliedGeneration, AppliedAt) with
 // Store.UpsertGateway, and every Heartbeat it refreshes the instance's
@@ -57,6 +57,13 @@ type Database struct {
 	Instance apiv1.GatewayInstance
 	// Apply switches the data plane to a generation. Required.
 	Apply ApplyFunc
+	// Serving, when non-nil, returns the generation the data plane already
+	// serves, applied there by another path (in `dwara serve`, the API hands
+	// each publish to the proxy before its 201). A stored generation that is
+	// not newer is neither decoded nor applied again, only recorded as
+	// applied. nil means only what this source applied counts. It must be
+	// safe for concurrent use.
+	Serving func() int64
 	// Heartbeat is how often the instance's LastHeartbeat is refreshed;
 	// 0 means 5s.
 	Heartbeat time.Duration
@@ -194,6 +201,14 @@ func (s *Database) sync(ctx context.Context, inst *apiv1.GatewayInstance, dec *d
 	}
 	if g.ID <= s.applied.Load() {
 		return first, nil
+	}
+	if s.Serving != nil && g.ID <= s.Serving() {
+		// Already serving it: the spec was validated and applied once, by
+		// the path that applied it; record it, decode nothing.
+		s.applied.Store(g.ID)
+		inst.AppliedGeneration = g.ID
+		inst.AppliedAt = time.Now()
+		return true, nil
 	}
 	if dec.id != g.ID {
 		spec, err := config.ParseAs(g.Spec, config.FormatJSON)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,8 +12,12 @@ import (
 
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/source"
+	"github.com/dwara/dwara/internal/testlog"
+	"github.com/dwara/dwara/internal/testnet"
+	"github.com/dwara/dwara/internal/testrun"
 )
 
 // applyCall is one call of Database.Apply.
@@ -32,17 +35,18 @@ type databaseHarness struct {
 	applied chan applyCall
 	logs    chan string
 	order   safeList[int64]
-	// gateways receives the dwara_gateway notifications of the database.
-	gateways <-chan note
+	// gateways receives the payloads of the dwara_gateway notifications of
+	// the database.
+	gateways <-chan string
 }
 
 // newDatabase returns a harness whose Apply fails with fail's error when
 // fail is non-nil and returns one.
 func newDatabase(t *testing.T, fail func(gen int64) error) *databaseHarness {
 	t.Helper()
-	s, url := newStore(t)
+	s, url := dbtest.NewStore(t)
 	h := &databaseHarness{store: s, url: url, applied: make(chan applyCall, 100), logs: make(chan string, 1000)}
-	h.gateways = watch(t, url, db.GatewayNotifyChannel)
+	h.gateways = dbtest.Watch(t, url, db.GatewayNotifyChannel)
 	h.src = &source.Database{
 		Store:    s,
 		Instance: apiv1.GatewayInstance{ID: "gw-test", Hostname: "test-host", Listen: "127.0.0.1:0", StartedAt: time.Now()},
@@ -59,14 +63,14 @@ func newDatabase(t *testing.T, fail func(gen int64) error) *databaseHarness {
 		// Long enough that only Notify triggers a load during a test.
 		Resync:    time.Hour,
 		Heartbeat: time.Hour,
-		Logger:    testLogger(t, h.logs),
+		Logger:    testlog.New(t, h.logs),
 	}
 	return h
 }
 
 func (h *databaseHarness) start(t *testing.T) {
 	t.Helper()
-	runInBackground(t, h.src.Run)
+	testrun.Background(t, h.src.Run)
 }
 
 // waitApplied waits until Apply received generation id with its decoded
@@ -75,7 +79,7 @@ func (h *databaseHarness) start(t *testing.T) {
 func (h *databaseHarness) waitApplied(t *testing.T, id int64) {
 	t.Helper()
 	for {
-		c := recv(t, h.applied, fmt.Sprintf("apply of generation %d", id))
+		c := testrun.Recv(t, h.applied, fmt.Sprintf("apply of generation %d", id))
 		if c.gen > id {
 			t.Fatalf("applied %d, want %d", c.gen, id)
 		}
@@ -108,10 +112,10 @@ func (h *databaseHarness) waitApplied(t *testing.T, id int64) {
 func (h *databaseHarness) waitReport(t *testing.T, id int64) {
 	t.Helper()
 	for {
-		n := recv(t, h.gateways, fmt.Sprintf("gateway report of generation %d", id))
+		payload := testrun.Recv(t, h.gateways, fmt.Sprintf("gateway report of generation %d", id))
 		var g apiv1.GatewayInstance
-		if err := json.Unmarshal([]byte(n.payload), &g); err != nil {
-			t.Fatalf("gateway payload %q: %v", n.payload, err)
+		if err := json.Unmarshal([]byte(payload), &g); err != nil {
+			t.Fatalf("gateway payload %q: %v", payload, err)
 		}
 		if g.ID == "gw-test" && g.AppliedGeneration == id {
 			return
@@ -138,7 +142,7 @@ func TestDatabaseNotifyBeforeRunAppliesNewest(t *testing.T) {
 	ready := h.src.Ready() // usable before Run
 	h.src.Notify()         // kept until Run starts
 	h.start(t)
-	recv(t, ready, "ready")
+	testrun.Recv(t, ready, "ready")
 	if got := h.src.Applied(); got != 3 {
 		t.Errorf("Applied() at ready = %d, want 3", got)
 	}
@@ -150,7 +154,7 @@ func TestDatabaseEmpty(t *testing.T) {
 	h := newDatabase(t, nil)
 	h.start(t)
 	h.src.Notify()
-	recv(t, h.src.Ready(), "ready")
+	testrun.Recv(t, h.src.Ready(), "ready")
 	if got := h.src.Applied(); got != 0 {
 		t.Errorf("Applied() on an empty database = %d, want 0", got)
 	}
@@ -170,7 +174,7 @@ func TestDatabaseFollowsListener(t *testing.T) {
 	h := newDatabase(t, nil)
 	publish(t, h.store, 1)
 	h.start(t)
-	recv(t, follow(t, h.url, h.src), "listener connect")
+	testrun.Recv(t, follow(t, h.url, h.src), "listener connect")
 	h.waitApplied(t, 1)
 
 	for i := int64(2); i <= 5; i++ {
@@ -197,7 +201,7 @@ func TestDatabaseRetriesRefusedApply(t *testing.T) {
 	publish(t, h.store, 1)
 	h.start(t)
 	h.src.Notify()
-	waitMessage(t, h.logs, "apply generation failed")
+	testlog.Wait(t, h.logs, "apply generation failed")
 	expectNotReady(t, h.src, "although the only generation failed to apply")
 	if got := h.src.Applied(); got != 0 {
 		t.Errorf("Applied() after a failed apply = %d, want 0", got)
@@ -206,7 +210,7 @@ func TestDatabaseRetriesRefusedApply(t *testing.T) {
 	// The next trigger retries the same generation.
 	h.src.Notify()
 	h.waitApplied(t, 1)
-	recv(t, h.src.Ready(), "ready")
+	testrun.Recv(t, h.src.Ready(), "ready")
 	if n := attempts.Load(); n != 2 {
 		t.Errorf("generation 1 attempted %d times, want 2", n)
 	}
@@ -219,7 +223,7 @@ func TestDatabaseRefusesUndecodableSpec(t *testing.T) {
 	publishSpec(t, h.store, json.RawMessage(`{"upstreams": [], "services": [{"name": "web", "upstream": "nowhere"}]}`))
 	h.start(t)
 	h.src.Notify()
-	waitMessage(t, h.logs, "apply generation failed")
+	testlog.Wait(t, h.logs, "apply generation failed")
 	expectNotReady(t, h.src, "although the only generation does not decode")
 	select {
 	case c := <-h.applied:
@@ -230,7 +234,7 @@ func TestDatabaseRefusesUndecodableSpec(t *testing.T) {
 	publish(t, h.store, 2)
 	h.src.Notify()
 	h.waitApplied(t, 2)
-	recv(t, h.src.Ready(), "ready")
+	testrun.Recv(t, h.src.Ready(), "ready")
 }
 
 func TestDatabaseSurvivesListenerKill(t *testing.T) {
@@ -239,17 +243,17 @@ func TestDatabaseSurvivesListenerKill(t *testing.T) {
 	publish(t, h.store, 1)
 	h.start(t)
 	connects := follow(t, h.url, h.src)
-	recv(t, connects, "listener connect")
+	testrun.Recv(t, connects, "listener connect")
 	h.waitApplied(t, 1)
 
 	for round := int64(2); round <= 4; round++ {
-		if k := killListeners(t, h.url); k != 1 {
+		if k := dbtest.KillListeners(t, h.url); k != 1 {
 			t.Fatalf("round %d: terminated %d listener backends, want 1", round, k)
 		}
 		// Publish while the listener is down (or just reconnecting): the
 		// notification may be lost, the load on reconnect catches it.
 		publish(t, h.store, int(round))
-		recv(t, connects, "reconnect")
+		testrun.Recv(t, connects, "reconnect")
 		h.waitApplied(t, round)
 	}
 
@@ -265,7 +269,7 @@ func TestDatabaseHeartbeat(t *testing.T) {
 	// Beats often; the test waits for two of them, whenever they come.
 	h.src.Heartbeat = 20 * time.Millisecond
 	// Announce every heartbeat-only update of this test's database.
-	exec(t, h.url, `
+	dbtest.Exec(t, h.url, `
 		CREATE FUNCTION test_heartbeat() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			PERFORM pg_notify('test_heartbeat', NEW.id);
@@ -274,15 +278,15 @@ func TestDatabaseHeartbeat(t *testing.T) {
 		CREATE TRIGGER test_heartbeat AFTER UPDATE ON gateway_instances FOR EACH ROW
 			WHEN (OLD.applied_generation = NEW.applied_generation AND OLD.last_heartbeat < NEW.last_heartbeat)
 			EXECUTE FUNCTION test_heartbeat()`)
-	beats := watch(t, h.url, "test_heartbeat")
+	beats := dbtest.Watch(t, h.url, "test_heartbeat")
 	publish(t, h.store, 1)
 	h.start(t)
 	h.src.Notify()
 	h.waitApplied(t, 1)
 
 	for i := range 2 {
-		if n := recv(t, beats, "heartbeat"); n.payload != "gw-test" {
-			t.Fatalf("heartbeat %d from %q, want gw-test", i, n.payload)
+		if id := testrun.Recv(t, beats, "heartbeat"); id != "gw-test" {
+			t.Fatalf("heartbeat %d from %q, want gw-test", i, id)
 		}
 	}
 	gws, err := h.store.ListGateways(context.Background())
@@ -317,14 +321,8 @@ func TestDatabaseNotifyNeverBlocks(t *testing.T) {
 
 func TestDatabaseKeepsRetryingWhileDatabaseDown(t *testing.T) {
 	t.Parallel()
-	// A port that was just free: every connection is refused.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	s, err := db.Open(context.Background(), fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=5", addr))
+	// Every connection is refused.
+	s, err := db.Open(context.Background(), fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=5", testnet.ClosedAddr(t)))
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -338,21 +336,43 @@ func TestDatabaseKeepsRetryingWhileDatabaseDown(t *testing.T) {
 			return nil
 		},
 		Resync: time.Hour,
-		Logger: testLogger(t, logs),
+		Logger: testlog.New(t, logs),
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
+	stop := testrun.Background(t, src.Run)
 	src.Notify()
 	// One trigger, two failed loads: the retry needs no further trigger.
-	waitMessage(t, logs, "load newest generation failed")
-	waitMessage(t, logs, "load newest generation failed")
+	testlog.Wait(t, logs, "load newest generation failed")
+	testlog.Wait(t, logs, "load newest generation failed")
 	expectNotReady(t, src, "without a database")
-	cancel()
-	if err := recv(t, done, "Run to return after cancel"); err != nil {
-		t.Errorf("Run = %v, want nil", err)
-	}
+	stop() // Run must return nil after cancel
 	if got := src.Applied(); got != 0 {
 		t.Errorf("Applied() = %d, want 0", got)
+	}
+}
+
+// TestDatabaseSkipsWhatIsServed: a generation the data plane already serves
+// (in serve, applied by the API before its 201) is recorded as applied but
+// neither decoded nor applied again; the next one is.
+func TestDatabaseSkipsWhatIsServed(t *testing.T) {
+	t.Parallel()
+	h := newDatabase(t, nil)
+	var serving atomic.Int64
+	h.src.Serving = serving.Load
+	for i := 1; i <= 2; i++ {
+		publish(t, h.store, i)
+	}
+	serving.Store(2) // the data plane has generation 2 from elsewhere
+	h.start(t)
+	h.src.Notify()
+	testrun.Recv(t, h.src.Ready(), "ready")
+	h.waitReport(t, 2)
+	if got := h.src.Applied(); got != 2 {
+		t.Errorf("Applied() = %d, want 2", got)
+	}
+	publish(t, h.store, 3)
+	h.src.Notify()
+	h.waitApplied(t, 3) // fails if 1 or 2 was applied first
+	if ids := h.order.snapshot(); len(ids) != 1 || ids[0] != 3 {
+		t.Errorf("Apply saw %v, want only [3]", ids)
 	}
 }

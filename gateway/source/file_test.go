@@ -1,7 +1,6 @@
 package source_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/gateway/proxy"
 	"github.com/dwara/dwara/gateway/source"
+	"github.com/dwara/dwara/internal/testlog"
 )
 
 // load is one call of File.Loaded.
@@ -31,27 +30,8 @@ type load struct {
 	err error
 }
 
-// syncBuffer is a bytes.Buffer safe for the source's goroutine to write
-// while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// records decodes the JSON log lines written so far.
-func (b *syncBuffer) records(t *testing.T) []map[string]any {
+// records decodes the JSON log lines written to b so far.
+func records(t *testing.T, b *testlog.Buffer) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for line := range strings.SplitSeq(strings.TrimSpace(b.String()), "\n") {
@@ -77,7 +57,7 @@ type harness struct {
 	client      *http.Client
 	loads       chan load
 	reload      chan struct{}
-	logs        *syncBuffer
+	logs        *testlog.Buffer
 }
 
 // newHarness starts two pools and a proxy; the source is not running yet.
@@ -87,7 +67,7 @@ func newHarness(t *testing.T) *harness {
 		path:   filepath.Join(t.TempDir(), "dwara.yaml"),
 		loads:  make(chan load, 16),
 		reload: make(chan struct{}, 1),
-		logs:   &syncBuffer{},
+		logs:   &testlog.Buffer{},
 		client: &http.Client{Timeout: wait},
 	}
 	var err error
@@ -282,7 +262,7 @@ func TestFirstLoadAppliesGenerationOne(t *testing.T) {
 	if h.green.Hits(0) != 0 {
 		t.Errorf("green served %d requests at weight 0", h.green.Hits(0))
 	}
-	if rs := h.logs.records(t); len(rs) == 0 || rs[len(rs)-1]["msg"] != "generation applied" || rs[len(rs)-1]["generation"] != 1.0 {
+	if rs := records(t, h.logs); len(rs) == 0 || rs[len(rs)-1]["msg"] != "generation applied" || rs[len(rs)-1]["generation"] != 1.0 {
 		t.Errorf("last log record = %v, want generation applied with generation 1", rs)
 	}
 }
@@ -577,7 +557,7 @@ services:
 	// message, followed by one summary record.
 	logged := map[config.FieldError]bool{}
 	refused := 0
-	for _, r := range h.logs.records(t) {
+	for _, r := range records(t, h.logs) {
 		switch r["msg"] {
 		case "spec file error":
 			if r["level"] != "ERROR" || r["file"] != h.path {
