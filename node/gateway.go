@@ -38,9 +38,8 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	}
 
 	reg := newRegistry()
-	upstream := proxy.NewTransport()
-	defer upstream.CloseIdleConnections()
-	px := proxy.New(proxy.Options{Metrics: reg, Logger: log, Transport: upstream})
+	px := proxy.New(proxy.Options{Metrics: reg, Logger: log})
+	defer px.Close() // after every part has stopped: the pooled upstream connections
 	apply := applier(px, c.Applied)
 
 	mux := http.NewServeMux()

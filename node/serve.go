@@ -53,9 +53,8 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	}
 
 	reg := newRegistry()
-	upstream := proxy.NewTransport()
-	defer upstream.CloseIdleConnections()
-	px := proxy.New(proxy.Options{Metrics: reg, Logger: log, Transport: upstream})
+	px := proxy.New(proxy.Options{Metrics: reg, Logger: log})
+	defer px.Close() // after every part has stopped: the pooled upstream connections
 	apply := applier(px, c.Applied)
 	apiSrv := api.New(api.Options{
 		// The API validated spec once; the proxy serves it before the 201.

@@ -2,21 +2,27 @@ package config
 
 // Default values that Defaults fills into zero fields.
 const (
-	DefaultBalancer           = BalancerRoundRobin
-	DefaultBasePath           = "/"
-	DefaultStickyTTLSeconds   = 3600
-	DefaultHealthPath         = "/healthz"
-	DefaultHealthIntervalS    = 5
-	DefaultHealthTimeoutS     = 2
-	DefaultHealthyThreshold   = 2
-	DefaultUnhealthyThreshold = 2
-	DefaultCanaryWindowS      = 60
-	DefaultCanaryStep         = 5
-	DefaultCanaryMinRequests  = 10
-	DefaultCanaryCooldownS    = 30
+	DefaultBalancer = BalancerRoundRobin
+	// DefaultConnectTimeoutMS, DefaultResponseHeaderTimeoutMS and
+	// DefaultIdleTimeoutMS are the upstream timeouts.
+	DefaultConnectTimeoutMS        = 5000
+	DefaultResponseHeaderTimeoutMS = 60000
+	DefaultIdleTimeoutMS           = 90000
+	DefaultBasePath                = "/"
+	DefaultStickyTTLSeconds        = 3600
+	DefaultHealthPath              = "/healthz"
+	DefaultHealthIntervalS         = 5
+	DefaultHealthTimeoutS          = 2
+	DefaultHealthyThreshold        = 2
+	DefaultUnhealthyThreshold      = 2
+	DefaultCanaryWindowS           = 60
+	DefaultCanaryStep              = 5
+	DefaultCanaryMinRequests       = 10
+	DefaultCanaryCooldownS         = 30
 )
 
 // Defaults fills zero values in place: an empty balancer becomes round_robin,
+// zero upstream timeouts their defaults,
 // an empty base path "/", a zero sticky TTL 3600 seconds, zero health-check
 // fields and zero canary-analysis timings their defaults (see the Default*
 // constants). Canary thresholds are left as given. A split target's default
@@ -34,6 +40,9 @@ func (s *Spec) Defaults() {
 		if u.Balancer == "" {
 			u.Balancer = DefaultBalancer
 		}
+		setDefault(&u.ConnectTimeoutMS, DefaultConnectTimeoutMS)
+		setDefault(&u.ResponseHeaderTimeoutMS, DefaultResponseHeaderTimeoutMS)
+		setDefault(&u.IdleTimeoutMS, DefaultIdleTimeoutMS)
 		if hc := u.HealthCheck; hc != nil {
 			setDefault(&hc.Path, DefaultHealthPath)
 			setDefault(&hc.IntervalS, DefaultHealthIntervalS)

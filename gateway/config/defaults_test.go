@@ -26,7 +26,8 @@ func TestDefaults(t *testing.T) {
 			},
 			want: &Spec{
 				Upstreams: []Upstream{{Name: "a", Balancer: "round_robin",
-					HealthCheck: &HealthCheck{Path: "/healthz", IntervalS: 5, TimeoutS: 2, HealthyThreshold: 2, UnhealthyThreshold: 2}}},
+					HealthCheck:      &HealthCheck{Path: "/healthz", IntervalS: 5, TimeoutS: 2, HealthyThreshold: 2, UnhealthyThreshold: 2},
+					ConnectTimeoutMS: DefaultConnectTimeoutMS, ResponseHeaderTimeoutMS: DefaultResponseHeaderTimeoutMS, IdleTimeoutMS: DefaultIdleTimeoutMS}},
 				Services: []Service{{
 					Name: "s", BasePath: "/",
 					Split:  &Split{CanaryAnalysis: &CanaryAnalysis{WindowSeconds: 60, Step: 5, MinRequests: 10, CooldownSeconds: 30}},
@@ -38,7 +39,8 @@ func TestDefaults(t *testing.T) {
 			name: "set values and thresholds kept",
 			in: &Spec{
 				Upstreams: []Upstream{{Name: "a", Balancer: "ip_hash",
-					HealthCheck: &HealthCheck{Path: "/up", IntervalS: 9, TimeoutS: 8, HealthyThreshold: 7, UnhealthyThreshold: 6}}},
+					HealthCheck:      &HealthCheck{Path: "/up", IntervalS: 9, TimeoutS: 8, HealthyThreshold: 7, UnhealthyThreshold: 6},
+					ConnectTimeoutMS: 1, ResponseHeaderTimeoutMS: 2, IdleTimeoutMS: 3}},
 				Services: []Service{{
 					Name: "s", BasePath: "/x",
 					Split: &Split{

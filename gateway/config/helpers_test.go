@@ -62,8 +62,10 @@ func validSpec() *Spec {
 				HealthCheck: &HealthCheck{
 					Path: "/healthz", IntervalS: 5, TimeoutS: 2, HealthyThreshold: 2, UnhealthyThreshold: 2,
 				},
+				ConnectTimeoutMS: DefaultConnectTimeoutMS, ResponseHeaderTimeoutMS: DefaultResponseHeaderTimeoutMS, IdleTimeoutMS: DefaultIdleTimeoutMS,
 			},
-			{Name: "api-canary", Balancer: BalancerRoundRobin, Endpoints: []string{"127.0.0.1:9101"}},
+			{Name: "api-canary", Balancer: BalancerRoundRobin, Endpoints: []string{"127.0.0.1:9101"},
+				ConnectTimeoutMS: DefaultConnectTimeoutMS, ResponseHeaderTimeoutMS: DefaultResponseHeaderTimeoutMS, IdleTimeoutMS: DefaultIdleTimeoutMS},
 		},
 		Services: []Service{
 			{

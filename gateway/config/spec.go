@@ -40,6 +40,17 @@ type Upstream struct {
 	Endpoints []string `json:"endpoints"`
 	// HealthCheck, when non-nil, enables active health checks.
 	HealthCheck *HealthCheck `json:"health_check,omitempty"`
+	// ConnectTimeoutMS bounds opening a connection to an endpoint
+	// (1..60000); 0 means DefaultConnectTimeoutMS (Defaults fills it in).
+	ConnectTimeoutMS int `json:"connect_timeout_ms,omitempty"`
+	// ResponseHeaderTimeoutMS bounds the wait for an endpoint's response
+	// header once the request is sent (1..3600000): past it the client gets
+	// 504. A body that streams after its header is never cut by it. 0 means
+	// DefaultResponseHeaderTimeoutMS.
+	ResponseHeaderTimeoutMS int `json:"response_header_timeout_ms,omitempty"`
+	// IdleTimeoutMS is how long an idle pooled connection to an endpoint is
+	// kept (1..3600000); 0 means DefaultIdleTimeoutMS.
+	IdleTimeoutMS int `json:"idle_timeout_ms,omitempty"`
 }
 
 // HealthCheck configures active health checks of an upstream's endpoints.

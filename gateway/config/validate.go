@@ -22,6 +22,11 @@ const (
 	MaxWindowSeconds    = 3600
 	MaxCooldownS        = 86_400
 	MaxLatencyP99S      = 600
+	// MaxConnectTimeoutMS, MaxResponseHeaderTimeoutMS and MaxIdleTimeoutMS
+	// bound the upstream timeouts (one minute, one hour, one hour).
+	MaxConnectTimeoutMS        = 60_000
+	MaxResponseHeaderTimeoutMS = 3_600_000
+	MaxIdleTimeoutMS           = 3_600_000
 )
 
 // namePattern is the pattern of upstream and service names.
@@ -120,6 +125,9 @@ func (v *validator) upstream(u *Upstream, path string, i int) {
 	if hc := u.HealthCheck; hc != nil {
 		v.healthCheck(hc, member(path, "health_check"))
 	}
+	v.between(member(path, "connect_timeout_ms"), u.ConnectTimeoutMS, 1, MaxConnectTimeoutMS)
+	v.between(member(path, "response_header_timeout_ms"), u.ResponseHeaderTimeoutMS, 1, MaxResponseHeaderTimeoutMS)
+	v.between(member(path, "idle_timeout_ms"), u.IdleTimeoutMS, 1, MaxIdleTimeoutMS)
 }
 
 func (v *validator) healthCheck(hc *HealthCheck, path string) {

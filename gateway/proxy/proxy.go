@@ -72,12 +72,16 @@ type Proxy struct {
 	log       *slog.Logger
 	errorLog  *log.Logger
 	applyMu   sync.Mutex // serialises Apply; never taken by requests
+	// pools are the forwarding path's connection pools, by upstream and
+	// endpoint; they outlive generations. Guarded by applyMu.
+	pools map[string]*connPool
 }
 
 // New returns a Proxy that answers 503 until the first Apply.
 func New(o Options) *Proxy {
 	p := &Proxy{
 		reg:       o.Registry,
+		pools:     make(map[string]*connPool),
 		transport: o.Transport,
 		buffers:   newBufferPool(256),
 		log:       o.Logger,
@@ -154,15 +158,41 @@ func (p *Proxy) apply(spec *config.Spec, generation int64, onlyNewer bool) (bool
 	return true, nil
 }
 
-// retainEndpoints forgets the states of endpoints no longer named.
+// retainEndpoints forgets the states of endpoints no longer named and
+// closes the connection pools of endpoints no longer served.
 func (p *Proxy) retainEndpoints(t *table) {
 	keep := make(map[string]struct{})
+	pools := make(map[*connPool]bool)
 	for _, u := range t.upstreams {
 		for _, e := range u.endpoints {
 			keep[e.addr] = struct{}{}
+			if e.pool != nil {
+				pools[e.pool] = true
+			}
 		}
 	}
 	p.reg.Retain(keep)
+	for key, cp := range p.pools {
+		if !pools[cp] {
+			cp.close()
+			delete(p.pools, key)
+		}
+	}
+}
+
+// Close closes every pooled upstream connection. Requests still in flight
+// finish; their connections are closed when they end. Apply may still be
+// called after Close (a process that is shutting down need not).
+func (p *Proxy) Close() {
+	p.applyMu.Lock()
+	defer p.applyMu.Unlock()
+	for key, cp := range p.pools {
+		cp.close()
+		delete(p.pools, key)
+	}
+	if t, ok := p.transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
 }
 
 // Generation returns the generation being served, 0 before the first Apply.
@@ -247,14 +277,38 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Header["X-Dwara-Upstream"] = tg.hdrUpstream
 	r.Header["X-Dwara-Generation"] = tg.hdrGeneration
 
+	p.serveEndpoint(w, r, tg, ep, start)
+}
+
+// serveEndpoint forwards r to ep and does the bookkeeping of the exchange.
+// The bookkeeping runs in a defer, so an aborted answer (the panic
+// http.ErrAbortHandler, from a cut upstream body or the standard reverse
+// proxy) leaves the in-flight count and the metrics balanced; it counts as a
+// failure (502 when no status was written).
+func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target, ep *endpoint, start time.Time) {
 	sw := getStatusWriter(w)
 	began := ep.state.Begin()
-	ep.rp.ServeHTTP(sw, r)
-	code := sw.code
-	putStatusWriter(sw)
-	ep.state.Done(began, code >= 500)
-	tg.codes.inc(code)
-	tg.duration.Observe(time.Since(start).Seconds())
+	code := 0
+	completed := false
+	defer func() {
+		if !completed || code == 0 {
+			code = max(code, sw.code)
+			if !completed && code < 500 {
+				code = http.StatusBadGateway
+			}
+		}
+		putStatusWriter(sw)
+		ep.state.Done(began, code >= 500)
+		tg.codes.inc(code)
+		tg.duration.Observe(time.Since(start).Seconds())
+	}()
+	if ep.pool != nil && !isUpgrade(r) {
+		code = p.forward(sw, r, ep)
+	} else {
+		ep.rp.ServeHTTP(sw, r)
+		code = sw.code
+	}
+	completed = true
 }
 
 // upstreamError answers a request whose upstream could not be reached or

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -69,7 +70,13 @@ type upstream struct {
 type endpoint struct {
 	addr  string
 	state *balance.State
-	rp    *httputil.ReverseProxy
+	// pool carries requests to an http endpoint on the forwarding path;
+	// nil for an https endpoint, which rp serves.
+	pool *connPool
+	// hostHeader is the Host sent upstream: the endpoint's host:port.
+	hostHeader string
+	// rp serves upgrade requests, and every request to an https endpoint.
+	rp *httputil.ReverseProxy
 }
 
 // compile turns a spec into a table. It does not validate spec (Apply's
@@ -160,11 +167,19 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 			return nil, fmt.Errorf("upstream %q: %w", u.Name, err)
 		}
 		states[i] = p.reg.Get(addr)
-		cu.endpoints = append(cu.endpoints, &endpoint{
-			addr:  addr,
-			state: states[i],
-			rp:    p.newReverseProxy(target),
-		})
+		ep := &endpoint{
+			addr:       addr,
+			state:      states[i],
+			hostHeader: target.Host,
+			rp:         p.newReverseProxy(target),
+		}
+		if target.Scheme == "http" {
+			ep.pool = p.pool(u.Name, target.Host)
+			ep.pool.setTimeouts(millis(u.ConnectTimeoutMS, config.DefaultConnectTimeoutMS),
+				millis(u.ResponseHeaderTimeoutMS, config.DefaultResponseHeaderTimeoutMS),
+				millis(u.IdleTimeoutMS, config.DefaultIdleTimeoutMS))
+		}
+		cu.endpoints = append(cu.endpoints, ep)
 	}
 	b, err := balance.New(u.Balancer, u.Endpoints, states)
 	if err != nil {
@@ -172,6 +187,27 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 	}
 	cu.balancer = b
 	return cu, nil
+}
+
+// millis is ms milliseconds, or def milliseconds when ms is not positive.
+func millis(ms, def int) time.Duration {
+	if ms <= 0 {
+		ms = def
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// pool returns the connection pool of endpoint host of upstream, creating
+// it on first use. Pools are kept per upstream and endpoint, so each
+// upstream's timeouts apply to its own connections. Called under applyMu.
+func (p *Proxy) pool(upstream, host string) *connPool {
+	key := upstream + " " + host
+	cp := p.pools[key]
+	if cp == nil {
+		cp = newConnPool(host)
+		p.pools[key] = cp
+	}
+	return cp
 }
 
 // newReverseProxy builds the reverse proxy of one endpoint: it rewrites the

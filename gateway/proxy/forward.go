@@ -1,0 +1,424 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The forwarding path: Dwara's own HTTP/1.1 client to the endpoints. A
+// request is written straight onto a pooled persistent connection (request
+// line, headers without the hop-by-hop ones, the X-Forwarded-* set, the
+// body streamed as it arrives), the response header is read under the
+// upstream's response-header timeout, and the body is streamed back to the
+// client, flushed as it comes when its length is unknown or it is an event
+// stream. No goroutine is started per request or per connection.
+//
+// Upgrade requests (websockets) and https endpoints go through the
+// standard library's reverse proxy instead (endpoint.rp).
+
+// aLongTimeAgo is a deadline in the past: setting it unblocks any pending
+// read or write on a connection at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// errUpstreamTimeout marks a response header that did not arrive within the
+// upstream's response-header timeout, or a connect that did not finish
+// within the connect timeout.
+var errUpstreamTimeout = errors.New("upstream timeout")
+
+// exchange is the outcome of sending one request upstream.
+type exchange struct {
+	resp   *http.Response
+	conn   *upConn
+	reused bool
+	// sent is true once any byte of the request body was read from the
+	// client: from then on the request cannot be sent again.
+	sent bool
+}
+
+// forward proxies r to endpoint ep over its connection pool and writes the
+// answer to w. It returns the status code the client got (499 when the
+// client went away before an answer).
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ep *endpoint) int {
+	ctx := r.Context()
+	x, err := p.roundTrip(ctx, r, ep)
+	if err != nil {
+		return p.forwardError(w, r, ep, err)
+	}
+	c := x.conn
+	// A client that goes away mid-answer unblocks the upstream read at once.
+	gone := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+	reusable := false
+	defer func() { // also when copyResponse aborts the client connection
+		if !gone() {
+			reusable = false // the deadline was set: the connection is spoiled
+		}
+		if reusable {
+			ep.pool.put(c)
+		} else {
+			c.nc.Close()
+		}
+	}()
+	reusable = p.copyResponse(w, r, x.resp)
+	return x.resp.StatusCode
+}
+
+// roundTrip sends r on a pooled connection and reads the response header.
+// A pooled connection that turns out dead before any byte of an answer
+// (the endpoint closed it while idle) is replaced by a fresh one once, when
+// nothing of the request body has been read yet.
+//
+// This is the seam for retries and passive health: roundTrip knows whether
+// the request reached the endpoint and whether it can be sent again.
+func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, ep *endpoint) (exchange, error) {
+	for attempt := 0; ; attempt++ {
+		c, reused, err := ep.pool.get(ctx)
+		if err != nil {
+			return exchange{}, dialError(err)
+		}
+		x := exchange{conn: c, reused: reused}
+		x.resp, x.sent, err = p.send(c, r, ep)
+		if err == nil {
+			return x, nil
+		}
+		c.nc.Close()
+		if reused && !x.sent && attempt == 0 && staleConn(err) && ctx.Err() == nil {
+			continue
+		}
+		return x, err
+	}
+}
+
+// send writes r on c and reads the response header under the response
+// header timeout. sent reports whether the request body was touched.
+func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint) (resp *http.Response, sent bool, err error) {
+	bw := c.bw
+	writeRequestHead(bw, r, ep.hostHeader)
+	if hasBody(r) {
+		sent = true
+		if err := p.writeBody(bw, r); err != nil {
+			return nil, sent, err
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return nil, sent, err
+	}
+	if d := ep.pool.responseHeaderTimeout(); d > 0 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(d))
+	}
+	// Nothing at all from a pooled connection is a connection the endpoint
+	// closed while it was idle (the request never reached it).
+	if _, err := c.br.Peek(1); err != nil {
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			return nil, sent, errUpstreamTimeout
+		}
+		return nil, sent, staleError{err}
+	}
+	for {
+		resp, err = http.ReadResponse(c.br, r)
+		if err != nil {
+			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+				err = errUpstreamTimeout
+			}
+			return nil, sent, err
+		}
+		// Interim answers (103 Early Hints; a 100 Continue the endpoint
+		// sends although Expect was not forwarded) are not passed on.
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+	}
+	// The header is in: a slow body streams for as long as it takes.
+	_ = c.nc.SetReadDeadline(time.Time{})
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// Upgrades take the other path; an endpoint that switches protocol
+		// unasked cannot be proxied here.
+		return nil, sent, errors.New("upstream switched protocols without an upgrade request")
+	}
+	return resp, sent, nil
+}
+
+// hasBody reports whether r has a body to send.
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+}
+
+// writeRequestHead writes the request line and header of r for an endpoint
+// whose Host header is host: the client's header without the hop-by-hop
+// fields (RFC 9110 section 7.6.1, with those named in Connection), then the
+// X-Forwarded-* set and the body framing. Errors surface at Flush.
+func writeRequestHead(bw *bufio.Writer, r *http.Request, host string) {
+	bw.WriteString(r.Method)
+	bw.WriteByte(' ')
+	if u := r.RequestURI; u != "" && (u[0] == '/' || u == "*") {
+		bw.WriteString(u)
+	} else {
+		bw.WriteString(r.URL.RequestURI())
+	}
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	bw.WriteString(host)
+	bw.WriteString("\r\n")
+	conn := r.Header["Connection"]
+	for k, vv := range r.Header {
+		// The gateway's own fields (X-Dwara-*, X-Request-Id) were set after
+		// the client's were removed; a client naming them in Connection
+		// does not take them away.
+		if skipRequestHeader(k) || namedIn(conn, k) && !gatewayField(k) {
+			continue
+		}
+		for _, v := range vv {
+			writeField(bw, k, v)
+		}
+	}
+	// X-Forwarded-For: the client's list (unless the client made it
+	// hop-by-hop), then the peer.
+	bw.WriteString("X-Forwarded-For: ")
+	if !namedIn(conn, "X-Forwarded-For") {
+		for _, v := range r.Header["X-Forwarded-For"] {
+			bw.WriteString(cleanValue(v))
+			bw.WriteString(", ")
+		}
+	}
+	bw.WriteString(clientIP(r))
+	bw.WriteString("\r\nX-Forwarded-Host: ")
+	bw.WriteString(cleanValue(r.Host))
+	if r.TLS != nil {
+		bw.WriteString("\r\nX-Forwarded-Proto: https\r\n")
+	} else {
+		bw.WriteString("\r\nX-Forwarded-Proto: http\r\n")
+	}
+	switch {
+	case r.ContentLength > 0 && hasBody(r):
+		bw.WriteString("Content-Length: ")
+		var num [20]byte
+		bw.Write(strconv.AppendInt(num[:0], r.ContentLength, 10))
+		bw.WriteString("\r\n")
+	case hasBody(r): // length unknown: chunked, with any trailers
+		bw.WriteString("Transfer-Encoding: chunked\r\n")
+		if len(r.Trailer) > 0 {
+			bw.WriteString("Trailer: ")
+			first := true
+			for k := range r.Trailer {
+				if !first {
+					bw.WriteString(", ")
+				}
+				first = false
+				bw.WriteString(k)
+			}
+			bw.WriteString("\r\n")
+		}
+	case r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch:
+		bw.WriteString("Content-Length: 0\r\n")
+	}
+	bw.WriteString("\r\n")
+}
+
+// writeField writes one header field line.
+func writeField(bw *bufio.Writer, k, v string) {
+	bw.WriteString(k)
+	bw.WriteString(": ")
+	bw.WriteString(cleanValue(v))
+	bw.WriteString("\r\n")
+}
+
+// cleanValue guards against a value that would split the header: the
+// server refuses CR and LF in fields already, so this only matters for
+// values built elsewhere; it allocates only then.
+func cleanValue(v string) string {
+	if strings.ContainsAny(v, "\r\n") {
+		return strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+	}
+	return v
+}
+
+// gatewayField reports whether k is a field the gateway sets on every
+// proxied request.
+func gatewayField(k string) bool {
+	return k == "X-Request-Id" || len(k) > 8 && k[:8] == "X-Dwara-"
+}
+
+// skipRequestHeader reports whether the client's field k is not forwarded
+// as it is: the hop-by-hop fields, the framing the proxy writes itself, the
+// X-Forwarded-* fields it rewrites, and Expect (the proxy answers
+// 100-continue itself by reading the body).
+func skipRequestHeader(k string) bool {
+	switch k {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Content-Length", "Host", "Expect",
+		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+		return true
+	}
+	return false
+}
+
+// skipResponseHeader reports whether the endpoint's field k is not copied
+// to the client: the hop-by-hop fields (the client connection has its own).
+func skipResponseHeader(k string) bool {
+	switch k {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// namedIn reports whether the Connection field values conn name the field
+// k (case-insensitively), which makes k hop-by-hop. It does not allocate.
+func namedIn(conn []string, k string) bool {
+	for _, v := range conn {
+		for v != "" {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			if strings.EqualFold(strings.TrimSpace(tok), k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// writeBody streams the request body: as is under Content-Length, else
+// chunked followed by the request's trailers.
+func (p *Proxy) writeBody(bw *bufio.Writer, r *http.Request) error {
+	buf := p.buffers.Get()
+	defer p.buffers.Put(buf)
+	if r.ContentLength > 0 {
+		n, err := io.CopyBuffer(bw, io.LimitReader(r.Body, r.ContentLength), buf)
+		if err == nil && n < r.ContentLength {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	cw := httputil.NewChunkedWriter(bw)
+	if _, err := io.CopyBuffer(cw, r.Body, buf); err != nil {
+		return err
+	}
+	if err := cw.Close(); err != nil { // "0\r\n"
+		return err
+	}
+	for k, vv := range r.Trailer {
+		for _, v := range vv {
+			writeField(bw, k, v)
+		}
+	}
+	_, err := bw.WriteString("\r\n")
+	return err
+}
+
+// copyResponse writes resp to the client: its header without the hop-by-hop
+// fields, then its body, flushed as it arrives when it streams, then its
+// trailers. It reports whether the upstream connection may be reused: the
+// body was read to its end and the endpoint did not ask to close.
+func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.Response) (reusable bool) {
+	h := w.Header()
+	conn := resp.Header["Connection"]
+	for k, vv := range resp.Header {
+		if skipResponseHeader(k) || namedIn(conn, k) {
+			continue
+		}
+		h[k] = vv
+	}
+	if _, ok := h["X-Request-Id"]; !ok {
+		h["X-Request-Id"] = r.Header["X-Request-Id"]
+	}
+	w.WriteHeader(resp.StatusCode)
+	body := resp.Body
+	if body == nil || body == http.NoBody {
+		return !resp.Close
+	}
+	flush := resp.ContentLength < 0 || isEventStream(resp.Header)
+	flusher, _ := w.(http.Flusher)
+	buf := p.buffers.Get()
+	defer p.buffers.Put(buf)
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return false // the client went away
+			}
+			if flush && flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			// The answer is cut: tell the client by aborting its
+			// connection, as the standard reverse proxy does.
+			p.log.Warn("upstream response cut", "request_id", r.Header.Get("X-Request-Id"),
+				"service", r.Header.Get("X-Dwara-Service"), "upstream", r.Header.Get("X-Dwara-Upstream"), "err", rerr)
+			panic(http.ErrAbortHandler)
+		}
+	}
+	for k, vv := range resp.Trailer {
+		h[http.TrailerPrefix+k] = vv
+	}
+	return !resp.Close
+}
+
+// isEventStream reports whether a response is a server-sent event stream.
+func isEventStream(h http.Header) bool {
+	ct := h["Content-Type"]
+	return len(ct) > 0 && strings.HasPrefix(ct[0], "text/event-stream")
+}
+
+// forwardError answers a request whose exchange failed before anything was
+// written to the client: 504 for a timeout, 499 (logged, nothing sent) when
+// the client went away, else 502. The cause is logged, never sent.
+func (p *Proxy) forwardError(w http.ResponseWriter, r *http.Request, ep *endpoint, err error) int {
+	if r.Context().Err() != nil {
+		return 499
+	}
+	p.log.Warn("upstream request failed",
+		"request_id", r.Header.Get("X-Request-Id"),
+		"service", r.Header.Get("X-Dwara-Service"),
+		"upstream", r.Header.Get("X-Dwara-Upstream"),
+		"endpoint", ep.addr, "err", err)
+	w.Header()["X-Request-Id"] = r.Header["X-Request-Id"]
+	if errors.Is(err, errUpstreamTimeout) {
+		writeProblem(w, http.StatusGatewayTimeout, "Upstream timeout", "the upstream endpoint did not answer in time")
+		return http.StatusGatewayTimeout
+	}
+	writeProblem(w, http.StatusBadGateway, "Upstream unreachable", "the upstream endpoint could not be reached or failed")
+	return http.StatusBadGateway
+}
+
+// dialError marks a connect timeout as errUpstreamTimeout.
+func dialError(err error) error {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return errors.Join(errUpstreamTimeout, err)
+	}
+	return err
+}
+
+// staleError is a connection that ended before the first byte of an
+// answer.
+type staleError struct{ err error }
+
+func (e staleError) Error() string { return "connection closed before any answer: " + e.err.Error() }
+func (e staleError) Unwrap() error { return e.err }
+
+// staleConn reports whether err is what a pooled connection that the
+// endpoint closed while it was idle gives: no byte of an answer (end of
+// file or a reset), or a broken pipe while writing the request.
+func staleConn(err error) bool {
+	if _, ok := errors.AsType[staleError](err); ok {
+		return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+	}
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// isUpgrade reports whether r asks to switch protocols (websockets).
+func isUpgrade(r *http.Request) bool {
+	return len(r.Header["Upgrade"]) > 0 && namedIn(r.Header["Connection"], "Upgrade")
+}

@@ -1,0 +1,195 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Sizes of the forwarding path.
+const (
+	// maxIdlePerEndpoint bounds the idle connections a pool keeps; a
+	// connection returned to a full pool is closed.
+	maxIdlePerEndpoint = 512
+	// connBufferSize is the size of each upstream connection's read and
+	// write buffers.
+	connBufferSize = 16 << 10
+)
+
+// connPool is the pool of persistent HTTP/1.1 connections to one endpoint.
+// It outlives generations (the Proxy keeps one per endpoint address), so a
+// reload keeps the warm connections; each generation sets its timeouts.
+//
+// Idle connections are a stack: the most recently used is reused first, so
+// the oldest sink to the bottom, where expiry finds them. Expiry needs no
+// goroutine of its own: a timer armed while the pool holds idle
+// connections closes those idle longer than the idle timeout, and a get
+// skips (and closes) any it meets. A pool is safe for concurrent use and
+// must not be copied.
+type connPool struct {
+	addr string // host:port
+
+	connectTimeout atomic.Int64 // nanoseconds
+	headerTimeout  atomic.Int64 // nanoseconds
+	idleTimeout    atomic.Int64 // nanoseconds
+
+	mu     sync.Mutex
+	idle   []*upConn
+	timer  *time.Timer // armed while idle is not empty
+	closed bool
+}
+
+// upConn is one connection to an endpoint with its buffers. It belongs to
+// one request at a time.
+type upConn struct {
+	nc       net.Conn
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	idleFrom time.Time // when it was put back
+}
+
+func newConnPool(addr string) *connPool {
+	return &connPool{addr: addr}
+}
+
+// setTimeouts sets the pool's timeouts (from the generation being applied).
+func (p *connPool) setTimeouts(connect, header, idle time.Duration) {
+	p.connectTimeout.Store(int64(connect))
+	p.headerTimeout.Store(int64(header))
+	p.idleTimeout.Store(int64(idle))
+}
+
+func (p *connPool) responseHeaderTimeout() time.Duration {
+	return time.Duration(p.headerTimeout.Load())
+}
+
+// get returns an idle connection (reused true) or dials a new one within
+// the connect timeout. ctx ends the dial early (the client went away).
+func (p *connPool) get(ctx context.Context) (c *upConn, reused bool, err error) {
+	if c := p.takeIdle(); c != nil {
+		return c, true, nil
+	}
+	c, err = p.dial(ctx)
+	return c, false, err
+}
+
+// takeIdle pops the most recently used idle connection that has not
+// expired; expired ones met on the way are closed.
+func (p *connPool) takeIdle() *upConn {
+	maxIdle := time.Duration(p.idleTimeout.Load())
+	p.mu.Lock()
+	for n := len(p.idle); n > 0; n = len(p.idle) {
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		if maxIdle <= 0 || time.Since(c.idleFrom) < maxIdle {
+			p.mu.Unlock()
+			return c
+		}
+		p.mu.Unlock()
+		c.nc.Close()
+		p.mu.Lock()
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// dial opens a new connection within the connect timeout.
+func (p *connPool) dial(ctx context.Context) (*upConn, error) {
+	d := net.Dialer{Timeout: time.Duration(p.connectTimeout.Load()), KeepAlive: 30 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	return &upConn{
+		nc: nc,
+		br: bufio.NewReaderSize(nc, connBufferSize),
+		bw: bufio.NewWriterSize(nc, connBufferSize),
+	}, nil
+}
+
+// put returns a connection whose last exchange completed cleanly. It is
+// closed instead when the pool is full or closed.
+func (p *connPool) put(c *upConn) {
+	c.idleFrom = time.Now()
+	p.mu.Lock()
+	if p.closed || len(p.idle) >= maxIdlePerEndpoint {
+		p.mu.Unlock()
+		c.nc.Close()
+		return
+	}
+	p.idle = append(p.idle, c)
+	if len(p.idle) == 1 {
+		p.armLocked()
+	}
+	p.mu.Unlock()
+}
+
+// armLocked (re)starts the expiry timer; p.mu is held.
+func (p *connPool) armLocked() {
+	d := time.Duration(p.idleTimeout.Load())
+	if d <= 0 {
+		return
+	}
+	if p.timer == nil {
+		p.timer = time.AfterFunc(d, p.expire)
+		return
+	}
+	p.timer.Reset(d)
+}
+
+// expire closes the idle connections that have been idle for the idle
+// timeout; it runs on the timer and re-arms while any remain.
+func (p *connPool) expire() {
+	maxIdle := time.Duration(p.idleTimeout.Load())
+	var stale []*upConn
+	p.mu.Lock()
+	// The oldest are at the bottom of the stack.
+	n := 0
+	for n < len(p.idle) && time.Since(p.idle[n].idleFrom) >= maxIdle {
+		n++
+	}
+	if n > 0 {
+		stale = append(stale, p.idle[:n]...)
+		rest := copy(p.idle, p.idle[n:])
+		clear(p.idle[rest:])
+		p.idle = p.idle[:rest]
+	}
+	if len(p.idle) > 0 && !p.closed {
+		p.armLocked()
+	}
+	p.mu.Unlock()
+	for _, c := range stale {
+		c.nc.Close()
+	}
+}
+
+// close closes every idle connection and makes put close the rest as they
+// come back. The pool stays usable for dialing (a request of an old
+// generation still in flight may need one), but keeps nothing.
+func (p *connPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.nc.Close()
+	}
+}
+
+// idleCount is the number of idle connections (for tests and metrics).
+func (p *connPool) idleCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
+}
