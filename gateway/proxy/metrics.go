@@ -60,27 +60,94 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 	return m
 }
 
-// codeCounters caches the dwara_requests_total child of each status code for
-// one (service, upstream) pair, so the hot path resolves it with one atomic
-// load instead of a label lookup. Safe for concurrent use.
+// targetMetrics are the metric children of one (service, upstream) pair,
+// resolved once and kept across generations while the pair exists, so the
+// hot path touches them with no label lookup. Safe for concurrent use.
+type targetMetrics struct {
+	picks     prometheus.Counter
+	failovers prometheus.Counter
+	duration  prometheus.Observer
+	codes     codeCounters
+}
+
+// codeSlots is how many distinct status codes a (service, upstream) pair
+// caches; further codes are counted through a label lookup.
+const codeSlots = 16
+
+// codeCounters caches the dwara_requests_total child of each status code
+// seen for one (service, upstream) pair in a small fixed table: a slot is
+// claimed by compare-and-swap on its code, so the hot path does a short
+// scan and one atomic add. Safe for concurrent use.
 type codeCounters struct {
 	vec               *prometheus.CounterVec
 	service, upstream string
-	byCode            [600]atomic.Pointer[prometheus.Counter]
+	slots             [codeSlots]struct {
+		code atomic.Int32
+		ctr  atomic.Pointer[prometheus.Counter]
+	}
 }
 
 func (c *codeCounters) inc(code int) {
-	if code < 100 || code >= len(c.byCode) {
-		c.vec.WithLabelValues(c.service, c.upstream, strconv.Itoa(code)).Inc()
-		return
+	for i := range c.slots {
+		s := &c.slots[i]
+		switch got := s.code.Load(); {
+		case got == int32(code):
+			if p := s.ctr.Load(); p != nil {
+				(*p).Inc()
+				return
+			}
+			// Claimed a moment ago, not filled yet: count by lookup.
+			c.vec.WithLabelValues(c.service, c.upstream, strconv.Itoa(code)).Inc()
+			return
+		case got == 0 && s.code.CompareAndSwap(0, int32(code)):
+			ctr := c.vec.WithLabelValues(c.service, c.upstream, strconv.Itoa(code))
+			s.ctr.Store(&ctr)
+			ctr.Inc()
+			return
+		case got == 0:
+			i-- // lost the race for this slot: look at it again
+		}
 	}
-	p := c.byCode[code].Load()
-	if p == nil {
-		ctr := c.vec.WithLabelValues(c.service, c.upstream, strconv.Itoa(code))
-		c.byCode[code].CompareAndSwap(nil, &ctr)
-		p = c.byCode[code].Load()
+	c.vec.WithLabelValues(c.service, c.upstream, strconv.Itoa(code)).Inc()
+}
+
+// targetMetrics returns the metric children of (service, upstream),
+// creating them on first use. Called under applyMu.
+func (p *Proxy) targetMetrics(service, upstream string) *targetMetrics {
+	key := service + " " + upstream
+	tm := p.children[key]
+	if tm == nil {
+		tm = &targetMetrics{
+			picks:     p.m.picks.WithLabelValues(service, upstream),
+			failovers: p.m.failovers.WithLabelValues(service, upstream),
+			duration:  p.m.duration.WithLabelValues(service, upstream),
+		}
+		tm.codes.vec, tm.codes.service, tm.codes.upstream = p.m.requests, service, upstream
+		p.children[key] = tm
 	}
-	(*p).Inc()
+	return tm
+}
+
+// retainTargetMetrics deletes the series of (service, upstream) pairs that
+// table t no longer has. Called under applyMu.
+func (p *Proxy) retainTargetMetrics(t *table) {
+	keep := make(map[*targetMetrics]bool, len(p.children))
+	for _, svcs := range t.services() {
+		for _, tg := range svcs.targets {
+			keep[tg.targetMetrics] = true
+		}
+	}
+	for key, tm := range p.children {
+		if keep[tm] {
+			continue
+		}
+		delete(p.children, key)
+		s, u := tm.codes.service, tm.codes.upstream
+		p.m.picks.DeleteLabelValues(s, u)
+		p.m.failovers.DeleteLabelValues(s, u)
+		p.m.duration.DeleteLabelValues(s, u)
+		p.m.requests.DeletePartialMatch(prometheus.Labels{"service": s, "upstream": u})
+	}
 }
 
 // endpointUpDesc describes dwara_upstream_endpoint_up.

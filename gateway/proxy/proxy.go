@@ -75,6 +75,9 @@ type Proxy struct {
 	// pools are the forwarding path's connection pools, by upstream and
 	// endpoint; they outlive generations. Guarded by applyMu.
 	pools map[string]*connPool
+	// children are the metric children of each (service, upstream) pair
+	// of the table; guarded by applyMu.
+	children map[string]*targetMetrics
 }
 
 // New returns a Proxy that answers 503 until the first Apply.
@@ -82,6 +85,7 @@ func New(o Options) *Proxy {
 	p := &Proxy{
 		reg:       o.Registry,
 		pools:     make(map[string]*connPool),
+		children:  make(map[string]*targetMetrics),
 		transport: o.Transport,
 		buffers:   newBufferPool(256),
 		log:       o.Logger,
@@ -153,6 +157,7 @@ func (p *Proxy) apply(spec *config.Spec, generation int64, onlyNewer bool) (bool
 	}
 	p.table.Store(t)
 	p.retainEndpoints(t)
+	p.retainTargetMetrics(t)
 	p.m.generation.Set(float64(generation))
 	p.m.applySecs.Observe(time.Since(start).Seconds())
 	return true, nil

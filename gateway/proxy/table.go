@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/dwara/dwara/gateway/balance"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/split"
@@ -49,11 +47,8 @@ type sticky struct {
 // target is a compiled config.Target: one weighted upstream of a service,
 // with its metric children resolved.
 type target struct {
-	up        *upstream
-	picks     prometheus.Counter
-	failovers prometheus.Counter
-	duration  prometheus.Observer
-	codes     *codeCounters
+	up *upstream
+	*targetMetrics
 	// headers is the X-Dwara-* set sent upstream, values with len == cap so
 	// an append elsewhere never writes into the shared arrays.
 	hdrService, hdrUpstream, hdrGeneration []string
@@ -115,10 +110,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 			weights[i] = tg.Weight
 			cs.targets = append(cs.targets, &target{
 				up:            u,
-				picks:         p.m.picks.WithLabelValues(s.Name, u.name),
-				failovers:     p.m.failovers.WithLabelValues(s.Name, u.name),
-				duration:      p.m.duration.WithLabelValues(s.Name, u.name),
-				codes:         &codeCounters{vec: p.m.requests, service: s.Name, upstream: u.name},
+				targetMetrics: p.targetMetrics(s.Name, u.name),
 				hdrService:    oneValue(s.Name),
 				hdrUpstream:   oneValue(u.name),
 				hdrGeneration: oneValue(gen),
@@ -303,4 +295,14 @@ func echoRequestID(resp *http.Response) error {
 		resp.Header["X-Request-Id"] = resp.Request.Header["X-Request-Id"]
 	}
 	return nil
+}
+
+// services returns every service of the table (for bookkeeping at apply
+// time, not for requests).
+func (t *table) services() []*service {
+	all := append([]*service(nil), t.hostless...)
+	for _, ss := range t.byHost {
+		all = append(all, ss...)
+	}
+	return all
 }

@@ -1,0 +1,60 @@
+package proxy
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/config/spectest"
+)
+
+// largeSpec is a generation of services x targets: every target its own
+// upstream of two endpoints, every service on its own base path, a third
+// of them sticky.
+func largeSpec(tb testing.TB, services, targets int) *config.Spec {
+	tb.Helper()
+	b := spectest.New()
+	for s := range services {
+		ts := make([]config.Target, targets)
+		for t := range targets {
+			name := fmt.Sprintf("u-%d-%d", s, t)
+			port := 10000 + (s*targets+t)%50000
+			b.Upstream(name, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.2:%d", port))
+			ts[t] = spectest.T(name, 1+t)
+		}
+		b.Split(fmt.Sprintf("svc-%d", s), fmt.Sprintf("/s%d", s), ts...)
+		if s%3 == 0 {
+			b.Sticky("sid", 0)
+		}
+	}
+	return b.Parsed(tb)
+}
+
+// BenchmarkCompile1000x8 measures compiling and swapping in a generation of
+// 1,000 services x 8 targets (8,000 upstreams, 16,000 endpoints), and
+// reports the heap it keeps (MB) once applied.
+func BenchmarkCompile1000x8(b *testing.B) {
+	spec := largeSpec(b, 1000, 8)
+	p := New(Options{})
+	defer p.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := p.Apply(spec, int64(i+1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	var before, after runtime.MemStats
+	q := New(Options{})
+	defer q.Close()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if err := q.Apply(spec, 1); err != nil {
+		b.Fatal(err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/(1<<20), "heap-MB")
+}
