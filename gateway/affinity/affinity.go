@@ -80,7 +80,13 @@ func Valid(v string) bool {
 // found; the value is trimmed of spaces and tabs and of one pair of
 // surrounding double quotes. It does not allocate.
 func ReadCookie(h http.Header, name string) (string, bool) {
-	for _, line := range h["Cookie"] {
+	return ReadCookieLines(h["Cookie"], name)
+}
+
+// ReadCookieLines is ReadCookie over the Cookie field lines themselves, for
+// a request parsed by something other than net/http. It does not allocate.
+func ReadCookieLines(lines []string, name string) (string, bool) {
+	for _, line := range lines {
 		for len(line) > 0 {
 			var pair string
 			if i := strings.IndexByte(line, ';'); i >= 0 {

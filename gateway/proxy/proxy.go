@@ -219,12 +219,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, "No generation loaded", "the gateway has not applied a configuration generation yet")
 		return
 	}
-	svc := t.match(r.Host, r.URL.Path)
-	if svc == nil {
-		writeProblem(w, http.StatusNotFound, "No service matches", "no service of the active generation matches this host and path")
-		return
-	}
-
 	// Remove every X-Dwara-* header the client sent: only the gateway speaks
 	// them. Deleting during range is allowed by the language.
 	for k := range r.Header {
@@ -232,25 +226,76 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			delete(r.Header, k)
 		}
 	}
-	reqID := requestID(r)
+	rt := p.route(t, view{
+		host:      r.Host,
+		path:      r.URL.Path,
+		cookies:   r.Header["Cookie"],
+		requestID: requestID(r),
+		clientIP:  clientIP(r),
+		tls:       r.TLS != nil,
+	})
+	if rt.status != 0 {
+		writeProblem(w, rt.status, rt.title, rt.detail)
+		return
+	}
+	if rt.setCookie != "" {
+		w.Header().Add("Set-Cookie", rt.setCookie)
+	}
+	r.Header["X-Dwara-Service"] = rt.tg.hdrService
+	r.Header["X-Dwara-Upstream"] = rt.tg.hdrUpstream
+	r.Header["X-Dwara-Generation"] = rt.tg.hdrGeneration
+	p.serveEndpoint(w, r, rt.tg, rt.ep, start)
+}
 
-	key := reqID
+// view is what routing needs of a request, whichever HTTP server parsed
+// it: the routing, the pick and the bookkeeping depend on this and nothing
+// else of the request.
+type view struct {
+	host, path string
+	cookies    []string // the Cookie field lines
+	requestID  string   // well-formed: the client's, or a fresh one
+	clientIP   string   // the peer, never a header
+	tls        bool
+}
+
+// route is where a request goes: its target and endpoint, and the cookie
+// to set when a sticky session starts; or, when status is not 0, the
+// problem to answer instead.
+type route struct {
+	tg            *target
+	ep            *endpoint
+	setCookie     string
+	status        int
+	title, detail string
+}
+
+// route matches the service, works out the key (the sticky cookie, minted
+// first for a new session, else the request id), picks the target by the
+// split and the endpoint by the upstream's balancer, failing over to the
+// next target with an endpoint up when every endpoint of the picked one is
+// marked down. It allocates only to mint a new session's cookie.
+func (p *Proxy) route(t *table, v view) route {
+	svc := t.match(v.host, v.path)
+	if svc == nil {
+		return route{status: http.StatusNotFound, title: "No service matches", detail: "no service of the active generation matches this host and path"}
+	}
+	var rt route
+	key := v.requestID
 	affinityKey := ""
 	if st := svc.sticky; st != nil {
-		v, ok := affinity.ReadCookie(r.Header, st.cookie)
-		if !ok || !affinity.Valid(v) {
-			v = affinity.Mint()
-			cookie := st.cookie + "=" + v + st.attrs
-			if r.TLS != nil {
-				cookie += "; Secure"
+		c, ok := affinity.ReadCookieLines(v.cookies, st.cookie)
+		if !ok || !affinity.Valid(c) {
+			c = affinity.Mint()
+			rt.setCookie = st.cookie + "=" + c + st.attrs
+			if v.tls {
+				rt.setCookie += "; Secure"
 			}
-			w.Header().Add("Set-Cookie", cookie)
 			p.m.sticky.Inc()
 		}
-		key, affinityKey = v, v
+		key, affinityKey = c, c
 	}
 	if affinityKey == "" {
-		affinityKey = clientIP(r)
+		affinityKey = v.clientIP
 	}
 
 	h := split.Hash(key)
@@ -266,8 +311,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for ei < 0 {
 			ti = svc.split.PickExcluding(h, excluded)
 			if ti < 0 {
-				writeProblem(w, http.StatusBadGateway, "No healthy upstream", "every endpoint of every target of service "+svc.name+" is down")
-				return
+				return route{status: http.StatusBadGateway, title: "No healthy upstream",
+					detail: "every endpoint of every target of service " + svc.name + " is down"}
 			}
 			tg = svc.targets[ti]
 			if ei = tg.up.balancer.Pick(affinityKey); ei < 0 {
@@ -276,13 +321,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	tg.picks.Inc()
-	ep := tg.up.endpoints[ei]
-
-	r.Header["X-Dwara-Service"] = tg.hdrService
-	r.Header["X-Dwara-Upstream"] = tg.hdrUpstream
-	r.Header["X-Dwara-Generation"] = tg.hdrGeneration
-
-	p.serveEndpoint(w, r, tg, ep, start)
+	rt.tg, rt.ep = tg, tg.up.endpoints[ei]
+	return rt
 }
 
 // serveEndpoint forwards r to ep and does the bookkeeping of the exchange.
