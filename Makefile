@@ -32,3 +32,12 @@ lint:
 
 clean:
 	rm -rf bin
+
+# Side-by-side benchmark: direct, nginx, HAProxy and dwara doing the same
+# canary split on 127.0.0.1 (bench/README.md). Knobs as variables or
+# environment: ROUNDS DURATION CONNECTIONS CANARY_PERCENT DWARA_BIN CONTESTANTS.
+.PHONY: bench-compare
+bench-compare: build
+	$(GO) build -o bin/bench-compare ./bench/compare
+	$(GO) build -o bin/bench-upstream ./bench/upstream
+	./bin/bench-compare

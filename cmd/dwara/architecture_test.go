@@ -35,6 +35,8 @@ var allowedImports = map[string][]string{
 	"internal/testrun":        {},
 	"internal/testlog":        {"internal/testrun"},
 	"internal/testnet":        {},
+	"bench/compare":           {},
+	"bench/upstream":          {},
 }
 
 // TestArchitecture checks every package's imports against allowedImports.

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+)
+
+// dwaraCookie is the affinity cookie of the dwara-sticky contestant.
+const dwaraCookie = "dwara_affinity"
+
+// contestant is one thing wrk is pointed at.
+type contestant struct {
+	name string
+	// tool is the program it runs ("" for direct): "nginx", "haproxy" or
+	// "dwara".
+	tool string
+	// conf names its configuration template (see render).
+	conf string
+	// cookie is the affinity cookie of a sticky contestant, "" otherwise.
+	cookie string
+}
+
+// contestants lists every contestant in the order of the table.
+var contestants = []contestant{
+	{name: "direct"},
+	{name: "nginx", tool: "nginx", conf: "nginx"},
+	{name: "haproxy", tool: "haproxy", conf: "haproxy"},
+	{name: "dwara", tool: "dwara", conf: "dwara"},
+	{name: "haproxy-sticky", tool: "haproxy", conf: "haproxy-sticky", cookie: "SRV"},
+	{name: "dwara-sticky", tool: "dwara", conf: "dwara-sticky", cookie: dwaraCookie},
+}
+
+// contestantNames returns the names of contestants, in order.
+func contestantNames() []string {
+	names := make([]string, len(contestants))
+	for i, c := range contestants {
+		names[i] = c.name
+	}
+	return names
+}
+
+// launch starts c on a fresh port in a directory of its own under b.dir
+// and waits until GET / answers 200. For direct it starts nothing and
+// returns the first stable upstream's port and process.
+func (b *bench) launch(ctx context.Context, c contestant, round int) (int, *proc, error) {
+	if c.tool == "" {
+		return b.pools.Stable[0], b.upstreams[0], nil
+	}
+	port, err := freePort()
+	if err != nil {
+		return 0, nil, err
+	}
+	dir := filepath.Join(b.dir, fmt.Sprintf("round%d-%s", round, c.name))
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
+		return 0, nil, fmt.Errorf("launch %s: %w", c.name, err)
+	}
+	conf := proxyConf{Listen: port, Pools: b.pools, CanaryPercent: b.k.CanaryPercent, Dir: dir, User: nginxUser()}
+	text, err := render(c.conf, conf)
+	if err != nil {
+		return 0, nil, err
+	}
+	var check, argv, env []string
+	switch c.tool {
+	case "nginx":
+		file := filepath.Join(dir, "nginx.conf")
+		common := []string{b.bins["nginx"], "-p", dir, "-c", file, "-e", filepath.Join(dir, "error.log")}
+		check = append(append([]string{}, common...), "-t", "-q")
+		argv = common
+		err = os.WriteFile(file, text, 0o644)
+	case "haproxy":
+		file := filepath.Join(dir, "haproxy.cfg")
+		check = []string{b.bins["haproxy"], "-c", "-q", "-f", file}
+		argv = []string{b.bins["haproxy"], "-db", "-f", file}
+		err = os.WriteFile(file, text, 0o644)
+	case "dwara":
+		file := filepath.Join(dir, "spec.yaml")
+		argv = []string{b.k.DwaraBin, "gateway", "--config", file,
+			"--listen", loopback + ":" + strconv.Itoa(port), "--metrics-listen", loopback + ":0"}
+		env = []string{"DWARA_LOG_LEVEL=warn", "DWARA_DATABASE_URL="}
+		err = os.WriteFile(file, text, 0o644)
+	default:
+		return 0, nil, fmt.Errorf("launch %s: unknown tool %q", c.name, c.tool)
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("launch %s: %w", c.name, err)
+	}
+	if check != nil {
+		if out, err := b.ps.run(ctx, readyTimeout, c.name+" config check", nil, check...); err != nil {
+			return 0, nil, fmt.Errorf("%s refused its configuration: %w%s", c.name, err, lastLines(out, 8))
+		}
+	}
+	p, err := b.ps.start(c.name, nil, env, argv...)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := waitReady(ctx, port, "/", p); err != nil {
+		b.ps.stop(p)
+		return 0, nil, fmt.Errorf("%s did not come up on %s: %w", c.name, localURL(port, "/"), err)
+	}
+	return port, p, nil
+}
+
+// nginxUser returns "NAME GROUP" of the invoking user when it is root, for
+// nginx's user directive, and "" otherwise (nginx then keeps the user it
+// was started as).
+func nginxUser() string {
+	if os.Geteuid() != 0 {
+		return ""
+	}
+	u, err := user.Current()
+	if err != nil {
+		return ""
+	}
+	g, err := user.LookupGroupId(u.Gid)
+	if err != nil {
+		return u.Username
+	}
+	return u.Username + " " + g.Name
+}

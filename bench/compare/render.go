@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"text/template"
+)
+
+// pools are the four upstreams every contestant proxies to: two stable and
+// two canary, as ports on 127.0.0.1.
+type pools struct {
+	Stable [2]int
+	Canary [2]int
+}
+
+// proxyConf is what a contestant's configuration is rendered from.
+type proxyConf struct {
+	// Listen is the port the proxy listens on, on 127.0.0.1.
+	Listen int
+	Pools  pools
+	// CanaryPercent is the share of requests for the canary pool, 1..99.
+	CanaryPercent int
+	// Dir is nginx's prefix directory (pid, logs, temp files); unused by the
+	// others.
+	Dir string
+	// User, when not empty, is rendered as nginx's `user` directive so that
+	// workers keep running as the invoking user when that user is root
+	// (nginx otherwise drops them to nobody).
+	User string
+}
+
+// StableWeight is the stable share, 100-CanaryPercent.
+func (c proxyConf) StableWeight() int { return 100 - c.CanaryPercent }
+
+// Host is the only address a rendered configuration ever uses.
+func (proxyConf) Host() string { return loopback }
+
+// confTemplateText holds one template per contestant configuration.
+const confTemplateText = `
+{{- define "nginx" -}}
+# Written by bench/compare. Started as: nginx -p DIR -c DIR/nginx.conf -e DIR/error.log
+{{- if .User}}
+user {{.User}};
+{{- end}}
+worker_processes 2;
+daemon off;
+master_process on;
+pid {{.Dir}}/nginx.pid;
+error_log {{.Dir}}/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path {{.Dir}}/tmp/client;
+    proxy_temp_path       {{.Dir}}/tmp/proxy;
+    fastcgi_temp_path     {{.Dir}}/tmp/fastcgi;
+    uwsgi_temp_path       {{.Dir}}/tmp/uwsgi;
+    scgi_temp_path        {{.Dir}}/tmp/scgi;
+    # wrk keeps its connections open; the default of 1000 requests per
+    # client connection would make it reconnect (haproxy has no such cap).
+    keepalive_requests 100000;
+
+    # Per-request split: $request_id is 32 random hex characters per request,
+    # hashed by split_clients into the percentage buckets.
+    split_clients "${request_id}" $canary_split {
+        {{.CanaryPercent}}% canary;
+        *   stable;
+    }
+    upstream stable {
+        server {{.Host}}:{{index .Pools.Stable 0}};
+        server {{.Host}}:{{index .Pools.Stable 1}};
+        keepalive 64;
+        keepalive_requests 100000;
+    }
+    upstream canary {
+        server {{.Host}}:{{index .Pools.Canary 0}};
+        server {{.Host}}:{{index .Pools.Canary 1}};
+        keepalive 16;
+        keepalive_requests 100000;
+    }
+    server {
+        listen {{.Host}}:{{.Listen}};
+        location / {
+            proxy_pass http://$canary_split;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+{{end}}
+
+{{- define "haproxy-head" -}}
+# Written by bench/compare. Started as: haproxy -db -f FILE
+global
+    nbthread 2
+    maxconn 4096
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+    timeout http-keep-alive 30s
+    http-reuse safe
+frontend fe
+    bind {{.Host}}:{{.Listen}}
+{{- end}}
+
+{{- define "haproxy" -}}
+{{template "haproxy-head" .}}
+    # Per-request weighted random: rand(100) is uniform in 0..99.
+    use_backend canary if { rand(100) lt {{.CanaryPercent}} }
+    default_backend stable
+backend stable
+    balance roundrobin
+    server s1 {{.Host}}:{{index .Pools.Stable 0}}
+    server s2 {{.Host}}:{{index .Pools.Stable 1}}
+backend canary
+    balance roundrobin
+    server c1 {{.Host}}:{{index .Pools.Canary 0}}
+    server c2 {{.Host}}:{{index .Pools.Canary 1}}
+{{end}}
+
+{{- define "haproxy-sticky" -}}
+{{template "haproxy-head" .}}
+    default_backend split
+backend split
+    # Smooth weighted round robin over four servers; a client without the
+    # cookie gets the next server and a Set-Cookie naming it, a client that
+    # sends SRV=<id> sticks to that server.
+    balance roundrobin
+    cookie SRV insert indirect nocache
+    server s1 {{.Host}}:{{index .Pools.Stable 0}} weight {{.StableWeight}} cookie s1
+    server s2 {{.Host}}:{{index .Pools.Stable 1}} weight {{.StableWeight}} cookie s2
+    server c1 {{.Host}}:{{index .Pools.Canary 0}} weight {{.CanaryPercent}} cookie c1
+    server c2 {{.Host}}:{{index .Pools.Canary 1}} weight {{.CanaryPercent}} cookie c2
+{{end}}
+
+{{- define "dwara-head" -}}
+# Written by bench/compare. Started as: dwara gateway --config FILE
+upstreams:
+  - {name: stable, endpoints: ["{{.Host}}:{{index .Pools.Stable 0}}", "{{.Host}}:{{index .Pools.Stable 1}}"]}
+  - {name: canary, endpoints: ["{{.Host}}:{{index .Pools.Canary 0}}", "{{.Host}}:{{index .Pools.Canary 1}}"]}
+services:
+  - name: bench
+    split:
+      targets:
+        - {upstream: stable, weight: {{.StableWeight}}}
+        - {upstream: canary, weight: {{.CanaryPercent}}}
+{{- end}}
+
+{{- define "dwara" -}}
+{{template "dwara-head" .}}
+{{end}}
+
+{{- define "dwara-sticky" -}}
+{{template "dwara-head" .}}
+    sticky: {cookie: {{stickyCookie}}}
+{{end}}
+`
+
+var confTemplates = template.Must(template.New("").Option("missingkey=error").
+	Funcs(template.FuncMap{"stickyCookie": func() string { return dwaraCookie }}).
+	Parse(confTemplateText))
+
+// render renders the configuration template name ("nginx", "haproxy",
+// "haproxy-sticky", "dwara", "dwara-sticky") for c.
+func render(name string, c proxyConf) ([]byte, error) {
+	if c.CanaryPercent < 1 || c.CanaryPercent > 99 {
+		return nil, fmt.Errorf("render %s: canary percent %d is not 1..99", name, c.CanaryPercent)
+	}
+	var b bytes.Buffer
+	if err := confTemplates.ExecuteTemplate(&b, name, c); err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
+	}
+	return b.Bytes(), nil
+}
