@@ -118,6 +118,10 @@ type GatewayConfig struct {
 	// its content did not change (main feeds it SIGHUP); nil reloads only
 	// on change. Ignored without ConfigFile.
 	Reload <-chan struct{}
+	// Profile serves the Go runtime profiles (net/http/pprof) under
+	// /debug/pprof/ on the metrics listener; false serves none. They show
+	// the process's internals: keep the metrics listener private.
+	Profile bool
 }
 
 // Addrs are the bound addresses of a running process ("" when not served).
