@@ -719,3 +719,29 @@ func TestServeRefusesPublicAdminWithoutToken(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayProfiles: the runtime profiles are served on the metrics
+// listener only when asked for.
+func TestGatewayProfiles(t *testing.T) {
+	t.Parallel()
+	a, b := pools(t)
+	file := filepath.Join(t.TempDir(), "dwara.yaml")
+	if err := os.WriteFile(file, []byte(splitFile(a, b, 100, 0)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, profile := range []bool{false, true} {
+		gw := startGateway(t, GatewayConfig{ConfigFile: file, Profile: profile})
+		resp, err := httpc.Get("http://" + gw.Metrics + "/debug/pprof/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := http.StatusNotFound
+		if profile {
+			want = http.StatusOK
+		}
+		if resp.StatusCode != want {
+			t.Errorf("Profile %t: /debug/pprof/ answered %d, want %d", profile, resp.StatusCode, want)
+		}
+	}
+}
