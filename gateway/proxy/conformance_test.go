@@ -609,6 +609,18 @@ func TestConformanceTimeouts(t *testing.T) {
 		problem(t, resp, body, http.StatusGatewayTimeout)
 		recvWithin(t, up.requests, "request at the hung upstream")
 	})
+	t.Run("hung upstream answers an upgrade request 504", func(t *testing.T) {
+		t.Parallel()
+		// Upgrades take the standard library path; the upstream's header
+		// timeout holds there too.
+		up := startHungUpstream(t)
+		g := proxyTo(t, 1, up.addr, "response_header_timeout_ms: 300")
+		rc := dialRaw(t, g)
+		rc.write(rawHead("GET /ws HTTP/1.1", "Host: "+hostOf(g.URL), "Connection: Upgrade", "Upgrade: websocket"))
+		resp, body := rc.readFinal(http.MethodGet)
+		problem(t, resp, body, http.StatusGatewayTimeout)
+		recvWithin(t, up.requests, "request at the hung upstream")
+	})
 	t.Run("slow body after a prompt header completes", func(t *testing.T) {
 		t.Parallel()
 		const pieces, piece = 20, 512 << 10

@@ -54,8 +54,10 @@ type Options struct {
 	Registry *balance.Registry
 	// Metrics receives the data-plane collectors; nil registers them nowhere.
 	Metrics prometheus.Registerer
-	// Transport carries requests upstream; nil means a keep-alive
-	// http.Transport shared by every endpoint (see NewTransport).
+	// Transport carries the requests that take the standard library's
+	// reverse proxy (upgrades, and every request to an https endpoint); nil
+	// means one keep-alive http.Transport per upstream with that upstream's
+	// connect, response-header and idle timeouts (see NewTransport).
 	Transport http.RoundTripper
 	// Logger logs upstream errors and applies; nil means slog.Default().
 	Logger *slog.Logger
@@ -78,24 +80,25 @@ type Proxy struct {
 	// children are the metric children of each (service, upstream) pair
 	// of the table; guarded by applyMu.
 	children map[string]*targetMetrics
+	// transports are the standard library path's transports, one per
+	// upstream (when Options.Transport is nil); guarded by applyMu.
+	transports map[string]*upstreamTransport
 }
 
 // New returns a Proxy that answers 503 until the first Apply.
 func New(o Options) *Proxy {
 	p := &Proxy{
-		reg:       o.Registry,
-		pools:     make(map[string]*connPool),
-		children:  make(map[string]*targetMetrics),
-		transport: o.Transport,
-		buffers:   newBufferPool(256),
-		log:       o.Logger,
+		reg:        o.Registry,
+		pools:      make(map[string]*connPool),
+		children:   make(map[string]*targetMetrics),
+		transports: make(map[string]*upstreamTransport),
+		transport:  o.Transport,
+		buffers:    newBufferPool(256),
+		log:        o.Logger,
 	}
 	p.m = newMetrics(o.Metrics, p)
 	if p.reg == nil {
 		p.reg = balance.NewRegistry()
-	}
-	if p.transport == nil {
-		p.transport = NewTransport()
 	}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -104,17 +107,19 @@ func New(o Options) *Proxy {
 	return p
 }
 
-// NewTransport returns the keep-alive transport a Proxy uses by default:
-// HTTP/1.1 to upstreams, up to 512 idle connections per endpoint, a 5 s dial
-// timeout and no overall timeout (long polls and streams pass through).
-func NewTransport() *http.Transport {
+// NewTransport returns a keep-alive transport for the standard library
+// path of an upstream with the given connect, response-header and idle
+// timeouts: HTTP/1.1 to upstreams, up to 512 idle connections per endpoint,
+// no overall timeout (long polls and streams pass through).
+func NewTransport(connect, responseHeader, idle time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   512,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
+		MaxIdleConnsPerHost:   maxIdlePerEndpoint,
+		IdleConnTimeout:       idle,
+		ResponseHeaderTimeout: responseHeader,
+		TLSHandshakeTimeout:   connect,
 		ExpectContinueTimeout: time.Second,
 	}
 }
@@ -177,6 +182,12 @@ func (p *Proxy) retainEndpoints(t *table) {
 		}
 	}
 	p.reg.Retain(keep)
+	for key, ut := range p.transports {
+		if _, ok := t.upstreams[key]; !ok || t.upstreams[key].transport != ut {
+			ut.t.CloseIdleConnections()
+			delete(p.transports, key)
+		}
+	}
 	for key, cp := range p.pools {
 		if !pools[cp] {
 			cp.close()
@@ -197,6 +208,10 @@ func (p *Proxy) Close() {
 	}
 	if t, ok := p.transport.(interface{ CloseIdleConnections() }); ok {
 		t.CloseIdleConnections()
+	}
+	for key, ut := range p.transports {
+		ut.t.CloseIdleConnections()
+		delete(p.transports, key)
 	}
 }
 
@@ -371,6 +386,10 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		"service", r.Header.Get("X-Dwara-Service"),
 		"upstream", r.Header.Get("X-Dwara-Upstream"),
 		"url", r.URL.Redacted(), "err", err)
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		writeProblem(w, http.StatusGatewayTimeout, "Upstream timeout", "the upstream endpoint did not answer in time")
+		return
+	}
 	writeProblem(w, http.StatusBadGateway, "Upstream unreachable", "the upstream endpoint could not be reached or failed")
 }
 

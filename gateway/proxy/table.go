@@ -59,6 +59,9 @@ type upstream struct {
 	name      string
 	balancer  balance.Balancer
 	endpoints []*endpoint
+	// transport is the upstream's own standard library transport; nil when
+	// Options.Transport serves every upstream.
+	transport *upstreamTransport
 }
 
 // endpoint is one upstream endpoint with its prebuilt reverse proxy.
@@ -150,8 +153,38 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 
 func oneValue(v string) []string { return []string{v}[:1:1] }
 
+// upstreamTransport is the standard library path's transport of one
+// upstream and the timeouts it was built with.
+type upstreamTransport struct {
+	connect, header, idle time.Duration
+	t                     *http.Transport
+}
+
+// stdTransport returns the RoundTripper of u's standard library path:
+// Options.Transport when set, else u's own transport, rebuilt only when its
+// timeouts change. Called under applyMu.
+func (p *Proxy) stdTransport(u config.Upstream, cu *upstream) http.RoundTripper {
+	if p.transport != nil {
+		return p.transport
+	}
+	connect := millis(u.ConnectTimeoutMS, config.DefaultConnectTimeoutMS)
+	header := millis(u.ResponseHeaderTimeoutMS, config.DefaultResponseHeaderTimeoutMS)
+	idle := millis(u.IdleTimeoutMS, config.DefaultIdleTimeoutMS)
+	ut := p.transports[u.Name]
+	if ut == nil || ut.connect != connect || ut.header != header || ut.idle != idle {
+		if ut != nil {
+			ut.t.CloseIdleConnections() // requests in flight finish on it
+		}
+		ut = &upstreamTransport{connect: connect, header: header, idle: idle, t: NewTransport(connect, header, idle)}
+		p.transports[u.Name] = ut
+	}
+	cu.transport = ut
+	return ut.t
+}
+
 func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 	cu := &upstream{name: u.Name}
+	rt := p.stdTransport(u, cu)
 	states := make([]*balance.State, len(u.Endpoints))
 	for i, addr := range u.Endpoints {
 		target, err := config.ParseEndpoint(addr)
@@ -163,7 +196,7 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 			addr:       addr,
 			state:      states[i],
 			hostHeader: target.Host,
-			rp:         p.newReverseProxy(target),
+			rp:         p.newReverseProxy(target, rt),
 		}
 		if target.Scheme == "http" {
 			ep.pool = p.pool(u.Name, target.Host)
@@ -205,7 +238,7 @@ func (p *Proxy) pool(upstream, host string) *connPool {
 // newReverseProxy builds the reverse proxy of one endpoint: it rewrites the
 // request to the endpoint and appends to X-Forwarded-For. Every endpoint
 // shares the Proxy's transport, buffer pool and error handler.
-func (p *Proxy) newReverseProxy(target *url.URL) *httputil.ReverseProxy {
+func (p *Proxy) newReverseProxy(target *url.URL, rt http.RoundTripper) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -215,7 +248,7 @@ func (p *Proxy) newReverseProxy(target *url.URL) *httputil.ReverseProxy {
 			pr.SetXForwarded()
 		},
 		ModifyResponse: echoRequestID,
-		Transport:      p.transport,
+		Transport:      rt,
 		BufferPool:     p.buffers,
 		ErrorHandler:   p.upstreamError,
 		ErrorLog:       p.errorLog,
