@@ -88,7 +88,7 @@ type codeCounters struct {
 }
 
 func (c *codeCounters) inc(code int) {
-	for i := range c.slots {
+	for i := 0; i < len(c.slots); i++ {
 		s := &c.slots[i]
 		switch got := s.code.Load(); {
 		case got == int32(code):

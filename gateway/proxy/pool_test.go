@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/dwara/dwara/internal/testnet"
+	"github.com/dwara/dwara/internal/testrun"
+)
+
+// acceptAll accepts connections on a loopback listener until the test ends
+// and reports each accepted connection.
+func acceptAll(t *testing.T) (string, <-chan net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for {
+			select {
+			case c := <-conns:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+	return ln.Addr().String(), conns
+}
+
+func TestConnPoolReuseExpiryAndClose(t *testing.T) {
+	t.Parallel()
+	addr, accepted := acceptAll(t)
+	p := newConnPool(addr)
+	p.setTimeouts(time.Second, time.Second, time.Hour)
+	ctx := context.Background()
+
+	c1, reused, err := p.get(ctx)
+	if err != nil || reused {
+		t.Fatalf("first get: reused %t, %v; want a fresh connection", reused, err)
+	}
+	testrun.Recv(t, accepted, "the first connection")
+	p.put(c1)
+	if n := p.idleCount(); n != 1 {
+		t.Fatalf("%d idle after put, want 1", n)
+	}
+	c2, reused, err := p.get(ctx)
+	if err != nil || !reused || c2 != c1 {
+		t.Fatalf("second get: reused %t, same %t, %v; want the pooled connection", reused, c2 == c1, err)
+	}
+
+	// An idle connection past the idle timeout is not handed out again.
+	p.setTimeouts(time.Second, time.Second, time.Nanosecond)
+	p.put(c2)
+	c3, reused, err := p.get(ctx)
+	if err != nil || reused || c3 == c2 {
+		t.Fatalf("get after expiry: reused %t, %v; want a fresh connection", reused, err)
+	}
+	testrun.Recv(t, accepted, "the second connection")
+	if _, err := c2.nc.Write([]byte("x")); err == nil {
+		t.Error("the expired connection is still open")
+	}
+
+	// A closed pool keeps nothing.
+	p.setTimeouts(time.Second, time.Second, time.Hour)
+	p.close()
+	p.put(c3)
+	if n := p.idleCount(); n != 0 {
+		t.Errorf("%d idle in a closed pool, want 0", n)
+	}
+}
+
+func TestConnPoolConnectRefused(t *testing.T) {
+	t.Parallel()
+	p := newConnPool(testnet.ClosedAddr(t))
+	p.setTimeouts(time.Second, time.Second, time.Hour)
+	if _, _, err := p.get(context.Background()); err == nil {
+		t.Fatal("get from a closed port succeeded")
+	}
+}
