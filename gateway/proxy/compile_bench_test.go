@@ -58,3 +58,37 @@ func BenchmarkCompile1000x8(b *testing.B) {
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/(1<<20), "heap-MB")
 }
+
+// BenchmarkRoute measures the routing step of one request (match, key,
+// pick, balancer, bookkeeping of the pick): a returning sticky session,
+// and a new one whose handle is minted.
+func BenchmarkRoute(b *testing.B) {
+	p := New(Options{})
+	defer p.Close()
+	spec := spectest.New().
+		Upstream("stable", "127.0.0.1:9001", "127.0.0.1:9002").
+		Upstream("canary", "127.0.0.1:9101").
+		Split("web", "/", spectest.T("stable", 95), spectest.T("canary", 5)).Sticky("sid", 0).
+		Parsed(b)
+	if err := p.Apply(spec, 1); err != nil {
+		b.Fatal(err)
+	}
+	t := p.table.Load()
+	for _, bc := range []struct {
+		name    string
+		cookies []string
+	}{
+		{"returning session", []string{"theme=dark; sid=0123456789abcdef01234567"}},
+		{"new session", nil},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			v := view{host: "example.test", path: "/x", cookies: bc.cookies, requestID: "req-1", clientIP: "127.0.0.1"}
+			b.ReportAllocs()
+			for b.Loop() {
+				if rt := p.route(t, v); rt.ep == nil {
+					b.Fatal("no endpoint")
+				}
+			}
+		})
+	}
+}
