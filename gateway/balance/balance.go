@@ -13,8 +13,7 @@
 //
 // Every balancer passes over endpoints that are down and returns -1 when none
 // is up. An endpoint is down only when its State is marked down with
-// SetUp(false), which nothing in the gateway does yet apart from tests (active
-// and passive health checks are not built), so today every endpoint is up.
+// SetUp(false), which the active health checks do (gateway/health).
 //
 // Four algorithms are provided, one file each:
 //

@@ -47,9 +47,8 @@ type State struct {
 func (s *State) Up() bool { return !s.down.Load() }
 
 // SetUp marks the endpoint up or down and reports whether that changed its
-// state, so a health checker can log and count transitions only. Nothing in
-// the gateway calls it yet (active and passive health checks are not built),
-// so apart from tests every endpoint stays up.
+// state, so a health checker can log and count transitions only. The active
+// health checks (gateway/health) call it.
 func (s *State) SetUp(up bool) (changed bool) {
 	return s.down.Swap(!up) == up
 }

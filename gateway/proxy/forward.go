@@ -25,6 +25,10 @@ import (
 // Upgrade requests (websockets) and https endpoints go through the
 // standard library's reverse proxy instead (endpoint.rp).
 
+// statusClientGone is the status counted for a request whose client went
+// away before it had the whole answer (nginx's 499).
+const statusClientGone = 499
+
 // aLongTimeAgo is a deadline in the past: setting it unblocks any pending
 // read or write on a connection at once.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -45,8 +49,8 @@ type exchange struct {
 }
 
 // forward proxies r to endpoint ep over its connection pool and writes the
-// answer to w. It returns the status code the client got (499 when the
-// client went away before an answer).
+// answer to w. It returns the status code the client got, or 499 when the
+// client went away before it had the whole answer.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ep *endpoint) int {
 	ctx := r.Context()
 	x, err := p.roundTrip(ctx, r, ep)
@@ -56,7 +60,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ep *endpoint) in
 	c := x.conn
 	// A client that goes away mid-answer unblocks the upstream read at once.
 	gone := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
-	reusable := false
+	reusable, clientGone := false, false
 	defer func() { // also when copyResponse aborts the client connection
 		if !gone() {
 			reusable = false // the deadline was set: the connection is spoiled
@@ -67,7 +71,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ep *endpoint) in
 			c.nc.Close()
 		}
 	}()
-	reusable = p.copyResponse(w, r, x.resp)
+	reusable, clientGone = p.copyResponse(w, r, x.resp)
+	if clientGone {
+		return statusClientGone
+	}
 	return x.resp.StatusCode
 }
 
@@ -316,13 +323,20 @@ func (p *Proxy) writeBody(bw *bufio.Writer, r *http.Request) error {
 
 // copyResponse writes resp to the client: its header without the hop-by-hop
 // fields, then its body, flushed as it arrives when it streams, then its
-// trailers. It reports whether the upstream connection may be reused: the
-// body was read to its end and the endpoint did not ask to close.
-func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.Response) (reusable bool) {
+// trailers. It reports whether the upstream connection may be reused (the
+// body was read to its end and the endpoint did not ask to close), and
+// whether the client went away before the end.
+func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.Response) (reusable, clientGone bool) {
 	h := w.Header()
 	conn := resp.Header["Connection"]
 	for k, vv := range resp.Header {
 		if skipResponseHeader(k) || namedIn(conn, k) {
+			continue
+		}
+		if old, ok := h[k]; ok {
+			// The gateway set it already (the sticky session's Set-Cookie):
+			// the endpoint's values come after it, never instead.
+			h[k] = append(old[:len(old):len(old)], vv...)
 			continue
 		}
 		h[k] = vv
@@ -333,7 +347,7 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.
 	w.WriteHeader(resp.StatusCode)
 	body := resp.Body
 	if body == nil || body == http.NoBody {
-		return !resp.Close
+		return !resp.Close, false
 	}
 	flush := resp.ContentLength < 0 || isEventStream(resp.Header)
 	flusher, _ := w.(http.Flusher)
@@ -343,7 +357,7 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.
 		n, rerr := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return false // the client went away
+				return false, true
 			}
 			if flush && flusher != nil {
 				flusher.Flush()
@@ -351,6 +365,10 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.
 		}
 		if rerr == io.EOF {
 			break
+		}
+		if rerr != nil && r.Context().Err() != nil {
+			// The client went away (which also broke off the upstream read).
+			return false, true
 		}
 		if rerr != nil {
 			// The answer is cut: tell the client by aborting its
@@ -363,7 +381,7 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.
 	for k, vv := range resp.Trailer {
 		h[http.TrailerPrefix+k] = vv
 	}
-	return !resp.Close
+	return !resp.Close, false
 }
 
 // isEventStream reports whether a response is a server-sent event stream.
@@ -377,7 +395,7 @@ func isEventStream(h http.Header) bool {
 // the client went away, else 502. The cause is logged, never sent.
 func (p *Proxy) forwardError(w http.ResponseWriter, r *http.Request, ep *endpoint, err error) int {
 	if r.Context().Err() != nil {
-		return 499
+		return statusClientGone
 	}
 	p.log.Warn("upstream request failed",
 		"request_id", r.Header.Get("X-Request-Id"),

@@ -15,12 +15,12 @@
 // forwards the request with the X-Request-Id, X-Forwarded-* and X-Dwara-*
 // headers of DESIGN.md section 3.
 //
-// Failover to the next target with an endpoint up runs only when every
-// endpoint of the picked target is marked down in its balance.State. Nothing
-// marks an endpoint down yet (active and passive health checks are not built),
-// so apart from tests that call State.SetUp(false) every endpoint stays up and
-// the failover never runs: a request picked for an unreachable endpoint is
-// answered 502.
+// Failover to the next target with an endpoint up runs when every endpoint
+// of the picked target is marked down in its balance.State, which the active
+// health checks of the upstreams that declare health_check do
+// (gateway/health). Passive checks are not built yet: an endpoint of an
+// upstream without health_check stays up, and a request picked for it while
+// it is unreachable is answered 502.
 package proxy
 
 import (
@@ -44,13 +44,15 @@ import (
 	"github.com/dwara/dwara/gateway/affinity"
 	"github.com/dwara/dwara/gateway/balance"
 	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/health"
 	"github.com/dwara/dwara/gateway/split"
 )
 
 // Options configure a Proxy. The zero value is usable.
 type Options struct {
-	// Registry holds the endpoint states shared across generations (and,
-	// once health checks exist, with them); nil means a new private one.
+	// Registry holds the endpoint states shared across generations, which
+	// the proxy's health checks mark up and down; nil means a new private
+	// one.
 	Registry *balance.Registry
 	// Metrics receives the data-plane collectors; nil registers them nowhere.
 	Metrics prometheus.Registerer
@@ -59,8 +61,13 @@ type Options struct {
 	// means one keep-alive http.Transport per upstream with that upstream's
 	// connect, response-header and idle timeouts (see NewTransport).
 	Transport http.RoundTripper
-	// Logger logs upstream errors and applies; nil means slog.Default().
+	// Logger logs upstream errors, applies and health transitions; nil
+	// means slog.Default().
 	Logger *slog.Logger
+
+	// healthInterval is the time between two health checks of the given
+	// settings; nil means interval_s seconds. Tests check faster.
+	healthInterval func(config.HealthCheck) time.Duration
 }
 
 // Proxy is the data plane's reverse proxy. It is safe for concurrent use;
@@ -83,9 +90,14 @@ type Proxy struct {
 	// transports are the standard library path's transports, one per
 	// upstream (when Options.Transport is nil); guarded by applyMu.
 	transports map[string]*upstreamTransport
+	// health runs the active health checks of the generation being
+	// served; reconciled by apply, stopped by Close.
+	health *health.Manager
 }
 
-// New returns a Proxy that answers 503 until the first Apply.
+// New returns a Proxy that answers 503 until the first Apply. The health
+// checks a generation declares run from its Apply until the next Apply or
+// Close, so a Proxy that applied any must be closed to stop them.
 func New(o Options) *Proxy {
 	p := &Proxy{
 		reg:        o.Registry,
@@ -104,6 +116,7 @@ func New(o Options) *Proxy {
 		p.log = slog.Default()
 	}
 	p.errorLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
+	p.health = health.NewManager(health.Options{Logger: p.log, Interval: o.healthInterval})
 	return p
 }
 
@@ -162,6 +175,7 @@ func (p *Proxy) apply(spec *config.Spec, generation int64, onlyNewer bool) (bool
 	}
 	p.table.Store(t)
 	p.retainEndpoints(t)
+	p.health.Reconcile(healthTargets(spec, t))
 	p.retainTargetMetrics(t)
 	p.m.generation.Set(float64(generation))
 	p.m.applySecs.Observe(time.Since(start).Seconds())
@@ -196,12 +210,31 @@ func (p *Proxy) retainEndpoints(t *table) {
 	}
 }
 
-// Close closes every pooled upstream connection. Requests still in flight
+// healthTargets lists the endpoints of t whose upstream declares
+// health_check in spec, with the states t's balancers read.
+func healthTargets(spec *config.Spec, t *table) []health.Target {
+	var targets []health.Target
+	for _, u := range spec.Upstreams {
+		cu := t.upstreams[u.Name]
+		if u.HealthCheck == nil || cu == nil {
+			continue
+		}
+		for _, e := range cu.endpoints {
+			targets = append(targets, health.Target{Upstream: u.Name, Endpoint: e.addr, State: e.state, Check: *u.HealthCheck})
+		}
+	}
+	return targets
+}
+
+// Close stops every health check, waiting for the checkers to end, and
+// closes every pooled upstream connection. Requests still in flight
 // finish; their connections are closed when they end. Apply may still be
-// called after Close (a process that is shutting down need not).
+// called after Close (a process that is shutting down need not); it swaps
+// the generation but starts no health checks.
 func (p *Proxy) Close() {
 	p.applyMu.Lock()
 	defer p.applyMu.Unlock()
+	p.health.Close()
 	for key, cp := range p.pools {
 		cp.close()
 		delete(p.pools, key)
@@ -318,9 +351,9 @@ func (p *Proxy) route(t *table, v view) route {
 	tg := svc.targets[ti]
 	ei := tg.up.balancer.Pick(affinityKey)
 	if ei < 0 {
-		// Every endpoint of the picked target is marked down (which only
-		// tests do until health checks exist): walk the remaining weights the
-		// same way, excluding each target with no endpoint up.
+		// Every endpoint of the picked target is marked down by its health
+		// checks: walk the remaining weights the same way, excluding each
+		// target with no endpoint up.
 		excluded := uint8(1) << ti
 		tg.failovers.Inc()
 		for ei < 0 {
@@ -343,19 +376,23 @@ func (p *Proxy) route(t *table, v view) route {
 // serveEndpoint forwards r to ep and does the bookkeeping of the exchange.
 // The bookkeeping runs in a defer, so an aborted answer (the panic
 // http.ErrAbortHandler, from a cut upstream body or the standard reverse
-// proxy) leaves the in-flight count and the metrics balanced; it counts as a
-// failure (502 when no status was written).
+// proxy) leaves the in-flight count and the metrics balanced. An answer the
+// client did not take to its end (it went away) is counted as 499 and is
+// not the endpoint's failure; an answer the endpoint cut is counted as 502
+// and is.
 func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target, ep *endpoint, start time.Time) {
 	sw := getStatusWriter(w)
 	began := ep.state.Begin()
 	code := 0
 	completed := false
 	defer func() {
-		if !completed || code == 0 {
-			code = max(code, sw.code)
-			if !completed && code < 500 {
-				code = http.StatusBadGateway
-			}
+		switch {
+		case !completed && r.Context().Err() != nil:
+			code = statusClientGone
+		case !completed:
+			code = http.StatusBadGateway
+		case code == 0:
+			code = sw.code
 		}
 		putStatusWriter(sw)
 		ep.state.Done(began, code >= 500)
@@ -377,7 +414,7 @@ func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) {
 		// The client went away; nobody reads the answer.
-		w.WriteHeader(499)
+		w.WriteHeader(statusClientGone)
 		return
 	}
 	w.Header()["X-Request-Id"] = r.Header["X-Request-Id"]

@@ -519,8 +519,8 @@ func TestServiceMatching(t *testing.T) {
 	}
 }
 
-// TestFailoverWhenTargetIsDown marks endpoints down by hand: nothing else
-// does yet, since health checks are not built.
+// TestFailoverWhenTargetIsDown marks endpoints down by hand, as a health
+// check would.
 func TestFailoverWhenTargetIsDown(t *testing.T) {
 	t.Parallel()
 	stable := startPool(t, "stable", 2)

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bufio"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -51,6 +53,17 @@ func (w *statusWriter) Flush() {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack takes over the client connection for an upgrade, which the
+// standard reverse proxy answers with 101 straight on the connection:
+// a successful hijack records that status.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil && w.code == 0 {
+		w.code = http.StatusSwitchingProtocols
+	}
+	return c, brw, err
+}
 
 // bufferPool is the copy-buffer pool of every endpoint's reverse proxy. It
 // is a channel of buffers rather than a sync.Pool so that returning a buffer

@@ -104,8 +104,7 @@ func (s *Split) PickHash(h uint64) int {
 // of the targets not in the excluded bit set (bit i = target i excluded),
 // slot = h % (remaining total). It returns -1 when every target with weight is
 // excluded. It does not allocate. The proxy calls it only when every endpoint
-// of the picked target is marked down, which nothing but tests does yet (the
-// health checks that will mark endpoints down are not built).
+// of the picked target is marked down (by the upstream's health checks).
 func (s *Split) PickExcluding(h uint64, excluded uint8) int {
 	var total uint64
 	for i := 0; i < s.n; i++ {
