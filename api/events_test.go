@@ -115,6 +115,7 @@ func TestEvents(t *testing.T) {
 	err = e.store.UpsertGateway(ctx, apiv1.GatewayInstance{
 		ID: "gw-1", Hostname: "edge-1", Listen: "127.0.0.1:8080",
 		AppliedGeneration: g.ID, AppliedAt: now, StartedAt: now, LastHeartbeat: now,
+		Endpoints: []apiv1.EndpointState{{Upstream: "api-stable", Endpoint: "127.0.0.1:9001", Up: true}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +128,7 @@ func TestEvents(t *testing.T) {
 	if err := json.Unmarshal([]byte(data), &gw); err != nil {
 		t.Fatal(err)
 	}
-	if gw.ID != "gw-1" || gw.AppliedGeneration != g.ID {
+	if gw.ID != "gw-1" || gw.AppliedGeneration != g.ID || len(gw.Endpoints) != 1 || !gw.Endpoints[0].Up {
 		t.Errorf("applied event data %s", data)
 	}
 	var gws apiv1.GatewayList

@@ -31,7 +31,8 @@ import (
 
 // GatewayNotifyChannel is the PostgreSQL channel on which UpsertGateway
 // announces that an instance applied a different generation. The payload is
-// the JSON of the apiv1.GatewayInstance.
+// the JSON of the apiv1.GatewayInstance (see UpsertGateway for when its
+// endpoint states are left out).
 const GatewayNotifyChannel = "dwara_gateway"
 
 // publishLockKey is the pg_advisory_xact_lock key that serialises
@@ -293,18 +294,32 @@ func (s *Store) ListAudit(ctx context.Context, limit int, beforeID int64) ([]api
 }
 
 // UpsertGateway records instance g as it reports itself: its applied
-// generation (0 = none yet) and a heartbeat. A zero g.LastHeartbeat means the
-// database's now; a zero g.StartedAt keeps the stored start time (now for a
-// new instance); a zero g.AppliedAt is stored as NULL.
+// generation (0 = none yet), the states of its endpoints and a heartbeat. A
+// zero g.LastHeartbeat means the database's now; a zero g.StartedAt keeps
+// the stored start time (now for a new instance); a zero g.AppliedAt is
+// stored as NULL; nil g.Endpoints is stored as an empty list. Every call
+// replaces the stored endpoint states with g's.
 //
 // When the instance is new or its applied generation changed, UpsertGateway
 // also notifies GatewayNotifyChannel with the instance's JSON, in the same
-// transaction; heartbeats alone notify nothing.
+// transaction; heartbeats alone notify nothing, even when they change the
+// endpoint states, so a change of endpoint state shows in ListGateways at
+// the instance's next heartbeat (every 5s by default) and is never
+// announced. A payload longer than PostgreSQL allows (maxNotifyPayload)
+// is sent without the endpoint states.
 func (s *Store) UpsertGateway(ctx context.Context, g apiv1.GatewayInstance) error {
 	if g.ID == "" {
 		return errors.New("upsert gateway: empty instance id")
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	endpoints := g.Endpoints
+	if endpoints == nil {
+		endpoints = []apiv1.EndpointState{}
+	}
+	endpointsJSON, err := json.Marshal(endpoints)
+	if err != nil {
+		return fmt.Errorf("upsert gateway %q: encode endpoints: %w", g.ID, err)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var previous *int64
 		err := tx.QueryRow(ctx, `SELECT applied_generation FROM gateway_instances WHERE id = $1 FOR UPDATE`, g.ID).Scan(&previous)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -312,18 +327,19 @@ func (s *Store) UpsertGateway(ctx context.Context, g apiv1.GatewayInstance) erro
 		}
 		row := tx.QueryRow(ctx, `
 			INSERT INTO gateway_instances AS gi
-				(id, hostname, listen, applied_generation, applied_at, started_at, last_heartbeat)
-			VALUES ($1, $2, $3, $4, $5, coalesce($6, now()), coalesce($7, now()))
+				(id, hostname, listen, applied_generation, applied_at, started_at, last_heartbeat, endpoints)
+			VALUES ($1, $2, $3, $4, $5, coalesce($6, now()), coalesce($7, now()), $8::jsonb)
 			ON CONFLICT (id) DO UPDATE SET
 				hostname = EXCLUDED.hostname,
 				listen = EXCLUDED.listen,
 				applied_generation = EXCLUDED.applied_generation,
 				applied_at = EXCLUDED.applied_at,
 				started_at = coalesce($6, gi.started_at),
-				last_heartbeat = EXCLUDED.last_heartbeat
+				last_heartbeat = EXCLUDED.last_heartbeat,
+				endpoints = EXCLUDED.endpoints
 			RETURNING `+gatewayColumns,
 			g.ID, g.Hostname, g.Listen, g.AppliedGeneration, nullTime(g.AppliedAt),
-			nullTime(g.StartedAt), nullTime(g.LastHeartbeat))
+			nullTime(g.StartedAt), nullTime(g.LastHeartbeat), endpointsJSON)
 		stored, err := scanGateway(row)
 		if err != nil {
 			return fmt.Errorf("store instance: %w", err)
@@ -331,11 +347,11 @@ func (s *Store) UpsertGateway(ctx context.Context, g apiv1.GatewayInstance) erro
 		if previous != nil && *previous == stored.AppliedGeneration {
 			return nil
 		}
-		payload, err := json.Marshal(stored)
+		payload, err := gatewayPayload(stored)
 		if err != nil {
 			return fmt.Errorf("encode instance: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, GatewayNotifyChannel, string(payload)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, GatewayNotifyChannel, payload); err != nil {
 			return fmt.Errorf("notify instance: %w", err)
 		}
 		return nil
@@ -346,7 +362,24 @@ func (s *Store) UpsertGateway(ctx context.Context, g apiv1.GatewayInstance) erro
 	return nil
 }
 
-// ListGateways returns every recorded gateway instance, ordered by id.
+// maxNotifyPayload is the longest payload pg_notify accepts: it refuses
+// 8000 bytes or more (with PostgreSQL's default 8 kB block size).
+const maxNotifyPayload = 7999
+
+// gatewayPayload is the notification of instance g: its JSON, without the
+// endpoint states when they would make it too long to send. ListGateways
+// has them all.
+func gatewayPayload(g apiv1.GatewayInstance) (string, error) {
+	payload, err := json.Marshal(g)
+	if err == nil && len(payload) > maxNotifyPayload {
+		g.Endpoints = nil
+		payload, err = json.Marshal(g)
+	}
+	return string(payload), err
+}
+
+// ListGateways returns every recorded gateway instance, ordered by id, each
+// with the endpoint states of its last report (never nil).
 func (s *Store) ListGateways(ctx context.Context) ([]apiv1.GatewayInstance, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+gatewayColumns+` FROM gateway_instances ORDER BY id`)
 	if err != nil {
@@ -361,16 +394,21 @@ func (s *Store) ListGateways(ctx context.Context) ([]apiv1.GatewayInstance, erro
 	return gws, nil
 }
 
-const gatewayColumns = `id, hostname, listen, applied_generation, applied_at, started_at, last_heartbeat`
+const gatewayColumns = `id, hostname, listen, applied_generation, applied_at, started_at, last_heartbeat, endpoints`
 
 func scanGateway(row pgx.Row) (apiv1.GatewayInstance, error) {
 	var g apiv1.GatewayInstance
 	var appliedAt *time.Time
-	if err := row.Scan(&g.ID, &g.Hostname, &g.Listen, &g.AppliedGeneration, &appliedAt, &g.StartedAt, &g.LastHeartbeat); err != nil {
+	var endpoints []byte
+	if err := row.Scan(&g.ID, &g.Hostname, &g.Listen, &g.AppliedGeneration, &appliedAt, &g.StartedAt, &g.LastHeartbeat, &endpoints); err != nil {
 		return apiv1.GatewayInstance{}, err
 	}
 	if appliedAt != nil {
 		g.AppliedAt = *appliedAt
+	}
+	g.Endpoints = []apiv1.EndpointState{}
+	if err := json.Unmarshal(endpoints, &g.Endpoints); err != nil {
+		return apiv1.GatewayInstance{}, fmt.Errorf("decode endpoints of instance %q: %w", g.ID, err)
 	}
 	return g, nil
 }

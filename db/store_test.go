@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -424,6 +426,101 @@ func TestGatewaysUpsertAndNotify(t *testing.T) {
 
 	if err := s.UpsertGateway(ctx, apiv1.GatewayInstance{}); err == nil {
 		t.Error("upsert without id succeeded, want an error")
+	}
+}
+
+func TestGatewayEndpointsRoundTrip(t *testing.T) {
+	t.Parallel()
+	s, url := dbtest.NewStore(t)
+	ctx := context.Background()
+	notes, connects := listen(t, url, db.GatewayNotifyChannel)
+	testrun.Recv(t, connects, "listener connect")
+	publish(t, s, 1)
+
+	up := []apiv1.EndpointState{
+		{Upstream: "api", Endpoint: "127.0.0.1:9001", Up: true, InFlight: 3},
+		{Upstream: "api", Endpoint: "http://127.0.0.1:9002", Up: true},
+	}
+	oneDown := []apiv1.EndpointState{
+		{Upstream: "api", Endpoint: "127.0.0.1:9001", Up: true},
+		{Upstream: "api", Endpoint: "http://127.0.0.1:9002", Up: false, InFlight: 1},
+	}
+	steps := []struct {
+		name       string
+		in         apiv1.GatewayInstance
+		want       []apiv1.EndpointState
+		wantNotify bool
+	}{
+		{name: "new instance without endpoints", in: apiv1.GatewayInstance{ID: "gw-a"}, want: []apiv1.EndpointState{}, wantNotify: true},
+		{name: "applied with endpoints", in: apiv1.GatewayInstance{ID: "gw-a", AppliedGeneration: 1, Endpoints: up}, want: up, wantNotify: true},
+		{name: "heartbeat with one down", in: apiv1.GatewayInstance{ID: "gw-a", AppliedGeneration: 1, Endpoints: oneDown}, want: oneDown},
+		{name: "heartbeat with an empty list", in: apiv1.GatewayInstance{ID: "gw-a", AppliedGeneration: 1, Endpoints: []apiv1.EndpointState{}}, want: []apiv1.EndpointState{}},
+	}
+	// Steps run in order on one instance: each replaces the previous list.
+	for _, st := range steps {
+		if err := s.UpsertGateway(ctx, st.in); err != nil {
+			t.Fatalf("%s: upsert: %v", st.name, err)
+		}
+		if st.wantNotify {
+			n := testrun.Recv(t, notes, st.name+" notification")
+			var got apiv1.GatewayInstance
+			if err := json.Unmarshal([]byte(n.payload), &got); err != nil {
+				t.Fatalf("%s: payload %q: %v", st.name, n.payload, err)
+			}
+			if !slices.Equal(got.Endpoints, st.want) || !strings.Contains(n.payload, `"endpoints":[`) {
+				t.Errorf("%s: notification %s, want endpoints %+v", st.name, n.payload, st.want)
+			}
+		}
+		gws, err := s.ListGateways(ctx)
+		if err != nil || len(gws) != 1 {
+			t.Fatalf("%s: list gateways = %+v, %v", st.name, gws, err)
+		}
+		if got := gws[0].Endpoints; got == nil || !slices.Equal(got, st.want) {
+			t.Errorf("%s: stored endpoints %#v, want %+v", st.name, got, st.want)
+		}
+	}
+
+	// The heartbeats that changed the endpoint states notified nothing: a
+	// second instance's notification is the next one to arrive.
+	if err := s.UpsertGateway(ctx, apiv1.GatewayInstance{ID: "gw-b"}); err != nil {
+		t.Fatalf("upsert gw-b: %v", err)
+	}
+	if n := testrun.Recv(t, notes, "gw-b notification"); !containsID(n.payload, "gw-b") {
+		t.Errorf("next notification = %q, want gw-b's", n.payload)
+	}
+}
+
+func TestGatewayManyEndpointsNotifyWithoutThem(t *testing.T) {
+	t.Parallel()
+	s, url := dbtest.NewStore(t)
+	ctx := context.Background()
+	notes, connects := listen(t, url, db.GatewayNotifyChannel)
+	testrun.Recv(t, connects, "listener connect")
+	publish(t, s, 1)
+
+	// 16 upstreams of 64 endpoints: far more than a notification can carry.
+	var many []apiv1.EndpointState
+	for u := range 16 {
+		for e := range 64 {
+			many = append(many, apiv1.EndpointState{
+				Upstream: fmt.Sprintf("upstream-%02d", u),
+				Endpoint: fmt.Sprintf("http://10.0.%d.%d:8080", u, e),
+				Up:       e%3 != 0,
+				InFlight: int64(e),
+			})
+		}
+	}
+	if err := s.UpsertGateway(ctx, apiv1.GatewayInstance{ID: "gw-a", AppliedGeneration: 1, Endpoints: many}); err != nil {
+		t.Fatalf("upsert with %d endpoints: %v", len(many), err)
+	}
+	n := testrun.Recv(t, notes, "notification")
+	var got apiv1.GatewayInstance
+	if err := json.Unmarshal([]byte(n.payload), &got); err != nil || got.ID != "gw-a" || got.AppliedGeneration != 1 || got.Endpoints == nil || len(got.Endpoints) != 0 {
+		t.Errorf("notification %q (%v): want gw-a on generation 1 with an empty endpoint list", n.payload, err)
+	}
+	gws, err := s.ListGateways(ctx)
+	if err != nil || len(gws) != 1 || !slices.Equal(gws[0].Endpoints, many) {
+		t.Errorf("list gateways: %d instances, %v; want gw-a with all %d endpoints", len(gws), err, len(many))
 	}
 }
 

@@ -217,6 +217,8 @@ func TestGenerationsConstraints(t *testing.T) {
 		{name: "missing source", sql: `INSERT INTO generations (id, spec, action, source_id) VALUES (2, '{}', 'rollback', 9)`, code: "23503"},
 		{name: "audit outcome", sql: `INSERT INTO audit_log (action, outcome) VALUES ('publish', 'maybe')`, code: "23514"},
 		{name: "canary action", sql: `INSERT INTO canary_events (generation_id, service, from_weight, to_weight, action) VALUES (1, 'api', 5, 10, 'jump')`, code: "23514"},
+		{name: "gateway endpoints not an array", sql: `INSERT INTO gateway_instances (id, endpoints) VALUES ('gw-a', '{}')`, code: "23514"},
+		{name: "gateway endpoints null", sql: `INSERT INTO gateway_instances (id, endpoints) VALUES ('gw-a', NULL)`, code: "23502"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -230,5 +232,18 @@ func TestGenerationsConstraints(t *testing.T) {
 	if _, err := conn.Exec(ctx, `INSERT INTO canary_events (generation_id, service, from_weight, to_weight, action, reason)
 		VALUES (1, 'api', 5, 10, 'promote', 'error rate 0.001 below 0.01')`); err != nil {
 		t.Errorf("insert canary event: %v", err)
+	}
+}
+
+func TestGatewayEndpointsDefault(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.New(t)
+	conn := connect(t, dbURL)
+	ctx := context.Background()
+	// An instance that reports no endpoint states (as every row did before
+	// migration 3) has an empty array.
+	var endpoints string
+	if err := conn.QueryRow(ctx, `INSERT INTO gateway_instances (id) VALUES ('gw-a') RETURNING endpoints::text`).Scan(&endpoints); err != nil || endpoints != "[]" {
+		t.Errorf("endpoints of a new instance = %q, %v; want []", endpoints, err)
 	}
 }

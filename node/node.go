@@ -172,13 +172,15 @@ func openStore(ctx context.Context, url string) (*db.Store, error) {
 // follows the newest generation in store, applies it to px with apply
 // (skipping what px already serves, such as a publish the API of the same
 // process applied before its 201) and reports this process, whose proxy is
-// bound at proxyAddr, in gateway_instances.
+// bound at proxyAddr, in gateway_instances, with the states of px's
+// endpoints.
 func (p *Process) databaseSource(store *db.Store, proxyAddr string, px *proxy.Proxy, apply source.ApplyFunc) *source.Database {
 	return &source.Database{
 		Store:     store,
 		Instance:  instance(proxyAddr),
 		Apply:     apply,
 		Serving:   px.Generation,
+		Endpoints: px.Endpoints,
 		Heartbeat: p.Heartbeat,
 		Resync:    p.Resync,
 		Logger:    p.Logger,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -744,4 +745,110 @@ func TestGatewayProfiles(t *testing.T) {
 			t.Errorf("Profile %t: /debug/pprof/ answered %d, want %d", profile, resp.StatusCode, want)
 		}
 	}
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func TestGatewaysShowEndpointStates(t *testing.T) {
+	t.Parallel()
+	url := dbtest.New(t)
+	a, _ := pools(t)
+	dead := closedAddr(t)
+	// Every recorded report (apply or heartbeat) of an instance is
+	// announced, so the test reads the API after each one instead of
+	// polling on a timer.
+	dbtest.Exec(t, url, `
+		CREATE FUNCTION test_report() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_notify('test_report', NEW.id);
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER test_report AFTER INSERT OR UPDATE ON gateway_instances FOR EACH ROW
+			EXECUTE FUNCTION test_report()`)
+	reports := dbtest.Watch(t, url, "test_report")
+	// Beat often; the test waits for the reports, whenever they come.
+	beat := Process{Heartbeat: 50 * time.Millisecond}
+	srv := startServe(t, ServeConfig{Process: beat, DatabaseURL: url})
+	replica := startGateway(t, GatewayConfig{Process: beat, DatabaseURL: url})
+
+	// "dead" is checked every second and marked down by its first failed
+	// check (connection refused); "live" declares no check and stays up.
+	spec := json.RawMessage(`{
+		"upstreams": [
+			{"name": "live", "endpoints": ` + mustJSON(t, a.Addrs) + `},
+			{"name": "dead", "endpoints": ["` + dead + `"],
+			 "health_check": {"path": "/healthz", "interval_s": 1, "timeout_s": 1, "healthy_threshold": 1, "unhealthy_threshold": 1}}
+		],
+		"services": [
+			{"name": "web", "base_path": "/", "upstream": "live"},
+			{"name": "gone", "base_path": "/gone", "upstream": "dead"}
+		]}`)
+	g := publish(t, srv.Admin, spec)
+	srv.waitApplied(t, g.ID)
+	replica.waitApplied(t, g.ID)
+
+	want := []apiv1.EndpointState{{Upstream: "dead", Endpoint: dead, Up: false}}
+	for _, addr := range a.Addrs {
+		want = append(want, apiv1.EndpointState{Upstream: "live", Endpoint: addr, Up: true})
+	}
+	timeout := time.After(wait)
+	var page apiv1.GatewayList
+	for {
+		select {
+		case <-reports:
+		case <-timeout:
+			t.Fatalf("GET /api/v1/gateways did not show %+v for serve and the replica within %v; last %+v", want, wait, page.Items)
+		}
+		page = apiv1.GatewayList{}
+		call(t, http.MethodGet, "http://"+srv.Admin+"/api/v1/gateways", nil, &page)
+		shown := map[string]bool{}
+		for _, gi := range page.Items {
+			// Nothing is in flight between requests: compare without it.
+			got := slices.Clone(gi.Endpoints)
+			for i := range got {
+				got[i].InFlight = 0
+			}
+			if gi.AppliedGeneration == g.ID && slices.Equal(got, want) {
+				shown[gi.Listen] = true
+			}
+		}
+		if shown[srv.Proxy] && shown[replica.Proxy] {
+			break
+		}
+	}
+
+	// The JSON shape, as a client that does not use apiv1 sees it.
+	var raw struct {
+		Items []struct {
+			Endpoints []map[string]any `json:"endpoints"`
+		} `json:"items"`
+	}
+	call(t, http.MethodGet, "http://"+srv.Admin+"/api/v1/gateways", nil, &raw)
+	for _, gi := range raw.Items {
+		for _, e := range gi.Endpoints {
+			keys := slices.Sorted(maps.Keys(e))
+			if !slices.Equal(keys, []string{"endpoint", "in_flight", "up", "upstream"}) {
+				t.Errorf("endpoint state %v: keys %v, want endpoint, in_flight, up, upstream", e, keys)
+			}
+		}
+	}
+}
+
+func mustJSON(t testing.TB, v any) string {
+	t.Helper()
+	js, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(js)
 }

@@ -109,14 +109,41 @@ type AuditList struct {
 
 // GatewayInstance is one data-plane process as it last reported itself.
 // AppliedGeneration 0 means none yet; a zero AppliedAt means never.
+//
+// Endpoints are the states of the endpoints the instance serves, as of its
+// last report (it reports on every apply and every heartbeat, 5s by
+// default). nil and empty both mean none reported, and both are encoded as
+// an empty JSON array, never null.
 type GatewayInstance struct {
-	ID                string    `json:"id"`
-	Hostname          string    `json:"hostname"`
-	Listen            string    `json:"listen"`
-	AppliedGeneration int64     `json:"applied_generation"`
-	AppliedAt         time.Time `json:"applied_at"`
-	StartedAt         time.Time `json:"started_at"`
-	LastHeartbeat     time.Time `json:"last_heartbeat"`
+	ID                string          `json:"id"`
+	Hostname          string          `json:"hostname"`
+	Listen            string          `json:"listen"`
+	AppliedGeneration int64           `json:"applied_generation"`
+	AppliedAt         time.Time       `json:"applied_at"`
+	StartedAt         time.Time       `json:"started_at"`
+	LastHeartbeat     time.Time       `json:"last_heartbeat"`
+	Endpoints         []EndpointState `json:"endpoints"`
+}
+
+// MarshalJSON encodes g with nil Endpoints as an empty array.
+func (g GatewayInstance) MarshalJSON() ([]byte, error) {
+	type plain GatewayInstance // without this method
+	if g.Endpoints == nil {
+		g.Endpoints = []EndpointState{}
+	}
+	return json.Marshal(plain(g))
+}
+
+// EndpointState is the state of one endpoint of one upstream in a data
+// plane: whether it may receive requests (Up: false when a health check or
+// the passive checks marked it down) and how many requests it has in flight
+// there. An endpoint named by several upstreams appears once per upstream,
+// with the same state.
+type EndpointState struct {
+	Upstream string `json:"upstream"`
+	Endpoint string `json:"endpoint"`
+	Up       bool   `json:"up"`
+	InFlight int64  `json:"in_flight"`
 }
 
 // GatewayList is every known data-plane instance.

@@ -68,16 +68,25 @@ func newRing(addrs []string, states []*State) *ring {
 
 // Pick implements Balancer: the endpoint owning key on the ring, skipping
 // endpoints that are down.
+//
+// From the key's point the lookup walks clockwise until it meets a point
+// whose endpoint is up, for at most one full turn of the ring, and returns
+// -1 when the turn meets none. The walk is bounded by the number of points,
+// not by a check made before it, so endpoints that go down while the walk
+// runs cannot make it spin. The ring never changes with health: a key whose
+// endpoint is down goes where it would go if that endpoint were removed,
+// every other key stays, and the key comes back with the endpoint.
 func (r *ring) Pick(key string) int {
 	i := r.search(ringHash(key))
 	if owner := int(r.owners[i]); r.states[owner].Up() {
 		return owner
 	}
+	// Every endpoint down is the one case that walks a whole turn; one load
+	// per endpoint settles it first.
 	if !r.anyUp() {
 		return -1
 	}
-	// Some endpoint is up, so the walk ends within one turn.
-	for {
+	for range len(r.hashes) - 1 {
 		if i++; i == len(r.hashes) {
 			i = 0
 		}
@@ -85,6 +94,7 @@ func (r *ring) Pick(key string) int {
 			return owner
 		}
 	}
+	return -1
 }
 
 // search returns the index of the first point at or after h, wrapping to 0

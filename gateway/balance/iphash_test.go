@@ -3,6 +3,7 @@ package balance
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 )
 
@@ -263,5 +264,158 @@ func TestRingHash(t *testing.T) {
 		if got, want := ringHash([]byte(tt.in)), ringHash(tt.in); got != want {
 			t.Errorf("ringHash([]byte(%q)) = %#x, ringHash(string) = %#x", tt.in, got, want)
 		}
+	}
+}
+
+// ringMapping picks every key of keys and returns the endpoint of each.
+func ringMapping(b Balancer, keys []string) []int {
+	m := make([]int, len(keys))
+	for i, k := range keys {
+		m[i] = b.Pick(k)
+	}
+	return m
+}
+
+func TestRingDownEndpointsMoveOnlyTheirKeys(t *testing.T) {
+	t.Parallel()
+	const n = 5
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("198.51.%d.%d:%d", i/256%256, i%256, i)
+	}
+	tests := []struct {
+		name string
+		down []int // marked down in this order, brought back in reverse
+	}{
+		{name: "one", down: []int{2}},
+		{name: "two", down: []int{0, 3}},
+		{name: "all but one", down: []int{4, 1, 0, 3}},
+		{name: "all", down: []int{1, 4, 2, 0, 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			addrs, states := pool(n)
+			b := mustNew(t, "ip_hash", addrs, states)
+			before := ringMapping(b, keys)
+			// while[k] is the mapping with the first k endpoints of tt.down
+			// down; while[0] is before.
+			while := [][]int{before}
+			isDown := make([]bool, n)
+			for step, d := range tt.down {
+				prev := while[len(while)-1]
+				states[d].SetUp(false)
+				isDown[d] = true
+				got := ringMapping(b, keys)
+				// The ring without the down endpoints is where their keys
+				// should go.
+				var upAddrs []string
+				var upStates []*State
+				for i := range addrs {
+					if !isDown[i] {
+						upAddrs = append(upAddrs, addrs[i])
+						upStates = append(upStates, states[i])
+					}
+				}
+				var without Balancer
+				if len(upAddrs) > 0 {
+					without = mustNew(t, "ip_hash", upAddrs, upStates)
+				}
+				moved := 0
+				for i, key := range keys {
+					if got[i] != prev[i] {
+						moved++
+						if prev[i] != d {
+							t.Fatalf("step %d: key %q moved from %d to %d though only %d went down", step, key, prev[i], got[i], d)
+						}
+					}
+					switch {
+					case without == nil:
+						if got[i] != -1 {
+							t.Fatalf("step %d: key %q: Pick = %d with every endpoint down, want -1", step, key, got[i])
+						}
+					case got[i] < 0 || isDown[got[i]]:
+						t.Fatalf("step %d: key %q: Pick = %d, down %v", step, key, got[i], isDown)
+					case !isDown[before[i]] && got[i] != before[i]:
+						t.Fatalf("step %d: key %q moved from %d to %d though its endpoint is up", step, key, before[i], got[i])
+					case isDown[before[i]]:
+						if want := upAddrs[without.Pick(key)]; addrs[got[i]] != want {
+							t.Fatalf("step %d: key %q went to %s, the ring without the down endpoints sends it to %s", step, key, addrs[got[i]], want)
+						}
+					}
+				}
+				onDown := 0
+				for i := range keys {
+					if prev[i] == d {
+						onDown++
+					}
+				}
+				if onDown == 0 || moved != onDown {
+					t.Errorf("step %d (%d down): %d keys moved, want exactly the %d on it (and some)", step, d, moved, onDown)
+				}
+				while = append(while, got)
+			}
+			// Recovery in reverse order: each step gives back exactly the
+			// mapping the ring had before that endpoint went down.
+			for step := len(tt.down) - 1; step >= 0; step-- {
+				states[tt.down[step]].SetUp(true)
+				got := ringMapping(b, keys)
+				for i, key := range keys {
+					if got[i] != while[step][i] {
+						t.Fatalf("%d back up: key %q on %d, want %d as before it went down", tt.down[step], key, got[i], while[step][i])
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestRingPickWhileEndpointsFlap(t *testing.T) {
+	t.Parallel()
+	// Endpoints go down and up while picks walk the ring: every walk ends
+	// within one turn, with an endpoint index or -1.
+	addrs, states := pool(4)
+	b := mustNew(t, "ip_hash", addrs, states)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			states[i%4].SetUp(i/4%3 == 0)
+		}
+	})
+	for i := range 200000 {
+		if got := b.Pick(fmt.Sprint(i)); got < -1 || got >= len(addrs) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("Pick = %d, want -1..%d", got, len(addrs)-1)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
+
+func TestRingWalkZeroAllocs(t *testing.T) {
+	// Not parallel: AllocsPerRun counts the allocations of the whole process.
+	// One endpoint of 64 up: most keys walk far around the ring.
+	addrs, states := pool(64)
+	b := mustNew(t, "ip_hash", addrs, states)
+	for _, s := range states[1:] {
+		s.SetUp(false)
+	}
+	keys := []string{"", "10.0.0.1", "203.0.113.77", "0197a3c2b4d8000000000001"}
+	i := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		if b.Pick(keys[i%len(keys)]) != 0 {
+			panic("the walk missed the one endpoint up")
+		}
+		i++
+	})
+	if allocs != 0 {
+		t.Errorf("a walking Pick allocates %v times per call, want 0", allocs)
 	}
 }

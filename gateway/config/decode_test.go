@@ -539,3 +539,25 @@ func TestParseDocument(t *testing.T) {
 func indent(s string) string {
 	return "  " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n  ") + "\n"
 }
+
+func TestParsePassive(t *testing.T) {
+	t.Parallel()
+	const base = "upstreams: [{name: a, endpoints: [\"10.0.0.1:80\", \"10.0.0.2:80\"], passive: %s}]\nservices: [{name: s, upstream: a}]\n"
+	s, err := Parse([]byte(fmt.Sprintf(base, "{consecutive_5xx: 4}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.Upstreams[0].Passive, (&Passive{ConsecutiveFailures: DefaultPassiveConsecutiveFailures, Consecutive5xx: 4}); !reflect.DeepEqual(got, want) {
+		t.Errorf("passive = %+v, want %+v", got, want)
+	}
+	s, err = Parse([]byte("upstreams: [{name: a, endpoints: [\"10.0.0.1:80\"]}]\nservices: [{name: s, upstream: a}]\n"))
+	if err != nil || s.Upstreams[0].Passive != nil {
+		t.Errorf("without passive: %+v, %v; want nil (the defaults apply)", s.Upstreams[0].Passive, err)
+	}
+	_, err = Parse([]byte(fmt.Sprintf(base, "{consecutive_failures: 0, max_ejection_percent: 50}")))
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Errors) != 1 || ve.Errors[0].Path != "upstreams[0].passive.max_ejection_percent" ||
+		!strings.Contains(ve.Errors[0].Message, "allowed: consecutive_failures, consecutive_5xx") {
+		t.Errorf("unknown passive field: %v", err)
+	}
+}

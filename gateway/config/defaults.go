@@ -21,11 +21,18 @@ const (
 	DefaultCanaryCooldownS         = 30
 )
 
+// DefaultPassiveConsecutiveFailures is how many transport failures in a row
+// eject an endpoint when passive.consecutive_failures is 0 or the upstream
+// has no passive block.
+const DefaultPassiveConsecutiveFailures = 3
+
 // Defaults fills zero values in place: an empty balancer becomes round_robin,
 // zero upstream timeouts their defaults,
 // an empty base path "/", a zero sticky TTL 3600 seconds, zero health-check
-// fields and zero canary-analysis timings their defaults (see the Default*
-// constants). Canary thresholds are left as given. A split target's default
+// fields, a zero passive.consecutive_failures (not consecutive_5xx, where 0
+// means off) and zero canary-analysis timings their defaults (see the
+// Default* constants). An absent passive block stays absent: the proxy
+// applies the same defaults to it. Canary thresholds are left as given. A split target's default
 // weight of 1 is applied when it is decoded, not here, because a weight of 0
 // is meaningful.
 //
@@ -49,6 +56,9 @@ func (s *Spec) Defaults() {
 			setDefault(&hc.TimeoutS, DefaultHealthTimeoutS)
 			setDefault(&hc.HealthyThreshold, DefaultHealthyThreshold)
 			setDefault(&hc.UnhealthyThreshold, DefaultUnhealthyThreshold)
+		}
+		if pc := u.Passive; pc != nil {
+			setDefault(&pc.ConsecutiveFailures, DefaultPassiveConsecutiveFailures)
 		}
 	}
 	for i := range s.Services {
@@ -89,6 +99,7 @@ func (s *Spec) Clone() *Spec {
 		u := &c.Upstreams[i]
 		u.Endpoints = cloneSlice(u.Endpoints)
 		u.HealthCheck = clonePtr(u.HealthCheck)
+		u.Passive = clonePtr(u.Passive)
 	}
 	for i := range c.Services {
 		svc := &c.Services[i]

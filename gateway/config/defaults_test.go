@@ -17,7 +17,7 @@ func TestDefaults(t *testing.T) {
 		{
 			name: "zeros filled",
 			in: &Spec{
-				Upstreams: []Upstream{{Name: "a", HealthCheck: &HealthCheck{}}},
+				Upstreams: []Upstream{{Name: "a", HealthCheck: &HealthCheck{}, Passive: &Passive{}}},
 				Services: []Service{{
 					Name:   "s",
 					Split:  &Split{CanaryAnalysis: &CanaryAnalysis{}},
@@ -27,6 +27,7 @@ func TestDefaults(t *testing.T) {
 			want: &Spec{
 				Upstreams: []Upstream{{Name: "a", Balancer: "round_robin",
 					HealthCheck:      &HealthCheck{Path: "/healthz", IntervalS: 5, TimeoutS: 2, HealthyThreshold: 2, UnhealthyThreshold: 2},
+					Passive:          &Passive{ConsecutiveFailures: DefaultPassiveConsecutiveFailures},
 					ConnectTimeoutMS: DefaultConnectTimeoutMS, ResponseHeaderTimeoutMS: DefaultResponseHeaderTimeoutMS, IdleTimeoutMS: DefaultIdleTimeoutMS}},
 				Services: []Service{{
 					Name: "s", BasePath: "/",
@@ -40,6 +41,7 @@ func TestDefaults(t *testing.T) {
 			in: &Spec{
 				Upstreams: []Upstream{{Name: "a", Balancer: "ip_hash",
 					HealthCheck:      &HealthCheck{Path: "/up", IntervalS: 9, TimeoutS: 8, HealthyThreshold: 7, UnhealthyThreshold: 6},
+					Passive:          &Passive{ConsecutiveFailures: 4, Consecutive5xx: 5},
 					ConnectTimeoutMS: 1, ResponseHeaderTimeoutMS: 2, IdleTimeoutMS: 3}},
 				Services: []Service{{
 					Name: "s", BasePath: "/x",
@@ -136,5 +138,19 @@ func TestLookup(t *testing.T) {
 				t.Errorf("Upstream(%q) = %p, %d; want index %d", tt.upstream, u, j, tt.wantUpstr)
 			}
 		})
+	}
+}
+
+func TestClonePassive(t *testing.T) {
+	t.Parallel()
+	s := validSpec()
+	s.Upstreams[0].Passive = &Passive{ConsecutiveFailures: 2, Consecutive5xx: 3}
+	c := s.Clone()
+	if !reflect.DeepEqual(s, c) {
+		t.Fatalf("clone differs:\n got %+v\nwant %+v", c, s)
+	}
+	c.Upstreams[0].Passive.Consecutive5xx = 9
+	if s.Upstreams[0].Passive.Consecutive5xx != 3 {
+		t.Error("changing the clone's passive block changed the original")
 	}
 }

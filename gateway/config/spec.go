@@ -40,6 +40,11 @@ type Upstream struct {
 	Endpoints []string `json:"endpoints"`
 	// HealthCheck, when non-nil, enables active health checks.
 	HealthCheck *HealthCheck `json:"health_check,omitempty"`
+	// Passive tunes the passive checks, which watch the proxied requests
+	// of every upstream whether or not it sets Passive; nil means the
+	// defaults (eject after DefaultPassiveConsecutiveFailures transport
+	// failures in a row, 5xx answers not counted).
+	Passive *Passive `json:"passive,omitempty"`
 	// ConnectTimeoutMS bounds opening a connection to an endpoint
 	// (1..60000); 0 means DefaultConnectTimeoutMS (Defaults fills it in).
 	ConnectTimeoutMS int `json:"connect_timeout_ms,omitempty"`
@@ -61,6 +66,19 @@ type HealthCheck struct {
 	TimeoutS           int    `json:"timeout_s"`
 	HealthyThreshold   int    `json:"healthy_threshold"`
 	UnhealthyThreshold int    `json:"unhealthy_threshold"`
+}
+
+// Passive tunes the passive checks of an upstream's endpoints, which judge
+// them by the proxied requests themselves. Zero fields mean the defaults.
+type Passive struct {
+	// ConsecutiveFailures is how many transport failures in a row
+	// (connection refused or reset, connect or response-header timeout:
+	// no answer header) eject an endpoint, 1..100; 0 means
+	// DefaultPassiveConsecutiveFailures (Defaults fills it in).
+	ConsecutiveFailures int `json:"consecutive_failures"`
+	// Consecutive5xx, when positive (1..100), ejects an endpoint after that
+	// many 5xx answers in a row as well; 0 turns this off.
+	Consecutive5xx int `json:"consecutive_5xx"`
 }
 
 // Service routes requests matched by Host and BasePath to one upstream or to a

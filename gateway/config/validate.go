@@ -125,6 +125,11 @@ func (v *validator) upstream(u *Upstream, path string, i int) {
 	if hc := u.HealthCheck; hc != nil {
 		v.healthCheck(hc, member(path, "health_check"))
 	}
+	if pc := u.Passive; pc != nil {
+		pp := member(path, "passive")
+		v.between(member(pp, "consecutive_failures"), pc.ConsecutiveFailures, 1, MaxThreshold)
+		v.between(member(pp, "consecutive_5xx"), pc.Consecutive5xx, 0, MaxThreshold)
+	}
 	v.between(member(path, "connect_timeout_ms"), u.ConnectTimeoutMS, 1, MaxConnectTimeoutMS)
 	v.between(member(path, "response_header_timeout_ms"), u.ResponseHeaderTimeoutMS, 1, MaxResponseHeaderTimeoutMS)
 	v.between(member(path, "idle_timeout_ms"), u.IdleTimeoutMS, 1, MaxIdleTimeoutMS)

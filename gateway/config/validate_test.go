@@ -168,6 +168,21 @@ func TestValidate(t *testing.T) {
 		{name: "unhealthy threshold negative", mutate: func(s *Spec) { hc(s).UnhealthyThreshold = -1 },
 			want: []problem{{"upstreams[0].health_check.unhealthy_threshold", "must be 1..100, got -1", ""}}},
 
+		// passive checks
+		{name: "passive zeros take defaults", mutate: func(s *Spec) { up(s).Passive = &Passive{} }},
+		{name: "passive limits", mutate: func(s *Spec) { up(s).Passive = &Passive{ConsecutiveFailures: 100, Consecutive5xx: 100} }},
+		{name: "passive failures 101", mutate: func(s *Spec) { up(s).Passive = &Passive{ConsecutiveFailures: 101} },
+			want: []problem{{"upstreams[0].passive.consecutive_failures", "must be 1..100, got 101", ""}}},
+		{name: "passive failures negative", mutate: func(s *Spec) { up(s).Passive = &Passive{ConsecutiveFailures: -1} },
+			want: []problem{{"upstreams[0].passive.consecutive_failures", "must be 1..100, got -1", ""}}},
+		{name: "passive 5xx 101 and negative", mutate: func(s *Spec) {
+			up(s).Passive = &Passive{Consecutive5xx: 101}
+			s.Upstreams[1].Passive = &Passive{Consecutive5xx: -1}
+		}, want: []problem{
+			{"upstreams[0].passive.consecutive_5xx", "must be 0..100, got 101", ""},
+			{"upstreams[1].passive.consecutive_5xx", "must be 0..100, got -1", ""},
+		}},
+
 		// upstream or split
 		{name: "both upstream and split", mutate: func(s *Spec) { api(s).Upstream = "api-stable" },
 			want: []problem{{"services[0]", "set exactly one of upstream or split, not both", ""}}},

@@ -42,8 +42,7 @@ type transition struct {
 // hands each one to a channel without blocking.
 type recorder struct {
 	slog.Handler
-	ch    chan transition
-	attrs []slog.Attr
+	ch chan transition
 }
 
 func newLogger(t *testing.T) (*slog.Logger, <-chan transition) {

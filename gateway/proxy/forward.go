@@ -48,15 +48,36 @@ type exchange struct {
 	sent bool
 }
 
-// forward proxies r to endpoint ep over its connection pool and writes the
-// answer to w. It returns the status code the client got, or 499 when the
+// forward proxies r over the connection pools of u's endpoints, starting
+// with a.ep, and writes the answer to w. A request that fails before any
+// answer header is retried on another endpoint of u when the retry rules
+// allow it (retry.go); a.ep is then the endpoint that served it. Every
+// failure and every answer header is reported to the passive checks
+// (passive.go). It returns the status code the client got, or 499 when the
 // client went away before it had the whole answer.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ep *endpoint) int {
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, u *upstream, a *attempt) int {
 	ctx := r.Context()
-	x, err := p.roundTrip(ctx, r, ep)
-	if err != nil {
-		return p.forwardError(w, r, ep, err)
+	x, err := p.roundTrip(ctx, r, a.ep)
+	for err != nil {
+		if ctx.Err() != nil {
+			return p.forwardError(w, r, a.ep, err)
+		}
+		if x.endpointFault(err) {
+			p.transportFailed(u, a.ep, err)
+		}
+		next := p.retryTarget(r, u, a, x, err)
+		if next == nil {
+			return p.forwardError(w, r, a.ep, err)
+		}
+		p.log.Warn("upstream request failed; retrying on another endpoint",
+			"request_id", r.Header.Get("X-Request-Id"),
+			"service", r.Header.Get("X-Dwara-Service"),
+			"upstream", u.name, "endpoint", a.ep.addr, "next", next.addr, "err", err)
+		a.moveTo(next)
+		x, err = p.roundTrip(ctx, r, a.ep)
 	}
+	ep := a.ep
+	p.answered(u, ep, x.resp.StatusCode)
 	c := x.conn
 	// A client that goes away mid-answer unblocks the upstream read at once.
 	gone := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
@@ -80,14 +101,25 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, ep *endpoint) in
 
 // roundTrip sends r on a pooled connection and reads the response header.
 // A pooled connection that turns out dead before any byte of an answer
-// (the endpoint closed it while idle) is replaced by a fresh one once, when
-// nothing of the request body has been read yet.
+// (the endpoint closed it while idle) is replaced once by a newly dialled
+// one (not another pooled one, which may be as dead), when nothing of the
+// request body has been read yet.
 //
-// This is the seam for retries and passive health: roundTrip knows whether
-// the request reached the endpoint and whether it can be sent again.
+// On failure the exchange says what happened: no connection (the connect
+// failed), whether the connection was a pooled one, and whether the body
+// was touched, which is what endpointFault and mayHaveArrived judge.
 func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, ep *endpoint) (exchange, error) {
 	for attempt := 0; ; attempt++ {
-		c, reused, err := ep.pool.get(ctx)
+		var (
+			c      *upConn
+			reused bool
+			err    error
+		)
+		if attempt == 0 {
+			c, reused, err = ep.pool.get(ctx)
+		} else {
+			c, err = ep.pool.dial(ctx)
+		}
 		if err != nil {
 			return exchange{}, dialError(err)
 		}
@@ -104,6 +136,36 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, ep *endpoint) (e
 	}
 }
 
+// endpointFault reports whether err, the failure of exchange x, counts
+// against the endpoint for the passive checks: a refused or timed-out
+// connect, a response-header timeout, a reset or an end of the connection
+// before the answer header on a new connection, a malformed answer. A
+// pooled connection the endpoint closed while it was idle does not count
+// (closing idle connections is what endpoints do), nor does a failure to
+// read the client's request body. The caller has ruled out the client
+// going away.
+func (x exchange) endpointFault(err error) bool {
+	if _, ok := errors.AsType[clientBodyError](err); ok {
+		return false
+	}
+	if errors.Is(err, errUpstreamTimeout) || x.conn == nil {
+		return true
+	}
+	return !(x.reused && staleConn(err))
+}
+
+// mayHaveArrived reports whether the request of the failed exchange x may
+// have reached the endpoint: anything but a failed connect, or a pooled
+// connection the endpoint had closed before the request (a reset or an end
+// of file before any answer, with no body read). Such a request is retried
+// only when it is safe to send twice (retry.go).
+func (x exchange) mayHaveArrived(err error) bool {
+	if x.conn == nil {
+		return false
+	}
+	return !(x.reused && !x.sent && staleConn(err))
+}
+
 // send writes r on c and reads the response header under the response
 // header timeout. sent reports whether the request body was touched.
 func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint) (resp *http.Response, sent bool, err error) {
@@ -111,7 +173,7 @@ func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint) (resp *http.Respo
 	writeRequestHead(bw, r, ep.hostHeader)
 	if hasBody(r) {
 		sent = true
-		if err := p.writeBody(bw, r); err != nil {
+		if err := p.writeBody(c, r); err != nil {
 			return nil, sent, err
 		}
 	}
@@ -293,21 +355,28 @@ func namedIn(conn []string, k string) bool {
 	return false
 }
 
-// writeBody streams the request body: as is under Content-Length, else
-// chunked followed by the request's trailers.
-func (p *Proxy) writeBody(bw *bufio.Writer, r *http.Request) error {
+// writeBody streams the request body on c: as is under Content-Length,
+// else chunked followed by the request's trailers. A failure to read the
+// client's body is a clientBodyError.
+func (p *Proxy) writeBody(c *upConn, r *http.Request) error {
 	buf := p.buffers.Get()
 	defer p.buffers.Put(buf)
+	bw := c.bw
+	// The reader lives in the connection, so taking its address does not
+	// allocate.
+	c.body = clientBody{r: r.Body, left: r.ContentLength}
+	defer func() { c.body = clientBody{} }()
+	body := &c.body
 	if r.ContentLength > 0 {
-		n, err := io.CopyBuffer(bw, io.LimitReader(r.Body, r.ContentLength), buf)
+		n, err := io.CopyBuffer(bw, body, buf)
 		if err == nil && n < r.ContentLength {
-			err = io.ErrUnexpectedEOF
+			err = clientBodyError{io.ErrUnexpectedEOF}
 		}
-		return err
+		return body.blame(err)
 	}
 	cw := httputil.NewChunkedWriter(bw)
-	if _, err := io.CopyBuffer(cw, r.Body, buf); err != nil {
-		return err
+	if _, err := io.CopyBuffer(cw, body, buf); err != nil {
+		return body.blame(err)
 	}
 	if err := cw.Close(); err != nil { // "0\r\n"
 		return err
@@ -320,6 +389,48 @@ func (p *Proxy) writeBody(bw *bufio.Writer, r *http.Request) error {
 	_, err := bw.WriteString("\r\n")
 	return err
 }
+
+// clientBody reads a client's request body for writeBody, at most left
+// bytes (no limit when left is -1, an unknown length), and remembers
+// whether reading failed, so that the client's failure is not taken for
+// the endpoint's.
+type clientBody struct {
+	r      io.Reader
+	left   int64
+	failed bool
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		return 0, io.EOF
+	}
+	if b.left > 0 && int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	if b.left > 0 {
+		b.left -= int64(n)
+	}
+	if err != nil && err != io.EOF {
+		b.failed = true
+	}
+	return n, err
+}
+
+// blame returns err as a clientBodyError when reading the client's body
+// failed.
+func (b *clientBody) blame(err error) error {
+	if err != nil && b.failed {
+		return clientBodyError{err}
+	}
+	return err
+}
+
+// clientBodyError is a failure to read the client's request body.
+type clientBodyError struct{ err error }
+
+func (e clientBodyError) Error() string { return "read request body: " + e.err.Error() }
+func (e clientBodyError) Unwrap() error { return e.err }
 
 // copyResponse writes resp to the client: its header without the hop-by-hop
 // fields, then its body, flushed as it arrives when it streams, then its

@@ -49,6 +49,8 @@ type upConn struct {
 	br       *bufio.Reader
 	bw       *bufio.Writer
 	idleFrom time.Time // when it was put back
+	// body reads the request body being sent (see writeBody).
+	body clientBody
 }
 
 func newConnPool(addr string) *connPool {

@@ -18,9 +18,11 @@
 // Failover to the next target with an endpoint up runs when every endpoint
 // of the picked target is marked down in its balance.State, which the active
 // health checks of the upstreams that declare health_check do
-// (gateway/health). Passive checks are not built yet: an endpoint of an
-// upstream without health_check stays up, and a request picked for it while
-// it is unreachable is answered 502.
+// (gateway/health). The passive checks of every upstream (passive.go) eject
+// endpoints whose requests fail, but never all of an upstream's; a request
+// that fails before any answer is retried on another endpoint of its
+// upstream when that is safe and the upstream's retry budget allows it
+// (retry.go).
 package proxy
 
 import (
@@ -93,6 +95,14 @@ type Proxy struct {
 	// health runs the active health checks of the generation being
 	// served; reconciled by apply, stopped by Close.
 	health *health.Manager
+	// ejectMu serialises the passive checks' ejection decisions (the cap
+	// per upstream); requests take it only when a failure streak reaches
+	// its threshold.
+	ejectMu sync.Mutex
+	// shared is the retry budget and counters of each upstream, by name;
+	// kept across generations, guarded by applyMu.
+	shared map[string]*upstreamShared
+	um     upstreamMetrics
 }
 
 // New returns a Proxy that answers 503 until the first Apply. The health
@@ -109,6 +119,7 @@ func New(o Options) *Proxy {
 		log:        o.Logger,
 	}
 	p.m = newMetrics(o.Metrics, p)
+	p.um = newUpstreamMetrics(o.Metrics)
 	if p.reg == nil {
 		p.reg = balance.NewRegistry()
 	}
@@ -374,15 +385,17 @@ func (p *Proxy) route(t *table, v view) route {
 }
 
 // serveEndpoint forwards r to ep and does the bookkeeping of the exchange.
-// The bookkeeping runs in a defer, so an aborted answer (the panic
-// http.ErrAbortHandler, from a cut upstream body or the standard reverse
-// proxy) leaves the in-flight count and the metrics balanced. An answer the
-// client did not take to its end (it went away) is counted as 499 and is
-// not the endpoint's failure; an answer the endpoint cut is counted as 502
-// and is.
+// On the forwarding path a request that fails before any answer may be
+// retried on other endpoints of tg's upstream (retry.go); the bookkeeping
+// follows it from endpoint to endpoint. It runs in a defer, so an aborted
+// answer (the panic http.ErrAbortHandler, from a cut upstream body or the
+// standard reverse proxy) leaves the in-flight counts, the retry budget and
+// the metrics balanced. An answer the client did not take to its end (it
+// went away) is counted as 499 and is not the endpoint's failure; an
+// answer the endpoint cut is counted as 502 and is.
 func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target, ep *endpoint, start time.Time) {
 	sw := getStatusWriter(w)
-	began := ep.state.Begin()
+	a := newAttempt(ep)
 	code := 0
 	completed := false
 	defer func() {
@@ -395,12 +408,12 @@ func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target
 			code = sw.code
 		}
 		putStatusWriter(sw)
-		ep.state.Done(began, code >= 500)
+		a.end(tg.up, code >= 500)
 		tg.codes.inc(code)
 		tg.duration.Observe(time.Since(start).Seconds())
 	}()
 	if ep.pool != nil && !isUpgrade(r) {
-		code = p.forward(sw, r, ep)
+		code = p.forward(sw, r, tg.up, &a)
 	} else {
 		ep.rp.ServeHTTP(sw, r)
 		code = sw.code

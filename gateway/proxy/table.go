@@ -62,12 +62,25 @@ type upstream struct {
 	// transport is the upstream's own standard library transport; nil when
 	// Options.Transport serves every upstream.
 	transport *upstreamTransport
+	// passive is the upstream's passive-check settings, with the defaults
+	// filled in.
+	passive passiveSettings
+	// shared is the upstream's retry budget and counters, kept across
+	// generations; set once the whole table has compiled.
+	shared *upstreamShared
 }
 
 // endpoint is one upstream endpoint with its prebuilt reverse proxy.
 type endpoint struct {
 	addr  string
 	state *balance.State
+	// index is the endpoint's position in its upstream's endpoints (the
+	// bit of a request's tried set; an upstream has at most 64).
+	index int
+	// peers are the upstreams of the generation that name this endpoint's
+	// address (its own among them): they share its state, so the cap on
+	// passive ejections is kept in each.
+	peers []*upstream
 	// pool carries requests to an http endpoint on the forwarding path;
 	// nil for an https endpoint, which rp serves.
 	pool *connPool
@@ -148,6 +161,12 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 	for _, ss := range t.byHost {
 		byLength(ss)
 	}
+	// Nothing fails past this point: the table is the one Apply swaps in.
+	linkPeers(t)
+	for name, u := range t.upstreams {
+		u.shared = p.upstreamShared(name)
+	}
+	p.retainShared(t)
 	return t, nil
 }
 
@@ -183,7 +202,10 @@ func (p *Proxy) stdTransport(u config.Upstream, cu *upstream) http.RoundTripper 
 }
 
 func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
-	cu := &upstream{name: u.Name}
+	if len(u.Endpoints) > config.MaxEndpoints {
+		return nil, fmt.Errorf("upstream %q: %d endpoints, at most %d", u.Name, len(u.Endpoints), config.MaxEndpoints)
+	}
+	cu := &upstream{name: u.Name, passive: passiveOf(u.Passive)}
 	rt := p.stdTransport(u, cu)
 	states := make([]*balance.State, len(u.Endpoints))
 	for i, addr := range u.Endpoints {
@@ -195,9 +217,12 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 		ep := &endpoint{
 			addr:       addr,
 			state:      states[i],
+			index:      i,
 			hostHeader: target.Host,
-			rp:         p.newReverseProxy(target, rt),
 		}
+		// The standard library path reports its exchanges to the passive
+		// checks through the endpoint's transport.
+		ep.rp = p.newReverseProxy(target, &passiveTransport{rt: rt, p: p, u: cu, ep: ep})
 		if target.Scheme == "http" {
 			ep.pool = p.pool(u.Name, target.Host)
 			ep.pool.setTimeouts(millis(u.ConnectTimeoutMS, config.DefaultConnectTimeoutMS),

@@ -39,11 +39,11 @@ const (
 // The stored spec is decoded once per generation with config.ParseAs (JSON)
 // and handed to Apply, unless Serving says the data plane serves it already. A spec that does not decode, or that Apply refuses,
 // is logged and retried on the next trigger. After each successful apply the
-// Database records Instance (AppliedGeneration, AppliedAt) with
-// Store.UpsertGateway, and every Heartbeat it refreshes the instance's
-// LastHeartbeat. While PostgreSQL is down it retries with backoff and
-// applies nothing, so the data plane keeps serving the last generation it
-// applied.
+// Database records Instance (AppliedGeneration, AppliedAt, and the endpoint
+// states from Endpoints) with Store.UpsertGateway, and every Heartbeat it
+// refreshes the instance's LastHeartbeat and endpoint states. While
+// PostgreSQL is down it retries with backoff and applies nothing, so the
+// data plane keeps serving the last generation it applied.
 //
 // Set the fields before Run. Notify, Ready and Applied are safe for
 // concurrent use, also before Run starts; a Database must not be copied
@@ -57,6 +57,12 @@ type Database struct {
 	Instance apiv1.GatewayInstance
 	// Apply switches the data plane to a generation. Required.
 	Apply ApplyFunc
+	// Endpoints, when non-nil, returns the states of the endpoints the data
+	// plane serves (in a process, the proxy's Endpoints); they are recorded
+	// with the instance after each apply and on every heartbeat, replacing
+	// the ones recorded before. nil records an empty list. It must be safe
+	// for concurrent use.
+	Endpoints func() []apiv1.EndpointState
 	// Serving, when non-nil, returns the generation the data plane already
 	// serves, applied there by another path (in `dwara serve`, the API hands
 	// each publish to the proxy before its 201). A stored generation that is
@@ -227,13 +233,18 @@ func (s *Database) sync(ctx context.Context, inst *apiv1.GatewayInstance, dec *d
 	return true, nil
 }
 
-// record writes inst to gateway_instances with a fresh heartbeat; errors
-// are logged, the next heartbeat retries.
+// record writes inst to gateway_instances with a fresh heartbeat and the
+// endpoint states of this moment; errors are logged, the next heartbeat
+// retries.
 func (s *Database) record(ctx context.Context, log *slog.Logger, inst apiv1.GatewayInstance) {
 	if inst.ID == "" {
 		return
 	}
 	inst.LastHeartbeat = time.Time{} // the database's now
+	inst.Endpoints = nil
+	if s.Endpoints != nil {
+		inst.Endpoints = s.Endpoints()
+	}
 	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	if err := s.Store.UpsertGateway(rctx, inst); err != nil && ctx.Err() == nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -292,6 +293,85 @@ func TestDatabaseHeartbeat(t *testing.T) {
 	gws, err := h.store.ListGateways(context.Background())
 	if err != nil || len(gws) != 1 || gws[0].AppliedGeneration != 1 {
 		t.Errorf("gateways after heartbeats = %+v, %v; want generation 1 kept", gws, err)
+	}
+}
+
+func TestDatabaseRecordsEndpointStates(t *testing.T) {
+	t.Parallel()
+	h := newDatabase(t, nil)
+	allUp := []apiv1.EndpointState{
+		{Upstream: "u1", Endpoint: "127.0.0.1:9001", Up: true, InFlight: 2},
+		{Upstream: "u1", Endpoint: "127.0.0.1:9002", Up: true},
+	}
+	oneDown := []apiv1.EndpointState{
+		{Upstream: "u1", Endpoint: "127.0.0.1:9001", Up: true},
+		{Upstream: "u1", Endpoint: "127.0.0.1:9002", Up: false},
+	}
+	var states atomic.Pointer[[]apiv1.EndpointState]
+	states.Store(&allUp)
+	h.src.Endpoints = func() []apiv1.EndpointState { return *states.Load() }
+	// Beats often; the test waits for the heartbeat that carries the
+	// change, whenever it comes.
+	h.src.Heartbeat = 20 * time.Millisecond
+	// Announce the endpoint states of every heartbeat-only update.
+	dbtest.Exec(t, h.url, `
+		CREATE FUNCTION test_heartbeat() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_notify('test_heartbeat', NEW.endpoints::text);
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER test_heartbeat AFTER UPDATE ON gateway_instances FOR EACH ROW
+			WHEN (OLD.applied_generation = NEW.applied_generation AND OLD.last_heartbeat < NEW.last_heartbeat)
+			EXECUTE FUNCTION test_heartbeat()`)
+	beats := dbtest.Watch(t, h.url, "test_heartbeat")
+	publish(t, h.store, 1)
+	h.start(t)
+	h.src.Notify()
+	h.waitApplied(t, 1)
+	// The apply recorded the states of that moment (its notification and
+	// the row are one transaction, and no heartbeat changes them).
+	gws, err := h.store.ListGateways(context.Background())
+	if err != nil || len(gws) != 1 || !slices.Equal(gws[0].Endpoints, allUp) {
+		t.Fatalf("gateways after apply = %+v, %v; want gw-test with %+v", gws, err, allUp)
+	}
+
+	// An endpoint goes down: the next heartbeats record it.
+	states.Store(&oneDown)
+	timeout := time.After(testrun.Timeout)
+	for {
+		var payload string
+		select {
+		case payload = <-beats:
+		case <-timeout:
+			t.Fatalf("no heartbeat recorded %+v within %v", oneDown, testrun.Timeout)
+		}
+		var got []apiv1.EndpointState
+		if err := json.Unmarshal([]byte(payload), &got); err != nil {
+			t.Fatalf("heartbeat endpoints %q: %v", payload, err)
+		}
+		if slices.Equal(got, oneDown) {
+			break
+		}
+		if !slices.Equal(got, allUp) {
+			t.Fatalf("heartbeat recorded %+v, want %+v or %+v", got, allUp, oneDown)
+		}
+	}
+	gws, err = h.store.ListGateways(context.Background())
+	if err != nil || len(gws) != 1 || gws[0].AppliedGeneration != 1 || !slices.Equal(gws[0].Endpoints, oneDown) {
+		t.Errorf("gateways after the heartbeat = %+v, %v; want generation 1 with %+v", gws, err, oneDown)
+	}
+}
+
+func TestDatabaseWithoutEndpointsRecordsEmptyList(t *testing.T) {
+	t.Parallel()
+	h := newDatabase(t, nil) // Endpoints nil
+	publish(t, h.store, 1)
+	h.start(t)
+	h.src.Notify()
+	h.waitApplied(t, 1)
+	gws, err := h.store.ListGateways(context.Background())
+	if err != nil || len(gws) != 1 || gws[0].Endpoints == nil || len(gws[0].Endpoints) != 0 {
+		t.Errorf("gateways = %+v, %v; want gw-test with an empty endpoint list", gws, err)
 	}
 }
 

@@ -1,0 +1,230 @@
+package proxy
+
+import (
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dwara/dwara/gateway/config"
+)
+
+// Passive checks judge endpoints by the requests the proxy sends them, on
+// every upstream, whether or not it declares health_check.
+//
+// A transport failure is a request that got no answer header from the
+// endpoint: a refused or timed-out connect, a reset or an end of the
+// connection before the header (on a new connection: a pooled one the
+// endpoint closed while idle does not count), a response-header timeout,
+// a malformed answer. passive.consecutive_failures of them in a row
+// (default config.DefaultPassiveConsecutiveFailures) eject the endpoint;
+// with passive.consecutive_5xx set, that many 5xx answers in a row do too.
+// An ejected endpoint is not up (balance.State.Up), so the balancers skip
+// it, for balance.EjectionBase, doubled at each ejection that follows
+// another without a success in between, at most balance.EjectionMax. When
+// the time is up it receives requests again; a success (an answer header,
+// not a 5xx when 5xx answers count) ends the history, a failure ejects it
+// again for twice as long. The ejection state lives in the endpoint's
+// balance.State beside the active checks' verdict, and the endpoint is up
+// only while neither holds it out.
+//
+// The cap: passive checks never eject more than maxEjectionPercent of an
+// upstream's endpoints, and never the last endpoint of an upstream that is
+// up; an upstream of one endpoint is never ejected. A failure of the whole
+// upstream therefore still reaches the clients as 502 or 504 answers, and
+// only the active checks can take a whole target out (and make the split
+// fail over). The cap is kept in every upstream that names the endpoint's
+// address, since they share its state. Ejection decisions, rare by nature,
+// are serialised by one mutex; the per-request work is a few atomic loads
+// on the endpoint's state.
+//
+// Standard library path (upgrades, https endpoints): its transport reports
+// the same outcomes (passiveTransport), so those endpoints are ejected too;
+// those requests are not retried.
+
+// maxEjectionPercent is the largest share of an upstream's endpoints that
+// passive checks may hold ejected at once (rounded down: 1 of 2 or 3, 2 of
+// 4 or 5).
+const maxEjectionPercent = 50
+
+// passiveSettings are an upstream's passive-check thresholds.
+type passiveSettings struct {
+	failures int // transport failures in a row that eject an endpoint
+	fiveXX   int // 5xx answers in a row that eject an endpoint; 0: not counted
+}
+
+// passiveOf returns the settings of an upstream's passive block (nil: the
+// defaults).
+func passiveOf(pc *config.Passive) passiveSettings {
+	s := passiveSettings{failures: config.DefaultPassiveConsecutiveFailures}
+	if pc != nil {
+		if pc.ConsecutiveFailures > 0 {
+			s.failures = pc.ConsecutiveFailures
+		}
+		s.fiveXX = max(pc.Consecutive5xx, 0)
+	}
+	return s
+}
+
+// upstreamShared is what the proxy keeps of one upstream across
+// generations: the retry budget's count of retries in flight, and the
+// upstream's retry and ejection counters. Safe for concurrent use.
+type upstreamShared struct {
+	// retries counts the retry attempts of requests still in flight.
+	retries   atomic.Int64
+	retried   prometheus.Counter
+	ejections prometheus.Counter
+}
+
+// upstreamMetrics are the collectors of the passive checks and retries.
+type upstreamMetrics struct {
+	retries   *prometheus.CounterVec
+	ejections *prometheus.CounterVec
+}
+
+func newUpstreamMetrics(reg prometheus.Registerer) upstreamMetrics {
+	m := upstreamMetrics{
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dwara_upstream_retries_total",
+			Help: "Requests sent again to another endpoint of the upstream after a failure before any answer header.",
+		}, []string{"upstream"}),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dwara_upstream_ejections_total",
+			Help: "Endpoints of the upstream taken out of rotation by the passive checks.",
+		}, []string{"upstream"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.retries, m.ejections)
+	}
+	return m
+}
+
+// upstreamShared returns the shared state of the upstream name, creating
+// it on first use. Called under applyMu.
+func (p *Proxy) upstreamShared(name string) *upstreamShared {
+	if p.shared == nil {
+		p.shared = make(map[string]*upstreamShared)
+	}
+	s := p.shared[name]
+	if s == nil {
+		s = &upstreamShared{
+			retried:   p.um.retries.WithLabelValues(name),
+			ejections: p.um.ejections.WithLabelValues(name),
+		}
+		p.shared[name] = s
+	}
+	return s
+}
+
+// retainShared forgets the shared state and deletes the series of the
+// upstreams t no longer has. Called under applyMu.
+func (p *Proxy) retainShared(t *table) {
+	for name := range p.shared {
+		if _, ok := t.upstreams[name]; !ok {
+			delete(p.shared, name)
+			p.um.retries.DeleteLabelValues(name)
+			p.um.ejections.DeleteLabelValues(name)
+		}
+	}
+}
+
+// linkPeers sets every endpoint's peers: the upstreams of t that name its
+// address.
+func linkPeers(t *table) {
+	peers := make(map[string][]*upstream)
+	for _, u := range t.upstreams {
+		for _, e := range u.endpoints {
+			peers[e.addr] = append(peers[e.addr], u)
+		}
+	}
+	for _, u := range t.upstreams {
+		for _, e := range u.endpoints {
+			e.peers = peers[e.addr]
+		}
+	}
+}
+
+// answered records an answer header with status code from ep, an endpoint
+// of u: a success, or with passive.consecutive_5xx set and a 5xx code, one
+// more 5xx in a row.
+func (p *Proxy) answered(u *upstream, ep *endpoint, code int) {
+	if code >= 500 && u.passive.fiveXX > 0 {
+		if n := ep.state.Passive5xx(); n >= u.passive.fiveXX {
+			p.eject(u, ep, n, "consecutive 5xx answers")
+		}
+		return
+	}
+	ep.state.PassiveOK()
+}
+
+// transportFailed records a transport failure err of ep, an endpoint of u.
+func (p *Proxy) transportFailed(u *upstream, ep *endpoint, err error) {
+	if n := ep.state.PassiveFailure(); n >= u.passive.failures {
+		p.eject(u, ep, n, err)
+	}
+}
+
+// eject ejects ep after a streak of n failures (reason: the last error, or
+// what the streak was) unless it is ejected already or the cap forbids it,
+// and logs and counts the ejection.
+func (p *Proxy) eject(u *upstream, ep *endpoint, n int, reason any) {
+	p.ejectMu.Lock()
+	ok := ep.mayEject()
+	var d time.Duration
+	if ok {
+		d, ok = ep.state.Eject()
+	}
+	p.ejectMu.Unlock()
+	if !ok {
+		return
+	}
+	u.shared.ejections.Inc()
+	p.log.Warn("passive check: endpoint ejected", "upstream", u.name, "endpoint", ep.addr,
+		"reason", reason, "failures", n, "for", d)
+}
+
+// mayEject reports whether the cap allows ejecting ep: in every upstream
+// naming its address, another endpoint stays up, and at most
+// maxEjectionPercent of the endpoints would be ejected. Called under
+// ejectMu, which makes the check and the ejection one step.
+func (ep *endpoint) mayEject() bool {
+	for _, u := range ep.peers {
+		ejected, othersUp := 0, false
+		for _, e := range u.endpoints {
+			switch {
+			case e.state == ep.state:
+			case e.state.Ejected():
+				ejected++
+			case e.state.Up():
+				othersUp = true
+			}
+		}
+		if !othersUp || (ejected+1)*100 > len(u.endpoints)*maxEjectionPercent {
+			return false
+		}
+	}
+	return true
+}
+
+// passiveTransport is the transport of one endpoint's standard library
+// reverse proxy: it reports each exchange's outcome to the passive checks.
+// A failure while the client is still there is a transport failure: the
+// transport returns errors only before the answer header.
+type passiveTransport struct {
+	rt http.RoundTripper
+	p  *Proxy
+	u  *upstream
+	ep *endpoint
+}
+
+func (t *passiveTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(req)
+	switch {
+	case err == nil:
+		t.p.answered(t.u, t.ep, resp.StatusCode)
+	case req.Context().Err() == nil:
+		t.p.transportFailed(t.u, t.ep, err)
+	}
+	return resp, err
+}

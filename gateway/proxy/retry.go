@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"net/http"
+	"time"
+)
+
+// Retries: a request on the forwarding path that fails before any answer
+// header, and before anything was written to the client, is sent again to
+// another endpoint of the same upstream when
+//
+//   - it cannot have reached the endpoint (the connect was refused or timed
+//     out, or a pooled connection turned out closed before the request, with
+//     no body read), whatever its method; or it may have reached it (it was
+//     written and no header came back, or the response-header timeout
+//     passed) but is safe to send twice: a GET, HEAD, OPTIONS or TRACE
+//     without a body. PUT and DELETE are idempotent by RFC 9110 too, but
+//     an application's handlers often are not in practice (a second DELETE
+//     answers 404, audit trails record two calls); Go's http.Transport
+//     draws the same line;
+//   - an endpoint of the upstream is up, has the forwarding path and was not
+//     tried for this request (each endpoint at most once: a request tries at
+//     most every endpoint of its upstream);
+//   - the upstream's retry budget allows it: its retry attempts still in
+//     flight stay below retryBudgetPercent of its requests in flight, or
+//     below minRetryConcurrency, whichever is more. A retry holds its share
+//     of the budget until its request ends. When a whole upstream fails,
+//     retries therefore add at most that share to the load instead of
+//     multiplying it.
+//
+// The retry goes to the untried endpoint that is up with the fewest
+// requests in flight. Each retry is counted in
+// dwara_upstream_retries_total{upstream}. Upgrades and https endpoints
+// (the standard library path) are not retried.
+
+// The retry budget of an upstream (in the manner of Envoy's retry budgets).
+const (
+	// retryBudgetPercent is the share of an upstream's requests in flight
+	// that retry attempts in flight may reach.
+	retryBudgetPercent = 20
+	// minRetryConcurrency is how many retry attempts may be in flight
+	// whatever the share. When an endpoint dies, the requests in flight on
+	// it fail at once and want their retries at once: with one endpoint of
+	// two gone, about half the upstream's requests in flight, far above
+	// the 20% share while few are in flight. A floor of 10 lets an
+	// upstream with up to about 20 requests in flight lose one endpoint of
+	// two without failing a request; with Envoy's default floor of 3,
+	// TestKillOneOfTwoUnderLoad (8 clients) lost requests. From 50
+	// requests in flight on, the share rules.
+	minRetryConcurrency = 10
+)
+
+// attempt is where one request is being served: the endpoint, when its
+// exchange began there, the endpoints tried so far and the retries it
+// holds of its upstream's budget. It lives on serveEndpoint's stack; its
+// bookkeeping ends in serveEndpoint's deferred function.
+type attempt struct {
+	ep    *endpoint
+	began time.Time
+	tried uint64 // bit i: the upstream's endpoints[i] was tried
+	held  int64  // retry attempts taken from the upstream's budget
+}
+
+func newAttempt(ep *endpoint) attempt {
+	return attempt{ep: ep, began: ep.state.Begin(), tried: 1 << ep.index}
+}
+
+// moveTo ends the failed exchange on a.ep (in flight, latency as a failure)
+// and begins one on next.
+func (a *attempt) moveTo(next *endpoint) {
+	a.ep.state.Done(a.began, true)
+	a.ep, a.began = next, next.state.Begin()
+	a.tried |= 1 << next.index
+}
+
+// end ends the exchange on a.ep, failed or not, and gives the retries it
+// holds back to u's budget.
+func (a *attempt) end(u *upstream, failed bool) {
+	a.ep.state.Done(a.began, failed)
+	if a.held > 0 {
+		u.shared.retries.Add(-a.held)
+		a.held = 0
+	}
+}
+
+// retryTarget returns the endpoint of u to send r to again after the
+// exchange x on a.ep failed with err, or nil when r is not to be retried
+// (see the rules above). A non-nil result has taken one retry from u's
+// budget, held by a until it ends, and is counted.
+func (p *Proxy) retryTarget(r *http.Request, u *upstream, a *attempt, x exchange, err error) *endpoint {
+	if x.sent || x.mayHaveArrived(err) && !(safeMethod(r.Method) && !hasBody(r)) {
+		return nil
+	}
+	next := u.untried(a.tried)
+	if next == nil || !u.takeRetry() {
+		return nil
+	}
+	a.held++
+	u.shared.retried.Inc()
+	return next
+}
+
+// safeMethod reports whether method is safe (RFC 9110 section 9.2.1), and
+// so may be sent twice.
+func safeMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// untried returns the endpoint of u not in tried that is up, has the
+// forwarding path and has the fewest requests in flight (the first such
+// in spec order on a tie), or nil.
+func (u *upstream) untried(tried uint64) *endpoint {
+	var best *endpoint
+	var least int64
+	for i, e := range u.endpoints {
+		if tried&(1<<i) != 0 || e.pool == nil || !e.state.Up() {
+			continue
+		}
+		if n := e.state.Inflight(); best == nil || n < least {
+			best, least = e, n
+		}
+	}
+	return best
+}
+
+// takeRetry takes one retry from u's budget and reports whether the budget
+// allowed it: retries in flight below retryBudgetPercent of the requests in
+// flight on u's endpoints, or below minRetryConcurrency.
+func (u *upstream) takeRetry() bool {
+	var inflight int64
+	for _, e := range u.endpoints {
+		inflight += e.state.Inflight()
+	}
+	limit := max(inflight*retryBudgetPercent/100, minRetryConcurrency)
+	for {
+		n := u.shared.retries.Load()
+		if n >= limit {
+			return false
+		}
+		if u.shared.retries.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}

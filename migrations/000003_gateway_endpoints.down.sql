@@ -1,0 +1,1 @@
+ALTER TABLE gateway_instances DROP COLUMN endpoints;
