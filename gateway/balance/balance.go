@@ -12,8 +12,9 @@
 // only when Retain is told that no applied generation names it any more.
 //
 // Every balancer passes over endpoints that are down and returns -1 when none
-// is up. An endpoint is down only when its State is marked down with
-// SetUp(false), which the active health checks do (gateway/health).
+// is up. An endpoint is down while the active health checks hold it down
+// (SetUp(false), from gateway/health) or the passive checks have ejected it
+// (Eject, from the proxy).
 //
 // Four algorithms are provided, one file each:
 //

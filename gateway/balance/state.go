@@ -80,6 +80,10 @@ func (s *State) SetUp(up bool) (changed bool) {
 	return s.down.Swap(!up) == up
 }
 
+// MarkedDown reports whether the active health checks hold the endpoint
+// down, whatever the passive checks say.
+func (s *State) MarkedDown() bool { return s.down.Load() }
+
 // Inflight returns the number of requests started with Begin and not yet
 // ended with Done.
 func (s *State) Inflight() int64 { return s.inflight.Load() }

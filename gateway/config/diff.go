@@ -230,6 +230,21 @@ func diffUpstream(o, n *Upstream) UpstreamDiff {
 	case !reflect.DeepEqual(o.HealthCheck, n.HealthCheck):
 		details = append(details, "health_check changed")
 	}
+	for _, f := range []struct {
+		name string
+		o, n int
+	}{
+		{"connect_timeout_ms", o.ConnectTimeoutMS, n.ConnectTimeoutMS},
+		{"response_header_timeout_ms", o.ResponseHeaderTimeoutMS, n.ResponseHeaderTimeoutMS},
+		{"idle_timeout_ms", o.IdleTimeoutMS, n.IdleTimeoutMS},
+	} {
+		if f.o != f.n {
+			details = append(details, fmt.Sprintf("%s %d->%d", f.name, f.o, f.n))
+		}
+	}
+	if !reflect.DeepEqual(o.Passive, n.Passive) {
+		details = append(details, "passive changed")
+	}
 	d := UpstreamDiff{Name: n.Name, Change: ChangeUnchanged, Details: []string{}}
 	if len(details) > 0 {
 		d.Change = ChangeModified

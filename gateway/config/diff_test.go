@@ -189,6 +189,12 @@ func TestDiffUpstreams(t *testing.T) {
 			want: []string{"health_check removed"}},
 		{name: "health_check changed", mutate: func(s *Spec) { stable(s).HealthCheck.IntervalS = 10 },
 			want: []string{"health_check changed"}},
+		{name: "timeouts", mutate: func(s *Spec) {
+			stable(s).ConnectTimeoutMS = 250
+			stable(s).ResponseHeaderTimeoutMS = 1500
+		}, want: []string{"connect_timeout_ms 5000->250", "response_header_timeout_ms 60000->1500"}},
+		{name: "passive", mutate: func(s *Spec) { stable(s).Passive = &Passive{ConsecutiveFailures: 5, Consecutive5xx: 2} },
+			want: []string{"passive changed"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

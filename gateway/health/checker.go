@@ -79,6 +79,9 @@ func (c *checker) once(ctx context.Context) {
 		reason, ok = "status "+strconv.Itoa(code), true
 	}
 	if ok {
+		// A passing check ends the passive checks' failure streaks and
+		// ejection history (an ejection in progress runs its time).
+		c.state.PassiveOK()
 		c.successes++
 		c.failures = 0
 		if c.down && c.successes >= c.check.HealthyThreshold {
@@ -135,7 +138,9 @@ func (t *tally) release(state *balance.State) {
 func (t *tally) holdIfDown(state *balance.State) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.down == 0 && state.Up() {
+	// Only the active verdict counts: an endpoint the passive checks have
+	// ejected for a moment is not down for a new check.
+	if t.down == 0 && !state.MarkedDown() {
 		return false
 	}
 	t.down++

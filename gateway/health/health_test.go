@@ -717,3 +717,30 @@ func TestEscapeTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestPassingCheckEndsPassiveHistory: a passing check ends the passive
+// checks' failure streak (the next transport failure starts a new one), and
+// a checker that starts on an endpoint the passive checks ejected starts up:
+// only the active verdict holds an endpoint down for a check.
+func TestPassingCheckEndsPassiveHistory(t *testing.T) {
+	t.Parallel()
+	s := startScripted(t, false)
+	m, _ := newManager(t, fast)
+	var st balance.State
+	st.PassiveFailure()
+	st.PassiveFailure()
+	if _, ok := st.Eject(); !ok {
+		t.Fatal("Eject refused on an endpoint that is not ejected")
+	}
+	m.Reconcile([]Target{{Upstream: "api", Endpoint: s.addr(), State: &st, Check: check(1, 1)}})
+	if st.MarkedDown() {
+		t.Fatal("a check that started on an ejected endpoint holds it down")
+	}
+	s.answer(t, 200)
+	// The next check arrives only after the first was counted.
+	p := testrun.Recv(t, s.probes, "the second check")
+	if n := st.PassiveFailure(); n != 1 {
+		t.Errorf("after a passing check, a transport failure makes a streak of %d, want 1", n)
+	}
+	p.reply <- 200
+}
