@@ -118,7 +118,7 @@ services:
 	want := &Spec{
 		Upstreams: []Upstream{
 			{Name: "a", Balancer: "round_robin", Endpoints: []string{"10.0.0.1:80"},
-				HealthCheck:      &HealthCheck{Path: "/healthz", IntervalS: 5, TimeoutS: 2, HealthyThreshold: 2, UnhealthyThreshold: 2},
+				HealthCheck:      &HealthCheck{Path: "/healthz", IntervalS: 5, TimeoutS: 2, HealthyThreshold: 2, UnhealthyThreshold: 2, ExpectedStatus: StatusRange{200, 399}},
 				ConnectTimeoutMS: DefaultConnectTimeoutMS, ResponseHeaderTimeoutMS: DefaultResponseHeaderTimeoutMS, IdleTimeoutMS: DefaultIdleTimeoutMS},
 			{Name: "b", Balancer: "round_robin", Endpoints: []string{"10.0.0.2:80"}, ConnectTimeoutMS: DefaultConnectTimeoutMS, ResponseHeaderTimeoutMS: DefaultResponseHeaderTimeoutMS, IdleTimeoutMS: DefaultIdleTimeoutMS},
 		},

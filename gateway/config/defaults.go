@@ -15,10 +15,14 @@ const (
 	DefaultHealthTimeoutS          = 2
 	DefaultHealthyThreshold        = 2
 	DefaultUnhealthyThreshold      = 2
-	DefaultCanaryWindowS           = 60
-	DefaultCanaryStep              = 5
-	DefaultCanaryMinRequests       = 10
-	DefaultCanaryCooldownS         = 30
+	// DefaultExpectedStatusMin and DefaultExpectedStatusMax bound the
+	// answers that pass a health check: 2xx and 3xx.
+	DefaultExpectedStatusMin = 200
+	DefaultExpectedStatusMax = 399
+	DefaultCanaryWindowS     = 60
+	DefaultCanaryStep        = 5
+	DefaultCanaryMinRequests = 10
+	DefaultCanaryCooldownS   = 30
 )
 
 // DefaultPassiveConsecutiveFailures is how many transport failures in a row
@@ -56,6 +60,8 @@ func (s *Spec) Defaults() {
 			setDefault(&hc.TimeoutS, DefaultHealthTimeoutS)
 			setDefault(&hc.HealthyThreshold, DefaultHealthyThreshold)
 			setDefault(&hc.UnhealthyThreshold, DefaultUnhealthyThreshold)
+			setDefault(&hc.ExpectedStatus.Min, DefaultExpectedStatusMin)
+			setDefault(&hc.ExpectedStatus.Max, DefaultExpectedStatusMax)
 		}
 		if pc := u.Passive; pc != nil {
 			setDefault(&pc.ConsecutiveFailures, DefaultPassiveConsecutiveFailures)

@@ -26,7 +26,7 @@ func TestDefaults(t *testing.T) {
 			},
 			want: &Spec{
 				Upstreams: []Upstream{{Name: "a", Balancer: "round_robin",
-					HealthCheck:      &HealthCheck{Path: "/healthz", IntervalS: 5, TimeoutS: 2, HealthyThreshold: 2, UnhealthyThreshold: 2},
+					HealthCheck:      &HealthCheck{Path: "/healthz", IntervalS: 5, TimeoutS: 2, HealthyThreshold: 2, UnhealthyThreshold: 2, ExpectedStatus: StatusRange{200, 399}},
 					Passive:          &Passive{ConsecutiveFailures: DefaultPassiveConsecutiveFailures},
 					ConnectTimeoutMS: DefaultConnectTimeoutMS, ResponseHeaderTimeoutMS: DefaultResponseHeaderTimeoutMS, IdleTimeoutMS: DefaultIdleTimeoutMS}},
 				Services: []Service{{
@@ -40,7 +40,7 @@ func TestDefaults(t *testing.T) {
 			name: "set values and thresholds kept",
 			in: &Spec{
 				Upstreams: []Upstream{{Name: "a", Balancer: "ip_hash",
-					HealthCheck:      &HealthCheck{Path: "/up", IntervalS: 9, TimeoutS: 8, HealthyThreshold: 7, UnhealthyThreshold: 6},
+					HealthCheck:      &HealthCheck{Path: "/up", IntervalS: 9, TimeoutS: 8, HealthyThreshold: 7, UnhealthyThreshold: 6, ExpectedStatus: StatusRange{201, 302}},
 					Passive:          &Passive{ConsecutiveFailures: 4, Consecutive5xx: 5},
 					ConnectTimeoutMS: 1, ResponseHeaderTimeoutMS: 2, IdleTimeoutMS: 3}},
 				Services: []Service{{

@@ -60,7 +60,7 @@ func validSpec() *Spec {
 				Balancer:  BalancerRoundRobin,
 				Endpoints: []string{"127.0.0.1:9001", "127.0.0.1:9002"},
 				HealthCheck: &HealthCheck{
-					Path: "/healthz", IntervalS: 5, TimeoutS: 2, HealthyThreshold: 2, UnhealthyThreshold: 2,
+					Path: "/healthz", IntervalS: 5, TimeoutS: 2, HealthyThreshold: 2, UnhealthyThreshold: 2, ExpectedStatus: StatusRange{200, 399},
 				},
 				ConnectTimeoutMS: DefaultConnectTimeoutMS, ResponseHeaderTimeoutMS: DefaultResponseHeaderTimeoutMS, IdleTimeoutMS: DefaultIdleTimeoutMS,
 			},

@@ -66,7 +66,20 @@ type HealthCheck struct {
 	TimeoutS           int    `json:"timeout_s"`
 	HealthyThreshold   int    `json:"healthy_threshold"`
 	UnhealthyThreshold int    `json:"unhealthy_threshold"`
+	// ExpectedStatus is the range of answer codes that pass a check; zero
+	// fields mean DefaultExpectedStatusMin..DefaultExpectedStatusMax
+	// (200..399; Defaults fills them in).
+	ExpectedStatus StatusRange `json:"expected_status"`
 }
+
+// StatusRange is an inclusive range of HTTP status codes, 100..599.
+type StatusRange struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
+
+// Contains reports whether code is in the range.
+func (r StatusRange) Contains(code int) bool { return r.Min <= code && code <= r.Max }
 
 // Passive tunes the passive checks of an upstream's endpoints, which judge
 // them by the proxied requests themselves. Zero fields mean the defaults.

@@ -149,6 +149,12 @@ func (v *validator) healthCheck(hc *HealthCheck, path string) {
 	}
 	v.between(member(path, "healthy_threshold"), hc.HealthyThreshold, 1, MaxThreshold)
 	v.between(member(path, "unhealthy_threshold"), hc.UnhealthyThreshold, 1, MaxThreshold)
+	es := member(path, "expected_status")
+	minOK := v.between(member(es, "min"), hc.ExpectedStatus.Min, 100, 599)
+	maxOK := v.between(member(es, "max"), hc.ExpectedStatus.Max, 100, 599)
+	if minOK && maxOK && hc.ExpectedStatus.Min > hc.ExpectedStatus.Max {
+		v.probs.add(es, "min (%d) must not be above max (%d)", hc.ExpectedStatus.Min, hc.ExpectedStatus.Max)
+	}
 }
 
 // checkHealthPath returns what is wrong with a health-check request path, or

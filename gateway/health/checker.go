@@ -59,8 +59,9 @@ func (c *checker) run(ctx context.Context) {
 	}
 }
 
-// once sends one check and counts its outcome: a 2xx or 3xx answer within
-// the timeout is a success, anything else a failure.
+// once sends one check and counts its outcome: an answer in the expected
+// status range (200..399 unless the spec says otherwise) within the timeout
+// is a success, anything else a failure.
 func (c *checker) once(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, c.timeout)
 	code, err := c.prober.probe(pctx)
@@ -73,7 +74,7 @@ func (c *checker) once(ctx context.Context) {
 	switch {
 	case err != nil:
 		reason = err.Error()
-	case code < 200 || code > 399:
+	case !c.check.ExpectedStatus.Contains(code):
 		reason = "status " + strconv.Itoa(code)
 	default:
 		reason, ok = "status "+strconv.Itoa(code), true

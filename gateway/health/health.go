@@ -8,9 +8,9 @@
 // fresh connection (Host: the endpoint's host:port, User-Agent:
 // dwara-health, Connection: close; TLS for an https:// endpoint), with
 // timeout_s as the limit of the whole check from dial to the answer's
-// header. A 2xx or 3xx answer is a success; any other status, a refused or
-// cut connection or a timeout is a failure. The range 200..399 is fixed:
-// the spec has no expected-status setting. unhealthy_threshold consecutive
+// header. An answer in expected_status (200..399 by default) is a success;
+// any other status, a refused or cut connection or a timeout is a failure.
+// unhealthy_threshold consecutive
 // failures mark the endpoint down, healthy_threshold consecutive successes
 // mark it up again; an endpoint starts up. Each transition is logged once,
 // with the reason (the status, or the error): down at Warn, up at Info.
@@ -270,5 +270,7 @@ func normalise(hc config.HealthCheck) config.HealthCheck {
 	set(&hc.TimeoutS, config.DefaultHealthTimeoutS)
 	set(&hc.HealthyThreshold, config.DefaultHealthyThreshold)
 	set(&hc.UnhealthyThreshold, config.DefaultUnhealthyThreshold)
+	set(&hc.ExpectedStatus.Min, config.DefaultExpectedStatusMin)
+	set(&hc.ExpectedStatus.Max, config.DefaultExpectedStatusMax)
 	return hc
 }

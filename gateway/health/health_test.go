@@ -276,14 +276,18 @@ func TestThresholds(t *testing.T) {
 func TestStatusRange(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		code int
-		ok   bool
+		code     int
+		ok       bool
+		expected config.StatusRange // zero: the default 200..399
 	}{
-		{200, true}, {204, true}, {301, true}, {304, true}, {399, true},
-		{400, false}, {404, false}, {418, false}, {500, false}, {503, false}, {599, false},
+		{code: 200, ok: true}, {code: 204, ok: true}, {code: 301, ok: true}, {code: 304, ok: true}, {code: 399, ok: true},
+		{code: 400}, {code: 404}, {code: 418}, {code: 500}, {code: 503}, {code: 599},
+		{code: 200, expected: config.StatusRange{Min: 204, Max: 204}},
+		{code: 204, ok: true, expected: config.StatusRange{Min: 204, Max: 204}},
+		{code: 401, ok: true, expected: config.StatusRange{Min: 200, Max: 401}},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprint(tt.code), func(t *testing.T) {
+		t.Run(fmt.Sprint(tt.code, tt.expected), func(t *testing.T) {
 			t.Parallel()
 			s := startScripted(t, false)
 			m, logs := newManager(t, slow)
@@ -291,7 +295,9 @@ func TestStatusRange(t *testing.T) {
 			if tt.ok {
 				st.SetUp(false) // a check that starts on a down endpoint starts down
 			}
-			m.Reconcile([]Target{{Upstream: "u", Endpoint: s.addr(), State: &st, Check: check(1, 1)}})
+			hc := check(1, 1)
+			hc.ExpectedStatus = tt.expected
+			m.Reconcile([]Target{{Upstream: "u", Endpoint: s.addr(), State: &st, Check: hc}})
 			s.answer(t, tt.code)
 			want := msgDown
 			if tt.ok {
