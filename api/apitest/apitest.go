@@ -17,11 +17,7 @@ import (
 // when the test ends.
 func Start(t *testing.T, token string) (string, *db.Store) {
 	t.Helper()
-	store, err := db.Open(t.Context(), dbtest.New(t))
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(store.Close)
+	store, _ := dbtest.NewStore(t)
 	srv := api.New(api.Options{Store: store, Token: token, Logger: slog.New(slog.DiscardHandler)})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
