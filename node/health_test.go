@@ -23,6 +23,7 @@ import (
 	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/gateway/split"
 	"github.com/dwara/dwara/internal/testrun"
+	"github.com/dwara/dwara/internal/teststat"
 )
 
 // The end-to-end evidence of the health checks: a serve process and a
@@ -522,27 +523,6 @@ func failovers(t *testing.T, p *proc) float64 {
 	return scrape(t, metricsAddr(p), "dwara_split_failovers_total")["service=web,upstream=canary"]
 }
 
-// Chi-square critical value at p = 0.001 for one degree of freedom.
-const chi2Critical001df1 = 10.828
-
-// chiSquare is Pearson's statistic of observed counts against the shares
-// of weights (the same as gateway/proxy's test helper, which a test of
-// another package cannot import).
-func chiSquare(observed, weights []int) float64 {
-	var n, tw float64
-	for i := range observed {
-		n += float64(observed[i])
-		tw += float64(weights[i])
-	}
-	var chi float64
-	for i := range observed {
-		exp := n * float64(weights[i]) / tw
-		d := float64(observed[i]) - exp
-		chi += d * d / exp
-	}
-	return chi
-}
-
 // TestCanaryTargetDownFailsOverAndRecovers splits 90/10 between a stable
 // pool (two demo endpoints, no health_check) and a canary of two endpoints
 // with active health checks, through serve's proxy and a replica's. It
@@ -709,9 +689,9 @@ func TestCanaryTargetDownFailsOverAndRecovers(t *testing.T) {
 		if got := failovers(t, p) - fo; got != 0 {
 			t.Errorf("%s, canary back: %v failovers, want 0", names[via], got)
 		}
-		chi := chiSquare(counts, weights)
-		if chi > chi2Critical001df1 {
-			t.Errorf("%s, canary back: counts %v for weights %v: chi-square %.2f > %.3f (p = 0.001)", names[via], counts, weights, chi, chi2Critical001df1)
+		chi := teststat.ChiSquare(counts, weights)
+		if chi > teststat.Critical001[1] {
+			t.Errorf("%s, canary back: counts %v for weights %v: chi-square %.2f > %.3f (p = 0.001)", names[via], counts, weights, chi, teststat.Critical001[1])
 		}
 		t.Logf("%s, canary back: %d requests split %v (chi-square %.2f against 90/10)", names[via], n, counts, chi)
 	}

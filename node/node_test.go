@@ -26,6 +26,7 @@ import (
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config/spectest"
+	"github.com/dwara/dwara/internal/testnet"
 	"github.com/dwara/dwara/internal/testrun"
 )
 
@@ -747,23 +748,11 @@ func TestGatewayProfiles(t *testing.T) {
 	}
 }
 
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 func TestGatewaysShowEndpointStates(t *testing.T) {
 	t.Parallel()
 	url := dbtest.New(t)
 	a, _ := pools(t)
-	dead := closedAddr(t)
+	dead := testnet.ClosedAddr(t)
 	// Every recorded report (apply or heartbeat) of an instance is
 	// announced, so the test reads the API after each one instead of
 	// polling on a timer.

@@ -36,6 +36,7 @@ var allowedImports = map[string][]string{
 	"internal/testrun":        {},
 	"internal/testlog":        {"internal/testrun"},
 	"internal/testnet":        {},
+	"internal/teststat":       {},
 	"bench/compare":           {},
 	"bench/upstream":          {},
 }

@@ -24,25 +24,8 @@ import (
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/internal/testnet"
+	"github.com/dwara/dwara/internal/teststat"
 )
-
-// Chi-square critical values at p = 0.001 by degrees of freedom.
-var chi2Critical001 = map[int]float64{1: 10.828, 2: 13.816, 3: 16.266}
-
-func chiSquare(observed, weights []int) float64 {
-	var n, tw float64
-	for i := range observed {
-		n += float64(observed[i])
-		tw += float64(weights[i])
-	}
-	var chi float64
-	for i := range observed {
-		exp := n * float64(weights[i]) / tw
-		d := float64(observed[i]) - exp
-		chi += d * d / exp
-	}
-	return chi
-}
 
 func startPool(t testing.TB, name string, n int) *demo.Pool {
 	t.Helper()
@@ -145,8 +128,8 @@ func TestSplitRatiosEndToEnd(t *testing.T) {
 				counts[index[resp.Header.Get("X-Pool")]]++
 			}
 			df := len(tt.weights) - 1
-			if chi := chiSquare(counts, tt.weights); chi > chi2Critical001[df] {
-				t.Errorf("counts %v for weights %v: chi-square %.2f > %.3f (p = 0.001)", counts, tt.weights, chi, chi2Critical001[df])
+			if chi := teststat.ChiSquare(counts, tt.weights); chi > teststat.Critical001[df] {
+				t.Errorf("counts %v for weights %v: chi-square %.2f > %.3f (p = 0.001)", counts, tt.weights, chi, teststat.Critical001[df])
 			}
 			// The pick metric counted the same.
 			for i, p := range pools {
@@ -245,7 +228,7 @@ services:
 	for _, f := range failures {
 		t.Error(f)
 	}
-	if chi := chiSquare([]int{pools["stable"], pools["canary"]}, []int{70, 30}); chi > chi2Critical001[1] {
+	if chi := teststat.ChiSquare([]int{pools["stable"], pools["canary"]}, []int{70, 30}); chi > teststat.Critical001[1] {
 		t.Errorf("sessions per pool %v: chi-square %.2f over 70/30", pools, chi)
 	}
 	if len(endpoints) != 3 {

@@ -5,33 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/dwara/dwara/internal/teststat"
 )
-
-// Chi-square critical values at p = 0.001 by degrees of freedom.
-var chi2Critical001 = map[int]float64{1: 10.828, 2: 13.816, 3: 16.266, 4: 18.467, 5: 20.515, 6: 22.458, 7: 24.322}
-
-// ChiSquare returns Pearson's statistic of observed counts against the
-// expected shares implied by weights.
-func ChiSquare(observed []int, weights []int) float64 {
-	var n, tw float64
-	for i := range observed {
-		n += float64(observed[i])
-		tw += float64(weights[i])
-	}
-	var chi float64
-	for i := range observed {
-		exp := n * float64(weights[i]) / tw
-		if exp == 0 {
-			if observed[i] != 0 {
-				return math.Inf(1)
-			}
-			continue
-		}
-		d := float64(observed[i]) - exp
-		chi += d * d / exp
-	}
-	return chi
-}
 
 // testKeys returns n random request-id-like keys from a fixed seed.
 func testKeys(n int, seed uint64) []string {
@@ -80,8 +56,8 @@ func TestPickRatiosChiSquare(t *testing.T) {
 					df++
 				}
 			}
-			chi := ChiSquare(counts, tt.weights)
-			if crit := chi2Critical001[df]; chi > crit {
+			chi := teststat.ChiSquare(counts, tt.weights)
+			if crit := teststat.Critical001[df]; chi > crit {
 				t.Errorf("counts %v for weights %v: chi-square %.2f > %.3f (df %d, p = 0.001)", counts, tt.weights, chi, crit, df)
 			}
 		})
@@ -184,7 +160,7 @@ func TestPickExcluding(t *testing.T) {
 			t.Fatal("PickExcluding with nothing excluded differs from PickHash")
 		}
 	}
-	if chi := ChiSquare(counts[1:], []int{30, 20}); chi > chi2Critical001[1] {
+	if chi := teststat.ChiSquare(counts[1:], []int{30, 20}); chi > teststat.Critical001[1] {
 		t.Errorf("failover counts %v: chi-square %.2f over 30/20", counts, chi)
 	}
 	if got := s.PickExcluding(1, 0b111); got != -1 {
