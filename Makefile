@@ -25,6 +25,7 @@ bench:
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzReadCookie -fuzztime=30s ./gateway/affinity
 	$(GO) test -run='^$$' -fuzz=FuzzParseSpec -fuzztime=30s ./gateway/config
+	$(GO) test -run='^$$' -fuzz=FuzzFastFrontRequest -fuzztime=30s ./gateway/proxy
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi

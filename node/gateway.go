@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/pprof"
 
@@ -64,7 +65,16 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		writeStatus(w, http.StatusOK, "ready", gen)
 	})
 
-	proxyL, err := listen("proxy", c.Listen, px)
+	var proxyL *server
+	var err error
+	switch c.Front {
+	case "", FrontNetHTTP:
+		proxyL, err = listen("proxy", c.Listen, px)
+	case FrontFastHTTP:
+		proxyL, err = listenFast("proxy", c.Listen, px)
+	default:
+		err = fmt.Errorf("unknown front %q: want %q or %q", c.Front, FrontNetHTTP, FrontFastHTTP)
+	}
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dwara/dwara/api/apiv1"
@@ -118,11 +119,21 @@ type GatewayConfig struct {
 	// its content did not change (main feeds it SIGHUP); nil reloads only
 	// on change. Ignored without ConfigFile.
 	Reload <-chan struct{}
+	// Front is the HTTP server of the proxy listener: FrontNetHTTP (also
+	// "") or FrontFastHTTP, an experimental HTTP/1.1-only front (see
+	// proxy.NewFastServer); anything else is refused.
+	Front string
 	// Profile serves the Go runtime profiles (net/http/pprof) under
 	// /debug/pprof/ on the metrics listener; false serves none. They show
 	// the process's internals: keep the metrics listener private.
 	Profile bool
 }
+
+// The fronts of GatewayConfig.Front.
+const (
+	FrontNetHTTP  = "net/http"
+	FrontFastHTTP = "fasthttp"
+)
 
 // Addrs are the bound addresses of a running process ("" when not served).
 type Addrs struct {
@@ -200,11 +211,47 @@ func instance(listen string) apiv1.GatewayInstance {
 	}
 }
 
-// server is one bound HTTP listener.
+// server is one bound HTTP listener, served by srv or, when set, by fast.
 type server struct {
 	name string
 	ln   net.Listener
 	srv  *http.Server
+	fast *fasthttp.Server
+}
+
+// listenFast binds addr for the fasthttp front of px.
+func listenFast(name, addr string, px *proxy.Proxy) (*server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener: %w", name, err)
+	}
+	return &server{name: name, ln: ln, fast: proxy.NewFastServer(px, 120*time.Second)}, nil
+}
+
+func (s *server) serve() error {
+	if s.fast != nil {
+		return s.fast.Serve(s.ln) // nil after ShutdownWithContext
+	}
+	return s.srv.Serve(s.ln)
+}
+
+// shutdown stops s gracefully, within ctx; past it, net/http closes the
+// remaining connections, while fasthttp only stops accepting (its
+// connections end as their clients go).
+func (s *server) shutdown(ctx context.Context, log *slog.Logger) {
+	var err error
+	if s.fast != nil {
+		err = s.fast.ShutdownWithContext(ctx)
+		_ = s.ln.Close() // in case Serve had not started yet
+	} else {
+		err = s.srv.Shutdown(ctx)
+	}
+	if err != nil {
+		log.Warn("graceful shutdown incomplete; closing the remaining connections", "listener", s.name, "err", err)
+		if s.srv != nil {
+			_ = s.srv.Close()
+		}
+	}
 }
 
 func listen(name, addr string, h http.Handler) (*server, error) {
@@ -227,7 +274,7 @@ func (s *server) addr() string { return s.ln.Addr().String() }
 func serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger, servers ...*server) {
 	for _, s := range servers {
 		g.Go(func() error {
-			if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+			if err := s.serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("%s listener: %w", s.name, err)
 			}
 			return nil
@@ -236,10 +283,7 @@ func serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger, servers
 			<-ctx.Done()
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 			defer cancel()
-			if err := s.srv.Shutdown(sctx); err != nil {
-				log.Warn("graceful shutdown incomplete; closing the remaining connections", "listener", s.name, "err", err)
-				_ = s.srv.Close()
-			}
+			s.shutdown(sctx, log)
 			return nil
 		})
 	}

@@ -841,3 +841,29 @@ func mustJSON(t testing.TB, v any) string {
 	}
 	return string(js)
 }
+
+// TestGatewayFronts serves the same spec with each front: both route to the
+// pool, and the process stops cleanly (start checks that it returns nil);
+// an unknown front is refused.
+func TestGatewayFronts(t *testing.T) {
+	t.Parallel()
+	a, b := pools(t)
+	file := filepath.Join(t.TempDir(), "dwara.yaml")
+	if err := os.WriteFile(file, []byte(splitFile(a, b, 100, 0)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, front := range []string{"", FrontNetHTTP, FrontFastHTTP} {
+		gw := startGateway(t, GatewayConfig{ConfigFile: file, Front: front})
+		gw.waitApplied(t, 1)
+		if got := pool(t, gw.Proxy); got != "pool-a" {
+			t.Errorf("front %q: served by %q, want pool-a", front, got)
+		}
+	}
+	err := Gateway(context.Background(), GatewayConfig{
+		Process:       Process{Listen: "127.0.0.1:0", Logger: discard},
+		MetricsListen: "127.0.0.1:0", ConfigFile: file, Front: "h2o",
+	})
+	if err == nil || !strings.Contains(err.Error(), `unknown front "h2o"`) {
+		t.Errorf("Front h2o: %v, want it refused", err)
+	}
+}

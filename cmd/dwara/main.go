@@ -102,6 +102,7 @@ func gateway(ctx context.Context, args []string, log *slog.Logger) error {
 	fs.StringVar(&c.ConfigFile, "config", "", "serve from this YAML/JSON spec file (reloaded on change and on SIGHUP)")
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen address")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", node.DefaultMetricsListen, "/metrics, /healthz and /readyz listen address")
+	fs.StringVar(&c.Front, "front", node.FrontNetHTTP, "HTTP server of the proxy listener: net/http, or fasthttp (experimental: HTTP/1.1 only, upgrades answered 501)")
 	fs.BoolVar(&c.Profile, "pprof", false, "also serve Go runtime profiles under /debug/pprof/ on the metrics listener (keep it private)")
 	fs.StringVar(&c.DatabaseURL, "database-url", os.Getenv("DWARA_DATABASE_URL"), "follow the generations of this PostgreSQL database (default $DWARA_DATABASE_URL; ignored with --config)")
 	if err := fs.Parse(args); err != nil {

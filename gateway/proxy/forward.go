@@ -57,25 +57,18 @@ type exchange struct {
 // client went away before it had the whole answer.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, u *upstream, a *attempt) int {
 	ctx := r.Context()
-	x, err := p.roundTrip(ctx, r, a.ep)
-	for err != nil {
-		if ctx.Err() != nil {
-			return p.forwardError(w, r, a.ep, err)
-		}
-		if x.endpointFault(err) {
-			p.transportFailed(u, a.ep, err)
-		}
-		next := p.retryTarget(r, u, a, x, err)
-		if next == nil {
-			return p.forwardError(w, r, a.ep, err)
-		}
-		p.log.Warn("upstream request failed; retrying on another endpoint",
-			"request_id", r.Header.Get("X-Request-Id"),
-			"service", r.Header.Get("X-Dwara-Service"),
-			"upstream", u.name, "endpoint", a.ep.addr, "next", next.addr, "err", err)
-		a.moveTo(next)
-		x, err = p.roundTrip(ctx, r, a.ep)
+	var resp *http.Response
+	x, err := p.exchangeRetrying(ctx, u, a, outbound{
+		method: r.Method, body: hasBody(r),
+		requestID: r.Header.Get("X-Request-Id"), service: r.Header.Get("X-Dwara-Service"),
+	}, func(c *upConn, ep *endpoint) (sent bool, err error) {
+		resp, sent, err = p.send(c, r, ep)
+		return sent, err
+	})
+	if err != nil {
+		return p.forwardError(w, r, a.ep, err)
 	}
+	x.resp = resp
 	ep := a.ep
 	p.answered(u, ep, x.resp.StatusCode)
 	c := x.conn
@@ -99,16 +92,63 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, u *upstream, a *
 	return x.resp.StatusCode
 }
 
-// roundTrip sends r on a pooled connection and reads the response header.
-// A pooled connection that turns out dead before any byte of an answer
-// (the endpoint closed it while idle) is replaced once by a newly dialled
-// one (not another pooled one, which may be as dead), when nothing of the
+// outbound is what the shared steps of the forwarding path need to know of
+// a request, whichever front parsed it: its method and whether it has a
+// body (the retry rules), and its request id and service (the log).
+type outbound struct {
+	method             string
+	body               bool
+	requestID, service string
+}
+
+// sendFunc writes a request on c, a connection to ep, and reads the answer
+// header (each front parses answers its own way); sent reports whether any
+// of the request body was read from the client. A failure to read the
+// client's body must come as a clientBodyError, a response-header timeout
+// as errUpstreamTimeout, and nothing at all from the endpoint as a
+// staleError (transmit does all three).
+type sendFunc func(c *upConn, ep *endpoint) (sent bool, err error)
+
+// exchangeRetrying is the seam both fronts forward through: it sends a
+// request with send over the connection pools of u's endpoints, starting
+// with a.ep, until an answer header arrives. A request that fails before
+// any answer header is retried on another endpoint of u when the retry
+// rules allow it (retry.go); a.ep is then the endpoint that answered, or
+// the last one tried. Every transport failure is reported to the passive
+// checks (passive.go); the caller reports the answer (answered) and owns
+// x.conn on success. A failure while ctx is done is returned at once.
+func (p *Proxy) exchangeRetrying(ctx context.Context, u *upstream, a *attempt, req outbound, send sendFunc) (exchange, error) {
+	x, err := p.roundTrip(ctx, a.ep, send)
+	for err != nil {
+		if ctx.Err() != nil {
+			return x, err
+		}
+		if x.endpointFault(err) {
+			p.transportFailed(u, a.ep, err)
+		}
+		next := p.retryTarget(req, u, a, x, err)
+		if next == nil {
+			return x, err
+		}
+		p.log.Warn("upstream request failed; retrying on another endpoint",
+			"request_id", req.requestID, "service", req.service,
+			"upstream", u.name, "endpoint", a.ep.addr, "next", next.addr, "err", err)
+		a.moveTo(next)
+		x, err = p.roundTrip(ctx, a.ep, send)
+	}
+	return x, nil
+}
+
+// roundTrip sends a request with send on a pooled connection of ep. A
+// pooled connection that turns out dead before any byte of an answer (the
+// endpoint closed it while idle) is replaced once by a newly dialled one
+// (not another pooled one, which may be as dead), when nothing of the
 // request body has been read yet.
 //
 // On failure the exchange says what happened: no connection (the connect
 // failed), whether the connection was a pooled one, and whether the body
 // was touched, which is what endpointFault and mayHaveArrived judge.
-func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, ep *endpoint) (exchange, error) {
+func (p *Proxy) roundTrip(ctx context.Context, ep *endpoint, send sendFunc) (exchange, error) {
 	for attempt := 0; ; attempt++ {
 		var (
 			c      *upConn
@@ -124,7 +164,7 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, ep *endpoint) (e
 			return exchange{}, dialError(err)
 		}
 		x := exchange{conn: c, reused: reused}
-		x.resp, x.sent, err = p.send(c, r, ep)
+		x.sent, err = send(c, ep)
 		if err == nil {
 			return x, nil
 		}
@@ -169,27 +209,22 @@ func (x exchange) mayHaveArrived(err error) bool {
 // send writes r on c and reads the response header under the response
 // header timeout. sent reports whether the request body was touched.
 func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint) (resp *http.Response, sent bool, err error) {
-	bw := c.bw
-	writeRequestHead(bw, r, ep.hostHeader)
+	writeRequestHead(c.bw, r, ep.hostHeader)
+	var body io.Reader
+	length := int64(0)
 	if hasBody(r) {
-		sent = true
-		if err := p.writeBody(c, r); err != nil {
-			return nil, sent, err
-		}
+		body, length = r.Body, r.ContentLength
 	}
-	if err := bw.Flush(); err != nil {
+	sent, err = p.transmit(c, ep, body, length, func(bw *bufio.Writer) {
+		for k, vv := range r.Trailer {
+			for _, v := range vv {
+				writeField(bw, k, v)
+			}
+		}
+		bw.WriteString("\r\n")
+	})
+	if err != nil {
 		return nil, sent, err
-	}
-	if d := ep.pool.responseHeaderTimeout(); d > 0 {
-		_ = c.nc.SetReadDeadline(time.Now().Add(d))
-	}
-	// Nothing at all from a pooled connection is a connection the endpoint
-	// closed while it was idle (the request never reached it).
-	if _, err := c.br.Peek(1); err != nil {
-		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-			return nil, sent, errUpstreamTimeout
-		}
-		return nil, sent, staleError{err}
 	}
 	for {
 		resp, err = http.ReadResponse(c.br, r)
@@ -355,21 +390,52 @@ func namedIn(conn []string, k string) bool {
 	return false
 }
 
-// writeBody streams the request body on c: as is under Content-Length,
-// else chunked followed by the request's trailers. A failure to read the
-// client's body is a clientBodyError.
-func (p *Proxy) writeBody(c *upConn, r *http.Request) error {
+// transmit sends a request whose head the caller has written to c.bw: the
+// body from body (none when nil), then flushes and waits, under ep's
+// response-header timeout, for the first byte of an answer. Nothing at all
+// from the endpoint is a staleError (from a pooled connection: one the
+// endpoint closed while it was idle, so the request never reached it),
+// the timeout errUpstreamTimeout. sent reports whether the body was
+// touched. On success the read deadline is still set: the caller reads the
+// answer header under it and clears it.
+func (p *Proxy) transmit(c *upConn, ep *endpoint, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
+	if body != nil {
+		sent = true
+		if err := p.writeBody(c, body, length, trailer); err != nil {
+			return sent, err
+		}
+	}
+	if err := c.bw.Flush(); err != nil {
+		return sent, err
+	}
+	if d := ep.pool.responseHeaderTimeout(); d > 0 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(d))
+	}
+	if _, err := c.br.Peek(1); err != nil {
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			return sent, errUpstreamTimeout
+		}
+		return sent, staleError{err}
+	}
+	return sent, nil
+}
+
+// writeBody streams a request body on c: as is when length is above 0,
+// else (-1, an unknown length) chunked, ended by trailer, which writes the
+// trailer fields and the final empty line. A failure to read the client's
+// body is a clientBodyError.
+func (p *Proxy) writeBody(c *upConn, r io.Reader, length int64, trailer func(*bufio.Writer)) error {
 	buf := p.buffers.Get()
 	defer p.buffers.Put(buf)
 	bw := c.bw
 	// The reader lives in the connection, so taking its address does not
 	// allocate.
-	c.body = clientBody{r: r.Body, left: r.ContentLength}
+	c.body = clientBody{r: r, left: length}
 	defer func() { c.body = clientBody{} }()
 	body := &c.body
-	if r.ContentLength > 0 {
+	if length > 0 {
 		n, err := io.CopyBuffer(bw, body, buf)
-		if err == nil && n < r.ContentLength {
+		if err == nil && n < length {
 			err = clientBodyError{io.ErrUnexpectedEOF}
 		}
 		return body.blame(err)
@@ -381,13 +447,8 @@ func (p *Proxy) writeBody(c *upConn, r *http.Request) error {
 	if err := cw.Close(); err != nil { // "0\r\n"
 		return err
 	}
-	for k, vv := range r.Trailer {
-		for _, v := range vv {
-			writeField(bw, k, v)
-		}
-	}
-	_, err := bw.WriteString("\r\n")
-	return err
+	trailer(bw) // errors surface at Flush
+	return nil
 }
 
 // clientBody reads a client's request body for writeBody, at most left

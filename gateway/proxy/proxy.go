@@ -449,14 +449,19 @@ func requestID(r *http.Request) string {
 	if vs := r.Header["X-Request-Id"]; len(vs) == 1 && apiv1.ValidRequestID(vs[0]) {
 		return vs[0]
 	}
+	id := newRequestID()
+	r.Header["X-Request-Id"] = []string{id}
+	return id
+}
+
+// newRequestID returns a fresh random request id: 32 hex digits.
+func newRequestID() string {
 	var raw [16]byte
 	binary.BigEndian.PutUint64(raw[:8], rand.Uint64())
 	binary.BigEndian.PutUint64(raw[8:], rand.Uint64())
 	var b [32]byte
 	hex.Encode(b[:], raw[:])
-	id := string(b[:])
-	r.Header["X-Request-Id"] = []string{id}
-	return id
+	return string(b[:])
 }
 
 // clientIP returns the host part of r.RemoteAddr: the peer, never a header.

@@ -48,9 +48,7 @@ func startGateway(t testing.TB) *gateway {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	p := New(Options{Metrics: reg})
-	srv := httptest.NewServer(p)
-	t.Cleanup(srv.Close)
-	return &gateway{Proxy: p, URL: srv.URL, reg: reg}
+	return &gateway{Proxy: p, URL: serveFront(t, p), reg: reg}
 }
 
 func mustParse(t testing.TB, yaml string) *config.Spec {

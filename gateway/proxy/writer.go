@@ -98,6 +98,11 @@ func writeProblem(w http.ResponseWriter, status int, title, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_, _ = w.Write([]byte(`{"type":"about:blank","title":` + strconv.Quote(title) +
-		`,"status":` + strconv.Itoa(status) + `,"detail":` + strconv.Quote(detail) + `}`))
+	_, _ = w.Write([]byte(problemJSON(status, title, detail)))
+}
+
+// problemJSON is the body of an RFC 9457 problem+json answer.
+func problemJSON(status int, title, detail string) string {
+	return `{"type":"about:blank","title":` + strconv.Quote(title) +
+		`,"status":` + strconv.Itoa(status) + `,"detail":` + strconv.Quote(detail) + `}`
 }

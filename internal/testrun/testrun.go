@@ -87,12 +87,18 @@ func Main(m *testing.M, release ...func()) {
 	os.Exit(code)
 }
 
+// processWide are goroutines a library starts once for the whole process
+// and never stops: fasthttp's clock for the Date field of its servers.
+var processWide = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+}
+
 // leaks returns goleak's report when goroutines other than the test
 // runner's are still running leakWait from now, else nil.
 func leaks() error {
 	deadline := time.Now().Add(leakWait)
 	for {
-		err := goleak.Find() // retries for a moment itself
+		err := goleak.Find(processWide...) // retries for a moment itself
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}
