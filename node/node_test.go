@@ -753,18 +753,8 @@ func TestGatewaysShowEndpointStates(t *testing.T) {
 	url := dbtest.New(t)
 	a, _ := pools(t)
 	dead := testnet.ClosedAddr(t)
-	// Every recorded report (apply or heartbeat) of an instance is
-	// announced, so the test reads the API after each one instead of
-	// polling on a timer.
-	dbtest.Exec(t, url, `
-		CREATE FUNCTION test_report() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			PERFORM pg_notify('test_report', NEW.id);
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER test_report AFTER INSERT OR UPDATE ON gateway_instances FOR EACH ROW
-			EXECUTE FUNCTION test_report()`)
-	reports := dbtest.Watch(t, url, "test_report")
+	// The test reads the API after each report an instance records.
+	reports := reportSignal(t, url)
 	// Beat often; the test waits for the reports, whenever they come.
 	beat := Process{Heartbeat: 50 * time.Millisecond}
 	srv := startServe(t, ServeConfig{Process: beat, DatabaseURL: url})

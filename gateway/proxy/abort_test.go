@@ -83,16 +83,7 @@ func TestAbortedAnswersLeaveStateBalanced(t *testing.T) {
 				deadline := time.Now().Add(testrun.Timeout)
 				for testutil.ToFloat64(g.m.requests.WithLabelValues("web", "u", code)) < aborted {
 					if time.Now().After(deadline) {
-						mfs, _ := g.reg.Gather()
-						var counts []string
-						for _, mf := range mfs {
-							if mf.GetName() == "dwara_requests_total" {
-								for _, m := range mf.GetMetric() {
-									counts = append(counts, fmt.Sprint(m.GetLabel(), m.GetCounter().GetValue()))
-								}
-							}
-						}
-						t.Fatalf("%v requests counted as %s, want %d; counts: %v", testutil.ToFloat64(g.m.requests.WithLabelValues("web", "u", code)), code, aborted, counts)
+						t.Fatalf("%v requests counted as %s, want %d; counts: %v", testutil.ToFloat64(g.m.requests.WithLabelValues("web", "u", code)), code, aborted, g.samples(t, "dwara_requests_total"))
 					}
 					time.Sleep(10 * time.Millisecond) // polling a condition, bounded above
 				}

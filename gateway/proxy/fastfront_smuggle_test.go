@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"log"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // recorded is one request as the recording upstream received it.
@@ -74,23 +75,10 @@ func startFastFront(t testing.TB, up string, headTimeout time.Duration) string {
 	if err := p.Apply(mustParse(t, fmt.Sprintf("upstreams: [{name: a, endpoints: [%q]}]\nservices: [{name: web, upstream: a}]\n", up)), 1); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewFastServer(p, time.Minute)
-	srv.ReadTimeout = headTimeout
-	srv.Logger = log.New(io.Discard, "", 0) // the bad inputs would fill the log
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.ShutdownWithContext(ctx)
-		_ = ln.Close()
-		<-done
+	return serveFast(t, p, func(srv *fasthttp.Server) {
+		srv.ReadTimeout = headTimeout
+		srv.Logger = log.New(io.Discard, "", 0) // the bad inputs would fill the log
 	})
-	return ln.Addr().String()
 }
 
 // exchangeRaw writes in on a new connection to addr, half-closes it unless

@@ -7,6 +7,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // testFront is the front the tests' gateways serve with: "fasthttp" (set
@@ -23,11 +25,22 @@ func serveFront(t testing.TB, p *Proxy) string {
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
+	return "http://" + serveFast(t, p, nil)
+}
+
+// serveFast serves p with the fasthttp front on a loopback listener, after
+// configure (when non-nil) adjusted the server, and returns its address;
+// the server stops when the test ends.
+func serveFast(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := NewFastServer(p, time.Minute)
+	if configure != nil {
+		configure(srv)
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -37,5 +50,5 @@ func serveFront(t testing.TB, p *Proxy) string {
 		_ = ln.Close()
 		<-done
 	})
-	return "http://" + ln.Addr().String()
+	return ln.Addr().String()
 }

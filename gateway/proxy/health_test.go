@@ -131,22 +131,9 @@ func servedBy(t *testing.T, g *gateway, n int, tag string) map[string]int {
 // when the series is missing.
 func endpointUp(t *testing.T, g *gateway, upstream, endpoint string) float64 {
 	t.Helper()
-	mfs, err := g.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "dwara_upstream_endpoint_up" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["upstream"] == upstream && labels["endpoint"] == endpoint {
-				return m.GetGauge().GetValue()
-			}
+	for _, s := range g.samples(t, "dwara_upstream_endpoint_up") {
+		if s.labels["upstream"] == upstream && s.labels["endpoint"] == endpoint {
+			return s.value
 		}
 	}
 	return -1

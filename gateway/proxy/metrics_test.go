@@ -53,19 +53,9 @@ services: [{name: one, base_path: /one, upstream: a}, {name: two, base_path: /tw
 	series := func() map[string]bool {
 		t.Helper()
 		got := map[string]bool{}
-		mfs, err := g.reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				labels := map[string]string{}
-				for _, l := range m.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				if s := labels["service"]; s != "" {
-					got[mf.GetName()+"/"+s+"/"+labels["upstream"]] = true
-				}
+		for _, s := range g.samples(t) {
+			if svc := s.labels["service"]; svc != "" {
+				got[s.name+"/"+svc+"/"+s.labels["upstream"]] = true
 			}
 		}
 		return got

@@ -278,17 +278,9 @@ func TestRetryAndEjectionSeriesOfRemovedUpstreams(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t)
 	series := func() map[string]bool {
-		mfs, err := g.reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
 		out := map[string]bool{}
-		for _, mf := range mfs {
-			if n := mf.GetName(); n == "dwara_upstream_retries_total" || n == "dwara_upstream_ejections_total" {
-				for _, m := range mf.GetMetric() {
-					out[n+"/"+m.GetLabel()[0].GetValue()] = true
-				}
-			}
+		for _, s := range g.samples(t, "dwara_upstream_retries_total", "dwara_upstream_ejections_total") {
+			out[s.name+"/"+s.labels["upstream"]] = true
 		}
 		return out
 	}

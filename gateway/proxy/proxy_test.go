@@ -10,6 +10,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,38 @@ func (g *gateway) apply(t testing.TB, gen int64, yaml string) {
 	if err := g.Apply(mustParse(t, yaml), gen); err != nil {
 		t.Fatalf("apply generation %d: %v", gen, err)
 	}
+}
+
+// sample is one series of a gathered metric: its labels and its value (a
+// counter's or a gauge's; 0 for other kinds).
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// samples gathers g's registry and returns every series of the metrics
+// named (of every metric when none is named).
+func (g *gateway) samples(t testing.TB, names ...string) []sample {
+	t.Helper()
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []sample
+	for _, mf := range mfs {
+		if len(names) > 0 && !slices.Contains(names, mf.GetName()) {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			s := sample{name: mf.GetName(), labels: map[string]string{}, value: m.GetCounter().GetValue() + m.GetGauge().GetValue()}
+			for _, l := range m.GetLabel() {
+				s.labels[l.GetName()] = l.GetValue()
+			}
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // endpoints formats a pool's addresses as a YAML flow list.
@@ -592,13 +625,9 @@ upstreams: [{name: a, endpoints: %s}]
 services: [{name: web, upstream: a, sticky: {cookie: s}}]
 `, endpoints(a)))
 	get(t, client, g.URL, nil)
-	mfs, err := g.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	names := map[string]bool{}
-	for _, mf := range mfs {
-		names[mf.GetName()] = true
+	for _, s := range g.samples(t) {
+		names[s.name] = true
 	}
 	for _, want := range []string{"dwara_split_picks_total", "dwara_sticky_sessions_total", "dwara_requests_total",
 		"dwara_request_duration_seconds", "dwara_generation_active", "dwara_generation_apply_seconds", "dwara_upstream_endpoint_up"} {
@@ -702,22 +731,9 @@ func TestEndpointUpMetric(t *testing.T) {
 	g := startGateway(t)
 	g.apply(t, 1, spectest.SplitOver([]*demo.Pool{a, b}, 1, 1).YAML())
 	up := func() map[string]float64 {
-		mfs, err := g.reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
 		out := map[string]float64{}
-		for _, mf := range mfs {
-			if mf.GetName() != "dwara_upstream_endpoint_up" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				labels := map[string]string{}
-				for _, l := range m.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				out[labels["upstream"]+"/"+labels["endpoint"]] = m.GetGauge().GetValue()
-			}
+		for _, s := range g.samples(t, "dwara_upstream_endpoint_up") {
+			out[s.labels["upstream"]+"/"+s.labels["endpoint"]] = s.value
 		}
 		return out
 	}

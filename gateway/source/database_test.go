@@ -270,16 +270,7 @@ func TestDatabaseHeartbeat(t *testing.T) {
 	// Beats often; the test waits for two of them, whenever they come.
 	h.src.Heartbeat = 20 * time.Millisecond
 	// Announce every heartbeat-only update of this test's database.
-	dbtest.Exec(t, h.url, `
-		CREATE FUNCTION test_heartbeat() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			PERFORM pg_notify('test_heartbeat', NEW.id);
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER test_heartbeat AFTER UPDATE ON gateway_instances FOR EACH ROW
-			WHEN (OLD.applied_generation = NEW.applied_generation AND OLD.last_heartbeat < NEW.last_heartbeat)
-			EXECUTE FUNCTION test_heartbeat()`)
-	beats := dbtest.Watch(t, h.url, "test_heartbeat")
+	beats := heartbeats(t, h.url, "NEW.id")
 	publish(t, h.store, 1)
 	h.start(t)
 	h.src.Notify()
@@ -314,16 +305,7 @@ func TestDatabaseRecordsEndpointStates(t *testing.T) {
 	// change, whenever it comes.
 	h.src.Heartbeat = 20 * time.Millisecond
 	// Announce the endpoint states of every heartbeat-only update.
-	dbtest.Exec(t, h.url, `
-		CREATE FUNCTION test_heartbeat() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			PERFORM pg_notify('test_heartbeat', NEW.endpoints::text);
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER test_heartbeat AFTER UPDATE ON gateway_instances FOR EACH ROW
-			WHEN (OLD.applied_generation = NEW.applied_generation AND OLD.last_heartbeat < NEW.last_heartbeat)
-			EXECUTE FUNCTION test_heartbeat()`)
-	beats := dbtest.Watch(t, h.url, "test_heartbeat")
+	beats := heartbeats(t, h.url, "NEW.endpoints::text")
 	publish(t, h.store, 1)
 	h.start(t)
 	h.src.Notify()
@@ -455,4 +437,22 @@ func TestDatabaseSkipsWhatIsServed(t *testing.T) {
 	if ids := h.order.snapshot(); len(ids) != 1 || ids[0] != 3 {
 		t.Errorf("Apply saw %v, want only [3]", ids)
 	}
+}
+
+// heartbeats announces every heartbeat-only update of gateway_instances in
+// url's database (the applied generation unchanged, the heartbeat newer)
+// and returns the announcements: the SQL expression payload evaluated on
+// the updated row (NEW).
+func heartbeats(t *testing.T, url, payload string) <-chan string {
+	t.Helper()
+	dbtest.Exec(t, url, `
+		CREATE FUNCTION test_heartbeat() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_notify('test_heartbeat', `+payload+`);
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER test_heartbeat AFTER UPDATE ON gateway_instances FOR EACH ROW
+			WHEN (OLD.applied_generation = NEW.applied_generation AND OLD.last_heartbeat < NEW.last_heartbeat)
+			EXECUTE FUNCTION test_heartbeat()`)
+	return dbtest.Watch(t, url, "test_heartbeat")
 }
