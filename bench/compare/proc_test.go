@@ -51,7 +51,9 @@ func TestRunIsBounded(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "timed out") {
 		t.Errorf("run of sleep 60 with a 200 ms bound: %v", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	// Bounded: it returned long before sleep's 60 s (with room for a
+	// loaded machine).
+	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("run took %s", d)
 	}
 
