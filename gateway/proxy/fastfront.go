@@ -488,12 +488,9 @@ func (p *Proxy) fastForwardError(ctx *fasthttp.RequestCtx, rt route, rid string,
 		"upstream", rt.tg.hdrUpstream[0],
 		"endpoint", rt.ep.addr, "err", err)
 	ctx.Response.Header.Set("X-Request-Id", rid)
-	if errors.Is(err, errUpstreamTimeout) {
-		fastProblem(ctx, http.StatusGatewayTimeout, "Upstream timeout", "the upstream endpoint did not answer in time")
-		return http.StatusGatewayTimeout
-	}
-	fastProblem(ctx, http.StatusBadGateway, "Upstream unreachable", "the upstream endpoint could not be reached or failed")
-	return http.StatusBadGateway
+	status, title, detail := upstreamProblem(err)
+	fastProblem(ctx, status, title, detail)
+	return status
 }
 
 // fastProblem writes an RFC 9457 problem+json answer, as writeProblem.

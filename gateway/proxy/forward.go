@@ -575,12 +575,20 @@ func (p *Proxy) forwardError(w http.ResponseWriter, r *http.Request, ep *endpoin
 		"upstream", r.Header.Get("X-Dwara-Upstream"),
 		"endpoint", ep.addr, "err", err)
 	w.Header()["X-Request-Id"] = r.Header["X-Request-Id"]
-	if errors.Is(err, errUpstreamTimeout) {
-		writeProblem(w, http.StatusGatewayTimeout, "Upstream timeout", "the upstream endpoint did not answer in time")
-		return http.StatusGatewayTimeout
+	status, title, detail := upstreamProblem(err)
+	writeProblem(w, status, title, detail)
+	return status
+}
+
+// upstreamProblem is the answer to a request whose endpoint failed before
+// an answer: 504 for a timeout (the forwarding path's errUpstreamTimeout,
+// or a net.Error timeout of the standard library's transport), else 502.
+// It names neither the endpoint nor the error.
+func upstreamProblem(err error) (status int, title, detail string) {
+	if ne, ok := errors.AsType[net.Error](err); errors.Is(err, errUpstreamTimeout) || ok && ne.Timeout() {
+		return http.StatusGatewayTimeout, "Upstream timeout", "the upstream endpoint did not answer in time"
 	}
-	writeProblem(w, http.StatusBadGateway, "Upstream unreachable", "the upstream endpoint could not be reached or failed")
-	return http.StatusBadGateway
+	return http.StatusBadGateway, "Upstream unreachable", "the upstream endpoint could not be reached or failed"
 }
 
 // dialError marks a connect timeout as errUpstreamTimeout.

@@ -436,11 +436,8 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		"service", r.Header.Get("X-Dwara-Service"),
 		"upstream", r.Header.Get("X-Dwara-Upstream"),
 		"url", r.URL.Redacted(), "err", err)
-	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-		writeProblem(w, http.StatusGatewayTimeout, "Upstream timeout", "the upstream endpoint did not answer in time")
-		return
-	}
-	writeProblem(w, http.StatusBadGateway, "Upstream unreachable", "the upstream endpoint could not be reached or failed")
+	status, title, detail := upstreamProblem(err)
+	writeProblem(w, status, title, detail)
 }
 
 // requestID returns the request's X-Request-Id when it is 1..128 characters
