@@ -12,6 +12,7 @@ import (
 	"html"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,28 @@ type Pool struct {
 
 	servers []*http.Server
 	hits    []atomic.Int64
+	// failPerMillion is the share of requests answered 500, in millionths;
+	// served counts the requests that share is taken of.
+	failPerMillion atomic.Int64
+	served         atomic.Int64
+}
+
+// SetFailRate makes the pool answer a share rate (0..1) of its requests
+// with 500, deterministically: of every n requests, round(n*rate) fail,
+// spread evenly. 0 heals it. Safe for concurrent use. Over HTTP: POST
+// /fail?rate=0.2 to any endpoint of the pool.
+func (p *Pool) SetFailRate(rate float64) {
+	p.failPerMillion.Store(int64(min(max(rate, 0), 1) * 1e6))
+}
+
+// fails reports whether the next request is one of the failing share.
+func (p *Pool) fails() bool {
+	rate := p.failPerMillion.Load()
+	if rate == 0 {
+		return false
+	}
+	n := p.served.Add(1)
+	return n*rate/1e6 > (n-1)*rate/1e6
 }
 
 // StartPool starts n endpoints called name, each on 127.0.0.1 on a free port.
@@ -91,11 +114,23 @@ func (p *Pool) handler(i int, addr string) http.Handler {
 			_, _ = w.Write([]byte("ok\n"))
 			return
 		}
+		if r.URL.Path == "/fail" && r.Method == http.MethodPost {
+			rate, err := strconv.ParseFloat(r.URL.Query().Get("rate"), 64)
+			if err != nil || !(rate >= 0 && rate <= 1) {
+				http.Error(w, "rate must be a number in [0, 1], e.g. /fail?rate=0.2", http.StatusBadRequest)
+				return
+			}
+			p.SetFailRate(rate)
+			fmt.Fprintf(w, "pool %s now fails %.1f%% of requests\n", p.Name, rate*100)
+			return
+		}
 		p.hits[i].Add(1)
 		w.Header().Set("X-Pool", p.Name)
 		w.Header().Set("X-Endpoint", addr)
 		w.Header().Set("Cache-Control", "no-store")
 		switch {
+		case p.fails():
+			http.Error(w, "pool "+p.Name+" failed this request on purpose (POST /fail?rate=0 heals it)", http.StatusInternalServerError)
 		case r.URL.Query().Get("echo") == "1":
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(Echo{

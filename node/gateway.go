@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/fleet"
 	"github.com/dwara/dwara/gateway/proxy"
 	"github.com/dwara/dwara/gateway/source"
 )
@@ -41,8 +42,16 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 
 	reg := newRegistry()
 	px := proxy.New(proxy.Options{Metrics: reg, Logger: log})
-	defer px.Close() // after every part has stopped: the pooled upstream connections
-	apply := applier(px, c.Applied)
+	defer px.Close()             // after every part has stopped: the pooled upstream connections
+	var follower *fleet.Follower // with a database: set below, before any apply
+	apply := applier(px, func(generation int64) {
+		if follower != nil {
+			follower.Notify() // transient weights of the applied generation, if any
+		}
+		if c.Applied != nil {
+			c.Applied(generation)
+		}
+	})
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler(reg))
@@ -90,7 +99,10 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		g.Go(func() error { return src.Run(gctx) })
 	} else {
 		src := c.databaseSource(store, proxyL.addr(), px, apply)
-		l := listener(store.ConnString(), log, follows(src))
+		cp := c.canaryParts(store, src.Instance.ID, px, reg)
+		follower = cp.follower
+		l := listener(store.ConnString(), log, follows(src), weights(follower))
+		cp.run(gctx, g)
 		g.Go(func() error { return l.Run(gctx) })
 		g.Go(func() error { return src.Run(gctx) })
 	}

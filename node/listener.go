@@ -7,6 +7,7 @@ import (
 
 	"github.com/dwara/dwara/api"
 	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/fleet"
 	"github.com/dwara/dwara/gateway/source"
 )
 
@@ -69,11 +70,21 @@ func follows(src *source.Database) consumer {
 	}
 }
 
+// weights is the consumer of a canary follower: every canary event and
+// every (re)connect asks it to load the transient weights in force.
+func weights(f *fleet.Follower) consumer {
+	return consumer{
+		channels:  []string{db.CanaryNotifyChannel},
+		connected: f.Notify,
+		notify:    func(string, string) { f.Notify() },
+	}
+}
+
 // events is the consumer of the API's event loop: published generations and
 // gateway reports become server-sent events.
 func events(s *api.Server) consumer {
 	return consumer{
-		channels:  []string{db.NotifyChannel, db.GatewayNotifyChannel},
+		channels:  []string{db.NotifyChannel, db.GatewayNotifyChannel, db.CanaryNotifyChannel},
 		connected: s.Connected,
 		notify:    s.Notify,
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/fleet"
 	"github.com/dwara/dwara/gateway/proxy"
 	"github.com/dwara/dwara/gateway/source"
 )
@@ -72,6 +73,20 @@ type Process struct {
 	// generation without a notification; 0 means source.Database's default
 	// (30s). Ignored with GatewayConfig.ConfigFile.
 	Resync time.Duration
+	// CanaryInterval is how often a process fed from the database flushes
+	// its canary windows and, holding the runner lock, judges the canary
+	// groups; 0 means every second. Tests shorten it. Ignored with
+	// GatewayConfig.ConfigFile.
+	CanaryInterval time.Duration
+	// CanaryLockRetry is how often a process that does not hold the
+	// canary runner lock tries to take it; 0 means fleet.DefaultLockRetry.
+	CanaryLockRetry time.Duration
+	// CanaryActed, when non-nil, is called with every canary action this
+	// process's runner recorded.
+	CanaryActed func(apiv1.CanaryEvent)
+	// CanaryLeading, when non-nil, is called with true when this process's
+	// canary runner takes the runner lock and false when it loses it.
+	CanaryLeading func(bool)
 }
 
 func (p *Process) defaults() {
@@ -187,15 +202,49 @@ func openStore(ctx context.Context, url string) (*db.Store, error) {
 // endpoints.
 func (p *Process) databaseSource(store *db.Store, proxyAddr string, px *proxy.Proxy, apply source.ApplyFunc) *source.Database {
 	return &source.Database{
-		Store:     store,
-		Instance:  instance(proxyAddr),
-		Apply:     apply,
+		Store:    store,
+		Instance: instance(proxyAddr),
+		// A generation the canary controller already changed is applied
+		// with the weights in force for it.
+		Apply: func(ctx context.Context, spec *config.Spec, generation int64) error {
+			spec, err := fleet.Overlay(ctx, store, spec, generation)
+			if err != nil {
+				return err
+			}
+			return apply(ctx, spec, generation)
+		},
 		Serving:   px.Generation,
 		Endpoints: px.Endpoints,
 		Heartbeat: p.Heartbeat,
 		Resync:    p.Resync,
 		Logger:    p.Logger,
 	}
+}
+
+// canary is the canary side of a process fed from the database: the
+// flusher of its windows, the follower of transient weights and a runner.
+type canaryParts struct {
+	flusher  *fleet.Flusher
+	follower *fleet.Follower
+	runner   *fleet.Runner
+}
+
+// canaryParts returns the canary parts of a process whose data plane px is
+// reported as instance and whose metrics go to reg.
+func (p *Process) canaryParts(store *db.Store, instance string, px *proxy.Proxy, reg prometheus.Registerer) canaryParts {
+	return canaryParts{
+		flusher:  &fleet.Flusher{Store: store, Instance: instance, Recorders: px.CanaryRecorders, Interval: p.CanaryInterval, Logger: p.Logger},
+		follower: &fleet.Follower{Store: store, Proxy: px, Resync: p.Resync, Logger: p.Logger},
+		runner: &fleet.Runner{Store: store, Instance: instance, Interval: p.CanaryInterval, LockRetry: p.CanaryLockRetry,
+			Metrics: reg, Logger: p.Logger, Acted: p.CanaryActed, Leading: p.CanaryLeading},
+	}
+}
+
+// run runs the parts under g.
+func (c canaryParts) run(ctx context.Context, g *errgroup.Group) {
+	g.Go(func() error { return c.flusher.Run(ctx) })
+	g.Go(func() error { return c.follower.Run(ctx) })
+	g.Go(func() error { return c.runner.Run(ctx) })
 }
 
 // instance describes this process for gateway_instances.

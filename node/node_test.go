@@ -49,6 +49,7 @@ type proc struct {
 	Addrs
 	applied chan struct{} // receives (collapsed) after each Applied call
 	latest  atomic.Int64  // the newest generation applied
+	stop    func()        // stops the process and waits for it
 }
 
 // hooks sets the process hooks of c to report to p.
@@ -107,7 +108,7 @@ func start(t testing.TB, c *Process, run func(context.Context) error) *proc {
 	started := make(chan Addrs, 1)
 	p.hooks(c, started)
 	stopped := make(chan error, 1)
-	testrun.Background(t, func(ctx context.Context) error {
+	p.stop = testrun.Background(t, func(ctx context.Context) error {
 		err := run(ctx)
 		stopped <- err
 		return err

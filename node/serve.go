@@ -13,6 +13,7 @@ import (
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/fleet"
 	"github.com/dwara/dwara/gateway/proxy"
 )
 
@@ -54,8 +55,14 @@ func Serve(ctx context.Context, c ServeConfig) error {
 
 	reg := newRegistry()
 	px := proxy.New(proxy.Options{Metrics: reg, Logger: log})
-	defer px.Close() // after every part has stopped: the pooled upstream connections
-	apply := applier(px, c.Applied)
+	defer px.Close()             // after every part has stopped: the pooled upstream connections
+	var follower *fleet.Follower // set below, before any apply
+	apply := applier(px, func(generation int64) {
+		follower.Notify() // transient weights of the applied generation, if any
+		if c.Applied != nil {
+			c.Applied(generation)
+		}
+	})
 	apiSrv := api.New(api.Options{
 		// The API validated spec once; the proxy serves it before the 201.
 		OnPublish: func(ctx context.Context, generation int64, spec *config.Spec) error {
@@ -77,9 +84,12 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	src := c.databaseSource(store, proxyL.addr(), px, apply)
-	l := listener(store.ConnString(), log, follows(src), events(apiSrv))
+	cp := c.canaryParts(store, src.Instance.ID, px, reg)
+	follower = cp.follower
+	l := listener(store.ConnString(), log, follows(src), weights(follower), events(apiSrv))
 
 	g, gctx := errgroup.WithContext(ctx)
+	cp.run(gctx, g)
 	g.Go(func() error { return l.Run(gctx) })
 	g.Go(func() error { return src.Run(gctx) })
 	g.Go(func() error { return apiSrv.Run(gctx) })
@@ -97,8 +107,11 @@ var (
 	demoCanary = []string{"127.0.0.1:9101"}
 )
 
-// DemoSpec is the example generation `serve --demo` seeds: a 90/10 split of
-// web-stable and web-canary with a sticky cookie.
+// DemoSpec is the example generation `serve --demo` seeds: service web, a
+// 90/10 split of web-stable and web-canary with a sticky cookie, and
+// service shop under /shop, a 90/10 split of the same pools judged by the
+// canary controller (promoted by 10 while the canary's error rate stays
+// under 1%, rolled back above 5%, straight to 0 above 10%).
 func DemoSpec(stable, canary []string) string {
 	q := func(addrs []string) string {
 		b, _ := json.Marshal(addrs)
@@ -119,6 +132,20 @@ services:
     sticky:
       cookie: dwara_affinity
       ttl_s: 3600
+  - name: shop
+    base_path: /shop
+    split:
+      targets:
+        - {upstream: web-stable, weight: 90}
+        - {upstream: web-canary, weight: 10}
+      canary_analysis:
+        enabled: true
+        window_seconds: 30
+        step: 10
+        min_requests: 50
+        cooldown_seconds: 10
+        promote: {metric: error_rate, threshold: 0.01}
+        rollback: {metric: error_rate, threshold: 0.05}
 `
 }
 
@@ -149,7 +176,7 @@ func startDemo(ctx context.Context, store *db.Store) ([]*demo.Pool, error) {
 	zero := int64(0)
 	_, err = store.Publish(ctx, db.PublishParams{
 		Spec: js, Action: apiv1.ActionCreate, Author: "demo",
-		Message: "demo: 90/10 split of web-stable and web-canary with a sticky cookie", IfMatch: &zero,
+		Message: "demo: web, a sticky 90/10 split; shop, a 90/10 canary judged by the controller", IfMatch: &zero,
 	})
 	if errors.Is(err, db.ErrPreconditionFailed) {
 		err = nil // another process seeded first

@@ -300,3 +300,104 @@ func ValidRequestID(v string) bool {
 	}
 	return true
 }
+
+// Canary event actions (CanaryEvent.Action). The controller writes
+// promote, rollback and severe_rollback; an operator's pause and resume of
+// a group are recorded as events too, with equal from and to weights.
+const (
+	CanaryPromote        = "promote"
+	CanaryRollback       = "rollback"
+	CanarySevereRollback = "severe_rollback"
+	CanaryPause          = "pause"
+	CanaryResume         = "resume"
+)
+
+// Canary group states (CanaryGroup.State).
+const (
+	// CanaryRunning: the controller judges the group every second.
+	CanaryRunning = "running"
+	// CanaryPaused: an operator holds the group; the controller does not act.
+	CanaryPaused = "paused"
+	// CanaryComplete: the canary holds the whole total; nothing more to do.
+	CanaryComplete = "complete"
+	// CanaryRolledBack: the canary was rolled back to weight 0.
+	CanaryRolledBack = "rolled_back"
+	// CanaryDisabled: canary_analysis.enabled is false.
+	CanaryDisabled = "disabled"
+)
+
+// Server-sent event names of the canary controller's actions.
+const (
+	EventCanaryPromoted   = "canary_promoted"
+	EventCanaryRolledBack = "canary_rolled_back"
+)
+
+// CanaryFigures are what the controller judged of one version over its
+// window: the request and error counts of the whole fleet, the error rate
+// (errors / requests, 0 with no requests) and the p99 latency in seconds
+// (0 with no requests).
+type CanaryFigures struct {
+	Requests   int64   `json:"requests"`
+	Errors     int64   `json:"errors"`
+	ErrorRate  float64 `json:"error_rate"`
+	LatencyP99 float64 `json:"latency_p99"`
+}
+
+// CanaryEvent is one transient weight change of the canary controller, or
+// an operator's pause or resume. FromWeight and ToWeight are the canary
+// target's weights; the baseline holds the rest of the total. PValue is
+// the two-sided p-value of a two-proportion test of the canary's error
+// rate against the baseline's over the judged window (1 when either side
+// had no requests); Baseline, Canary and PValue are null for pause and
+// resume.
+type CanaryEvent struct {
+	ID           int64          `json:"id"`
+	GenerationID int64          `json:"generation_id"`
+	Service      string         `json:"service"`
+	FromWeight   int            `json:"from_weight"`
+	ToWeight     int            `json:"to_weight"`
+	Action       string         `json:"action"`
+	Reason       string         `json:"reason"`
+	Baseline     *CanaryFigures `json:"baseline"`
+	Canary       *CanaryFigures `json:"canary"`
+	PValue       *float64       `json:"p_value"`
+	InstanceID   string         `json:"instance_id"`
+	Actor        string         `json:"actor,omitempty"`
+	CreatedAt    time.Time      `json:"created_at"`
+}
+
+// CanaryEventList is one page of canary events, newest first.
+type CanaryEventList struct {
+	Items []CanaryEvent `json:"items"`
+	// NextCursor, when not empty, is the cursor of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// CanaryGroup is the state of one canary group of the active generation: a
+// service whose 2-target split has canary_analysis.
+type CanaryGroup struct {
+	Service      string `json:"service"`
+	GenerationID int64  `json:"generation_id"`
+	Baseline     string `json:"baseline"` // upstream name
+	Canary       string `json:"canary"`   // upstream name
+	// Configured are the generation's weights, baseline first; Weights the
+	// ones in force (equal to Configured until the controller acts).
+	Configured [2]int `json:"configured"`
+	Weights    [2]int `json:"weights"`
+	Transient  bool   `json:"transient"`
+	// State is one of the Canary* state constants.
+	State string `json:"state"`
+	// WindowSeconds is the judged window; BaselineWindow and CanaryWindow
+	// are the fleet's figures over it as of the answer.
+	WindowSeconds  int           `json:"window_seconds"`
+	BaselineWindow CanaryFigures `json:"baseline_window"`
+	CanaryWindow   CanaryFigures `json:"canary_window"`
+	// LastEvent is the group's newest event of this generation; nil when
+	// none.
+	LastEvent *CanaryEvent `json:"last_event"`
+}
+
+// CanaryList is every canary group of the active generation.
+type CanaryList struct {
+	Items []CanaryGroup `json:"items"`
+}

@@ -13,7 +13,7 @@ import (
 // is added to the table, and to the README, on purpose.
 var allowedImports = map[string][]string{
 	"cmd/dwara":               {"client/cli", "db", "node"},
-	"node":                    {"api", "api/apiv1", "db", "demo", "gateway/config", "gateway/proxy", "gateway/source"},
+	"node":                    {"api", "api/apiv1", "db", "demo", "gateway/config", "gateway/fleet", "gateway/proxy", "gateway/source"},
 	"client/cli":              {"api/apiv1", "client", "gateway/config"},
 	"client":                  {"api/apiv1"},
 	"api":                     {"api/apiv1", "db", "gateway/config", "openapi", "web"},
@@ -22,7 +22,9 @@ var allowedImports = map[string][]string{
 	"db":                      {"api/apiv1", "migrations"},
 	"db/dbtest":               {"db", "migrations"},
 	"gateway/source":          {"api/apiv1", "db", "gateway/config"},
-	"gateway/proxy":           {"api/apiv1", "gateway/affinity", "gateway/balance", "gateway/config", "gateway/health", "gateway/split"},
+	"gateway/fleet":           {"api/apiv1", "db", "gateway/canary", "gateway/config", "gateway/proxy"},
+	"gateway/canary":          {"api/apiv1", "gateway/config"},
+	"gateway/proxy":           {"api/apiv1", "gateway/affinity", "gateway/balance", "gateway/canary", "gateway/config", "gateway/health", "gateway/split"},
 	"gateway/health":          {"gateway/balance", "gateway/config"},
 	"gateway/balance":         {"gateway/config", "gateway/split"},
 	"gateway/config":          {"gateway/split"},

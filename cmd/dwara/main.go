@@ -184,6 +184,10 @@ func banner(w io.Writer, a node.Addrs, demo bool) {
   demo: web-stable (127.0.0.1:9001, :9002) and web-canary (127.0.0.1:9101) split 90/10
     try   curl -si http://%[1]s/            (a new sticky session each time)
           curl -s -X POST http://%[2]s/api/v1/services/web/flip
+  canary: /shop splits the same pools 90/10 under the canary controller
+    try   curl -s -X POST 'http://127.0.0.1:9101/fail?rate=0.2'   (the canary fails 20%%)
+          for i in $(seq 600); do curl -so /dev/null http://%[1]s/shop/; sleep 0.05; done
+          dwara canary shop                            (rolled back within a minute)
 `, a.Proxy, a.Admin)
 	}
 	fmt.Fprintln(w)

@@ -18,6 +18,8 @@ type metrics struct {
 	duration   *prometheus.HistogramVec
 	generation prometheus.Gauge
 	applySecs  prometheus.Histogram
+	// canaryWeight is the canary weight in force of each canary group.
+	canaryWeight *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
@@ -52,10 +54,14 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 			Help:    "Time to compile and swap in a generation.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 8),
 		}),
+		canaryWeight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dwara_canary_weight",
+			Help: "The weight of the canary target of each canary group (named by its service) in force in this data plane: the generation's, or the canary controller's transient one.",
+		}, []string{"group"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.picks, m.failovers, m.sticky, m.requests, m.duration,
-			m.generation, m.applySecs, endpointCollector{p})
+			m.generation, m.applySecs, m.canaryWeight, endpointCollector{p})
 	}
 	return m
 }
@@ -147,6 +153,19 @@ func (p *Proxy) retainTargetMetrics(t *table) {
 		p.m.failovers.DeleteLabelValues(s, u)
 		p.m.duration.DeleteLabelValues(s, u)
 		p.m.requests.DeletePartialMatch(prometheus.Labels{"service": s, "upstream": u})
+	}
+	groups := make(map[string]bool, len(t.canaries))
+	for _, svc := range t.canaries {
+		groups[svc.name] = true
+	}
+	for _, g := range p.canaryGroups {
+		if !groups[g] {
+			p.m.canaryWeight.DeleteLabelValues(g)
+		}
+	}
+	p.canaryGroups = p.canaryGroups[:0]
+	for g := range groups {
+		p.canaryGroups = append(p.canaryGroups, g)
 	}
 }
 

@@ -103,6 +103,9 @@ type Proxy struct {
 	// kept across generations, guarded by applyMu.
 	shared map[string]*upstreamShared
 	um     upstreamMetrics
+	// canaryGroups are the groups with a dwara_canary_weight series;
+	// guarded by applyMu.
+	canaryGroups []string
 }
 
 // New returns a Proxy that answers 503 until the first Apply. The health
@@ -358,7 +361,8 @@ func (p *Proxy) route(t *table, v view) route {
 	}
 
 	h := split.Hash(key)
-	ti := svc.split.PickHash(h)
+	sp := svc.split.Load()
+	ti := sp.PickHash(h)
 	tg := svc.targets[ti]
 	ei := tg.up.balancer.Pick(affinityKey)
 	if ei < 0 {
@@ -368,7 +372,7 @@ func (p *Proxy) route(t *table, v view) route {
 		excluded := uint8(1) << ti
 		tg.failovers.Inc()
 		for ei < 0 {
-			ti = svc.split.PickExcluding(h, excluded)
+			ti = sp.PickExcluding(h, excluded)
 			if ti < 0 {
 				return route{status: http.StatusBadGateway, title: "No healthy upstream",
 					detail: "every endpoint of every target of service " + svc.name + " is down"}
@@ -410,7 +414,13 @@ func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target
 		putStatusWriter(sw)
 		a.end(tg.up, code >= 500)
 		tg.codes.inc(code)
-		tg.duration.Observe(time.Since(start).Seconds())
+		d := time.Since(start)
+		tg.duration.Observe(d.Seconds())
+		if tg.rec != nil && code != statusClientGone {
+			// A client that went away is neither a request nor an error
+			// of the version it reached.
+			tg.rec.Observe(d, code >= 500)
+		}
 	}()
 	if ep.pool != nil && !isUpgrade(r) {
 		code = p.forward(sw, r, tg.up, &a)

@@ -9,9 +9,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/dwara/dwara/gateway/balance"
+	"github.com/dwara/dwara/gateway/canary"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/split"
 )
@@ -26,6 +30,8 @@ type table struct {
 	hostless []*service
 	// upstreams by name, for Retain and introspection.
 	upstreams map[string]*upstream
+	// canaries are the services with canary analysis, in spec order.
+	canaries []*service
 }
 
 // service is a compiled config.Service. A service routed to one upstream is a
@@ -33,9 +39,21 @@ type table struct {
 type service struct {
 	name     string
 	basePath string
-	split    *split.Split
-	targets  []*target
-	sticky   *sticky
+	// split is the service's weighted split: the generation's, until the
+	// canary controller swaps in transient weights (SetCanaryWeight).
+	split   atomic.Pointer[split.Split]
+	targets []*target
+	sticky  *sticky
+	// canary is the service's canary group; nil without canary_analysis.
+	canary *canaryGroup
+}
+
+// canaryGroup is a compiled canary group: a 2-target split with canary
+// analysis. Its recorders are in the targets (baseline first).
+type canaryGroup struct {
+	total int
+	// weight is the canary weight in force, for dwara_canary_weight.
+	weight prometheus.Gauge
 }
 
 type sticky struct {
@@ -49,6 +67,9 @@ type sticky struct {
 type target struct {
 	up *upstream
 	*targetMetrics
+	// rec records the target's answers for the canary analysis; nil when
+	// the service has none.
+	rec *canary.Recorder
 	// headers is the X-Dwara-* set sent upstream, values with len == cap so
 	// an append elsewhere never writes into the shared arrays.
 	hdrService, hdrUpstream, hdrGeneration []string
@@ -136,7 +157,15 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 		if err != nil {
 			return nil, fmt.Errorf("service %q: %w", s.Name, err)
 		}
-		cs.split = sp
+		cs.split.Store(sp)
+		if s.Split != nil && s.Split.CanaryAnalysis != nil && len(cs.targets) == 2 {
+			cs.canary = &canaryGroup{total: weights[0] + weights[1], weight: p.m.canaryWeight.WithLabelValues(s.Name)}
+			cs.canary.weight.Set(float64(weights[1]))
+			for _, tg := range cs.targets {
+				tg.rec = canary.NewRecorder()
+			}
+			t.canaries = append(t.canaries, cs)
+		}
 		if s.Sticky != nil {
 			ttl := s.Sticky.TTLSeconds
 			if ttl == 0 {

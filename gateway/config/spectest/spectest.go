@@ -183,3 +183,14 @@ func JSONEqual(t testing.TB, a, b []byte) bool {
 	}
 	return reflect.DeepEqual(va, vb)
 }
+
+// Analysis sets the canary analysis of the last service added, which must
+// be a split.
+func (b *Builder) Analysis(ca config.CanaryAnalysis) *Builder {
+	s := b.last()
+	if s.Split == nil {
+		panic("spectest: Analysis of a service without a split")
+	}
+	s.Split.CanaryAnalysis = &ca
+	return b
+}

@@ -1,0 +1,527 @@
+package db
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dwara/dwara/api/apiv1"
+)
+
+// CanaryNotifyChannel is the PostgreSQL channel on which every canary event
+// (a transient weight change, a pause, a resume) is announced, in the
+// transaction that records it. The payload is the JSON of the
+// apiv1.CanaryEvent.
+const CanaryNotifyChannel = "dwara_canary"
+
+// canaryLockKey is the session-level advisory lock held by the one canary
+// runner of a database.
+const canaryLockKey int64 = 0x64776172610002 // "dwara" + 2
+
+// canaryHoldLockKey is the first key of the transaction-level advisory
+// lock (with the service's hash) that serialises holds of a service.
+const canaryHoldLockKey int32 = 0x64770003
+
+// The versions of a canary group in canary_windows.
+const (
+	VersionBaseline = "baseline"
+	VersionCanary   = "canary"
+)
+
+// CanaryWindowRow is one instance's aggregate of one version of one canary
+// group over about a second. Latency is a sparse histogram: [bucket, count]
+// pairs, buckets ascending (gateway/canary.Histogram.AppendSparse).
+type CanaryWindowRow struct {
+	Generation       int64
+	Service          string
+	Version          string // VersionBaseline or VersionCanary
+	Requests, Errors uint64
+	Latency          [][2]uint64
+}
+
+// CanaryTotals is the fleet's aggregate of one version over a window:
+// every instance's rows summed, the latency histograms merged (bucket
+// ascending, each bucket once).
+type CanaryTotals struct {
+	Requests, Errors uint64
+	Latency          [][2]uint64
+}
+
+// FlushCanaryWindows stores rows as instance's aggregates of the current
+// second (by the database's clock). Two flushes within one second add up.
+// Rows with no requests are skipped.
+func (s *Store) FlushCanaryWindows(ctx context.Context, instance string, rows []CanaryWindowRow) error {
+	var (
+		gens                []int64
+		services, versions  []string
+		requests, errorsCol []int64
+		latency             []string
+	)
+	for _, r := range rows {
+		if r.Requests == 0 {
+			continue
+		}
+		if r.Version != VersionBaseline && r.Version != VersionCanary {
+			return fmt.Errorf("flush canary windows: unknown version %q", r.Version)
+		}
+		lat := r.Latency
+		if lat == nil {
+			lat = [][2]uint64{}
+		}
+		js, err := json.Marshal(lat)
+		if err != nil {
+			return fmt.Errorf("flush canary windows: %w", err)
+		}
+		gens = append(gens, r.Generation)
+		services = append(services, r.Service)
+		versions = append(versions, r.Version)
+		requests = append(requests, int64(r.Requests))
+		errorsCol = append(errorsCol, int64(r.Errors))
+		latency = append(latency, string(js))
+	}
+	if len(gens) == 0 {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO canary_windows AS w (generation_id, service, second, instance_id, version, requests, errors, latency)
+		SELECT g, svc, date_trunc('second', now()), $1, v, r, e, l::jsonb
+		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[]) AS u(g, svc, v, r, e, l)
+		ON CONFLICT (generation_id, service, second, instance_id, version) DO UPDATE SET
+			requests = w.requests + EXCLUDED.requests,
+			errors = w.errors + EXCLUDED.errors,
+			latency = (
+				SELECT coalesce(jsonb_agg(jsonb_build_array(b, c) ORDER BY b), '[]'::jsonb)
+				FROM (
+					SELECT (p->>0)::int AS b, sum((p->>1)::bigint) AS c
+					FROM jsonb_array_elements(w.latency || EXCLUDED.latency) AS p
+					GROUP BY 1
+				) AS merged
+			)`,
+		instance, gens, services, versions, requests, errorsCol, latency)
+	if err != nil {
+		return fmt.Errorf("flush canary windows: %w", err)
+	}
+	return nil
+}
+
+// CanaryWindow returns the fleet's totals of the baseline and the canary of
+// service in generation over the last window (by the database's clock),
+// and the database's time of the reading.
+func (s *Store) CanaryWindow(ctx context.Context, generation int64, service string, window time.Duration) (baseline, canary CanaryTotals, now time.Time, err error) {
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		secs := window.Seconds()
+		rows, err := tx.Query(ctx, `
+			SELECT version, sum(requests), sum(errors), now()
+			FROM canary_windows
+			WHERE generation_id = $1 AND service = $2 AND second > now() - make_interval(secs => $3)
+			GROUP BY version`, generation, service, secs)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var v string
+			var r, e int64
+			if err := rows.Scan(&v, &r, &e, &now); err != nil {
+				return err
+			}
+			t := totalsOf(v, &baseline, &canary)
+			t.Requests, t.Errors = uint64(r), uint64(e)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if now.IsZero() {
+			if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+				return err
+			}
+			return nil // no rows
+		}
+		rows, err = tx.Query(ctx, `
+			SELECT version, (p->>0)::bigint AS b, sum((p->>1)::bigint)
+			FROM canary_windows, jsonb_array_elements(latency) AS p
+			WHERE generation_id = $1 AND service = $2 AND second > now() - make_interval(secs => $3)
+			GROUP BY version, b
+			ORDER BY version, b`, generation, service, secs)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var v string
+			var b, c int64
+			if err := rows.Scan(&v, &b, &c); err != nil {
+				return err
+			}
+			if b < 0 || c < 0 {
+				return fmt.Errorf("negative latency bucket %d or count %d", b, c)
+			}
+			t := totalsOf(v, &baseline, &canary)
+			t.Latency = append(t.Latency, [2]uint64{uint64(b), uint64(c)})
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return CanaryTotals{}, CanaryTotals{}, time.Time{}, fmt.Errorf("read canary window of %q in generation %d: %w", service, generation, err)
+	}
+	return baseline, canary, now, nil
+}
+
+func totalsOf(version string, baseline, canary *CanaryTotals) *CanaryTotals {
+	if version == VersionCanary {
+		return canary
+	}
+	return baseline
+}
+
+// PruneCanaryWindows deletes the window rows older than retention and
+// returns how many it deleted.
+func (s *Store) PruneCanaryWindows(ctx context.Context, retention time.Duration) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM canary_windows WHERE second < now() - make_interval(secs => $1)`, retention.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("prune canary windows: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// CanaryState is what storage knows of one canary group in one generation.
+type CanaryState struct {
+	// Transient is true when the controller changed the canary's weight
+	// in this generation; Weight is then the canary weight in force.
+	Transient bool
+	Weight    int
+	// LastAction is the time of the newest controller action on the group
+	// in this generation (the database's clock); zero when none.
+	LastAction time.Time
+	// Paused is true when the newest pause or resume of the service, in
+	// any generation, is a pause: a hold lasts until it is resumed.
+	Paused bool
+	// LastEvent is the newest event of the group in this generation; nil
+	// when none.
+	LastEvent *apiv1.CanaryEvent
+}
+
+// controllerActions is the SQL list of the controller's own actions: the
+// ones that change weights.
+const controllerActions = `('promote', 'rollback', 'severe_rollback')`
+
+// CanaryStates returns the state of every service of generation that has
+// canary events in it or a pause in force. A service missing from the map
+// has no transient weight, was never acted on and is not paused.
+func (s *Store) CanaryStates(ctx context.Context, generation int64) (map[string]CanaryState, error) {
+	return canaryStates(ctx, s.pool, generation)
+}
+
+func canaryStates(ctx context.Context, q querier, generation int64) (map[string]CanaryState, error) {
+	states := make(map[string]CanaryState)
+	rows, err := q.Query(ctx, `
+		SELECT DISTINCT ON (service) `+canaryEventColumns+`
+		FROM canary_events WHERE generation_id = $1 AND action IN `+controllerActions+`
+		ORDER BY service, id DESC`, generation)
+	if err != nil {
+		return nil, fmt.Errorf("load canary weights of generation %d: %w", generation, err)
+	}
+	actions, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (apiv1.CanaryEvent, error) { return scanCanaryEvent(r) })
+	if err != nil {
+		return nil, fmt.Errorf("load canary weights of generation %d: %w", generation, err)
+	}
+	for _, e := range actions {
+		states[e.Service] = CanaryState{Transient: true, Weight: e.ToWeight, LastAction: e.CreatedAt}
+	}
+	rows, err = q.Query(ctx, `
+		SELECT DISTINCT ON (service) service, action = 'pause'
+		FROM canary_events WHERE action IN ('pause', 'resume')
+		ORDER BY service, id DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("load canary holds: %w", err)
+	}
+	var service string
+	var paused bool
+	_, err = pgx.ForEachRow(rows, []any{&service, &paused}, func() error {
+		if paused {
+			st := states[service]
+			st.Paused = true
+			states[service] = st
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load canary holds: %w", err)
+	}
+	rows, err = q.Query(ctx, `
+		SELECT DISTINCT ON (service) `+canaryEventColumns+`
+		FROM canary_events WHERE generation_id = $1
+		ORDER BY service, id DESC`, generation)
+	if err != nil {
+		return nil, fmt.Errorf("load canary events of generation %d: %w", generation, err)
+	}
+	last, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (apiv1.CanaryEvent, error) { return scanCanaryEvent(r) })
+	if err != nil {
+		return nil, fmt.Errorf("load canary events of generation %d: %w", generation, err)
+	}
+	for _, e := range last {
+		st := states[e.Service]
+		st.LastEvent = &e
+		states[e.Service] = st
+	}
+	return states, nil
+}
+
+// ListCanaryEvents returns up to limit canary events, newest first, with
+// ids below beforeID (0 means from the newest), of service ("" means every
+// service) in generation (0 means every generation).
+func (s *Store) ListCanaryEvents(ctx context.Context, service string, generation int64, limit int, beforeID int64) ([]apiv1.CanaryEvent, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("list canary events: limit %d must be positive", limit)
+	}
+	if beforeID <= 0 {
+		beforeID = 1<<63 - 1
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+canaryEventColumns+` FROM canary_events
+		WHERE id < $1 AND ($2 = '' OR service = $2) AND ($3 = 0 OR generation_id = $3)
+		ORDER BY id DESC LIMIT $4`, beforeID, service, generation, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list canary events: %w", err)
+	}
+	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (apiv1.CanaryEvent, error) { return scanCanaryEvent(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list canary events: %w", err)
+	}
+	return events, nil
+}
+
+// ErrUnchanged is returned by HoldCanary when the group already is in the
+// asked state; nothing was recorded.
+var ErrUnchanged = errors.New("unchanged")
+
+// HoldCanary records an operator's pause (pause true) or resume of the
+// canary group of service, in generation, at the canary weight in force
+// (weight), and announces it on CanaryNotifyChannel. A pause already in
+// force (or a resume of a group that is not paused) records nothing and
+// returns ErrUnchanged; a generation that is not the newest gives
+// ErrPreconditionFailed.
+func (s *Store) HoldCanary(ctx context.Context, generation int64, service string, pause bool, weight int, actor, reason string) (apiv1.CanaryEvent, error) {
+	action := apiv1.CanaryResume
+	if pause {
+		action = apiv1.CanaryPause
+	}
+	var e apiv1.CanaryEvent
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Serialise holds of a service with each other.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, canaryHoldLockKey, service); err != nil {
+			return err
+		}
+		var newest int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM generations`).Scan(&newest); err != nil {
+			return err
+		}
+		if newest != generation {
+			return ErrPreconditionFailed
+		}
+		var paused bool
+		err := tx.QueryRow(ctx, `
+			SELECT action = 'pause' FROM canary_events
+			WHERE service = $1 AND action IN ('pause', 'resume') ORDER BY id DESC LIMIT 1`, service).Scan(&paused)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if paused == pause {
+			return ErrUnchanged
+		}
+		row := tx.QueryRow(ctx, `
+			INSERT INTO canary_events (generation_id, service, from_weight, to_weight, action, reason, actor)
+			VALUES ($1, $2, $3, $3, $4, $5, $6)
+			RETURNING `+canaryEventColumns, generation, service, weight, action, reason, actor)
+		if e, err = scanCanaryEvent(row); err != nil {
+			return err
+		}
+		return notifyCanary(ctx, tx, e)
+	})
+	if errors.Is(err, ErrUnchanged) || errors.Is(err, ErrPreconditionFailed) {
+		return apiv1.CanaryEvent{}, err
+	}
+	if err != nil {
+		return apiv1.CanaryEvent{}, fmt.Errorf("%s canary %q: %w", action, service, err)
+	}
+	return e, nil
+}
+
+// CanaryLock is the canary runner's session-level advisory lock, held on a
+// connection of its own: the lock lives exactly as long as that session,
+// so a runner whose connection is lost has lost the lock, and its
+// recording, which runs on the same connection, fails. It is not safe for
+// concurrent use.
+type CanaryLock struct {
+	conn *pgx.Conn
+}
+
+// TryCanaryLock opens a connection and tries to take the runner lock on
+// it. It returns nil and no error when another session holds the lock.
+func (s *Store) TryCanaryLock(ctx context.Context) (*CanaryLock, error) {
+	conn, err := pgx.Connect(ctx, s.connStr)
+	if err != nil {
+		return nil, fmt.Errorf("canary lock: connect: %w", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, canaryLockKey).Scan(&ok); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("canary lock: %w", err)
+	}
+	if !ok {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, nil
+	}
+	return &CanaryLock{conn: conn}, nil
+}
+
+// Close releases the lock by closing its session.
+func (l *CanaryLock) Close(ctx context.Context) {
+	_ = l.conn.Close(ctx)
+}
+
+// Newest returns the id of the newest generation (0 when none) and the
+// database's time, on the lock's session: an error means the lock may be
+// lost.
+func (l *CanaryLock) Newest(ctx context.Context) (int64, time.Time, error) {
+	var id int64
+	var now time.Time
+	if err := l.conn.QueryRow(ctx, `SELECT coalesce(max(id), 0), now() FROM generations`).Scan(&id, &now); err != nil {
+		return 0, time.Time{}, fmt.Errorf("canary lock: newest generation: %w", err)
+	}
+	return id, now, nil
+}
+
+// States is Store.CanaryStates on the lock's session.
+func (l *CanaryLock) States(ctx context.Context, generation int64) (map[string]CanaryState, error) {
+	return canaryStates(ctx, l.conn, generation)
+}
+
+// Record stores a controller action and announces it on
+// CanaryNotifyChannel, in one transaction on the lock's session, only when
+// e.GenerationID is still the newest generation and e.FromWeight is the
+// canary weight in force (the newest action's ToWeight in that generation,
+// else configured): a compare-and-set, so an action judged on a state that
+// changed is never recorded. It returns the stored event and whether it
+// was recorded.
+func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured int) (apiv1.CanaryEvent, bool, error) {
+	switch e.Action {
+	case apiv1.CanaryPromote, apiv1.CanaryRollback, apiv1.CanarySevereRollback:
+	default:
+		return apiv1.CanaryEvent{}, false, fmt.Errorf("record canary event: %q is not a controller action", e.Action)
+	}
+	baseline, err := figuresJSON(e.Baseline)
+	if err != nil {
+		return apiv1.CanaryEvent{}, false, err
+	}
+	canary, err := figuresJSON(e.Canary)
+	if err != nil {
+		return apiv1.CanaryEvent{}, false, err
+	}
+	var stored apiv1.CanaryEvent
+	recorded := false
+	err = pgx.BeginFunc(ctx, l.conn, func(tx pgx.Tx) error {
+		row := tx.QueryRow(ctx, `
+			WITH cur AS (
+				SELECT coalesce((
+					SELECT to_weight FROM canary_events
+					WHERE generation_id = $1 AND service = $2 AND action IN `+controllerActions+`
+					ORDER BY id DESC LIMIT 1), $11) AS w
+			)
+			INSERT INTO canary_events (generation_id, service, from_weight, to_weight, action, reason,
+			                           baseline, canary, p_value, instance_id)
+			SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10
+			FROM cur
+			WHERE cur.w = $3 AND (SELECT max(id) FROM generations) = $1
+			RETURNING `+canaryEventColumns,
+			e.GenerationID, e.Service, e.FromWeight, e.ToWeight, e.Action, e.Reason,
+			baseline, canary, e.PValue, e.InstanceID, configured)
+		var err error
+		stored, err = scanCanaryEvent(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		recorded = true
+		return notifyCanary(ctx, tx, stored)
+	})
+	if err != nil {
+		return apiv1.CanaryEvent{}, false, fmt.Errorf("record canary %s of %q: %w", e.Action, e.Service, err)
+	}
+	return stored, recorded, nil
+}
+
+func figuresJSON(f *apiv1.CanaryFigures) ([]byte, error) {
+	if f == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("encode canary figures: %w", err)
+	}
+	return b, nil
+}
+
+func notifyCanary(ctx context.Context, tx pgx.Tx, e apiv1.CanaryEvent) error {
+	payload, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encode canary event: %w", err)
+	}
+	if len(payload) > maxNotifyPayload {
+		e.Reason = e.Reason[:min(len(e.Reason), 200)]
+		if payload, err = json.Marshal(e); err != nil {
+			return fmt.Errorf("encode canary event: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, CanaryNotifyChannel, string(payload)); err != nil {
+		return fmt.Errorf("notify canary event: %w", err)
+	}
+	return nil
+}
+
+// querier is what the canary reads need of a pool or a connection.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+const canaryEventColumns = `id, generation_id, service, from_weight, to_weight, action, reason, baseline, canary, p_value, instance_id, actor, created_at`
+
+func scanCanaryEvent(row pgx.Row) (apiv1.CanaryEvent, error) {
+	var e apiv1.CanaryEvent
+	var baseline, canary []byte
+	if err := row.Scan(&e.ID, &e.GenerationID, &e.Service, &e.FromWeight, &e.ToWeight, &e.Action, &e.Reason,
+		&baseline, &canary, &e.PValue, &e.InstanceID, &e.Actor, &e.CreatedAt); err != nil {
+		return apiv1.CanaryEvent{}, err
+	}
+	for _, f := range []struct {
+		raw []byte
+		dst **apiv1.CanaryFigures
+	}{{baseline, &e.Baseline}, {canary, &e.Canary}} {
+		if f.raw == nil {
+			continue
+		}
+		*f.dst = new(apiv1.CanaryFigures)
+		if err := json.Unmarshal(f.raw, *f.dst); err != nil {
+			return apiv1.CanaryEvent{}, fmt.Errorf("decode figures of canary event %d: %w", e.ID, err)
+		}
+	}
+	return e, nil
+}
+
+// ParseCanaryEvent decodes the payload of a CanaryNotifyChannel
+// notification.
+func ParseCanaryEvent(payload string) (apiv1.CanaryEvent, error) {
+	var e apiv1.CanaryEvent
+	if err := json.Unmarshal([]byte(payload), &e); err != nil {
+		return apiv1.CanaryEvent{}, fmt.Errorf("decode canary notification: %w", err)
+	}
+	if e.GenerationID <= 0 || e.Service == "" {
+		return apiv1.CanaryEvent{}, fmt.Errorf("decode canary notification: no generation or service in %s", strconv.Quote(payload[:min(len(payload), 200)]))
+	}
+	return e, nil
+}

@@ -1,0 +1,73 @@
+package canary
+
+import "time"
+
+// Controller applies Evaluate to a fixed set of groups over time, keeping
+// each group's State: a new controller starts every group at its
+// Configured weight, never acted and not paused. The zero Controller has no
+// groups and does nothing. A Controller is not safe for concurrent use.
+type Controller struct {
+	groups []Group
+	states []State
+	index  map[string]int
+}
+
+// NewController returns a controller of groups (copied), each at its
+// Configured weight. If two groups name the same service, State and
+// SetState address the first.
+func NewController(groups []Group) *Controller {
+	c := &Controller{
+		groups: append([]Group(nil), groups...),
+		states: make([]State, len(groups)),
+		index:  make(map[string]int, len(groups)),
+	}
+	for i, g := range c.groups {
+		c.states[i] = State{CanaryWeight: g.Configured}
+		if _, dup := c.index[g.Service]; !dup {
+			c.index[g.Service] = i
+		}
+	}
+	return c
+}
+
+// State returns the state of the group of service, and false when the
+// controller has no such group.
+func (c *Controller) State(service string) (State, bool) {
+	i, ok := c.index[service]
+	if !ok {
+		return State{}, false
+	}
+	return c.states[i], true
+}
+
+// SetState replaces the state of the group of service (to pause or resume
+// it, or to restore a weight). It does nothing when the controller has no
+// such group.
+func (c *Controller) SetState(service string, s State) {
+	if i, ok := c.index[service]; ok {
+		c.states[i] = s
+	}
+}
+
+// Evaluate evaluates, in group order, every group that has a window in
+// windows (keyed by service; a missing or nil window skips the group), and
+// applies each action to that group's state: the canary weight becomes the
+// action's To and LastAction becomes now. It returns the actions taken, nil
+// when none.
+func (c *Controller) Evaluate(now time.Time, windows map[string]*Window) []Action {
+	var actions []Action
+	for i, g := range c.groups {
+		w := windows[g.Service]
+		if w == nil {
+			continue
+		}
+		a, ok := Evaluate(now, g, c.states[i], w)
+		if !ok {
+			continue
+		}
+		c.states[i].CanaryWeight = a.To
+		c.states[i].LastAction = now
+		actions = append(actions, a)
+	}
+	return actions
+}

@@ -1,0 +1,150 @@
+// Package fleet is the fleet-wide side of the canary analysis, the parts
+// that talk to PostgreSQL:
+//
+//   - Flusher: every data-plane process (serve's embedded proxy and every
+//     gateway replica) writes its canary groups' per-second aggregates to
+//     canary_windows about once a second.
+//   - Runner: exactly one process of the fleet holds the runner's advisory
+//     lock; every second it judges each canary group of the newest
+//     generation on the union of every instance's windows
+//     (gateway/canary.Evaluate), and records each action in
+//     canary_events, announced on db.CanaryNotifyChannel. Any process with
+//     a database URL runs one; the others wait for the lock.
+//   - Follower: every data-plane process applies the transient weights of
+//     the generation it serves, on every announcement, every (re)connect
+//     and every apply; Overlay gives a generation being applied the
+//     weights in force for it, so the first request already has them.
+//
+// The transient weights of a generation are the newest action's in
+// canary_events; publishing a generation reverts them (the new generation
+// has none) and starts its windows empty (windows are per generation).
+package fleet
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/canary"
+	"github.com/dwara/dwara/gateway/proxy"
+)
+
+// DefaultFlushInterval is how often a Flusher writes its aggregates.
+const DefaultFlushInterval = time.Second
+
+// Recorders is what a Flusher reads of a data plane: the generation being
+// served and its canary groups' recorders (proxy.Proxy.CanaryRecorders).
+type Recorders func() (int64, []proxy.CanaryRecorders)
+
+// Flusher writes one data-plane process's canary windows to PostgreSQL.
+// Set the fields, then call Run once. What a flush could not write (the
+// database away) is kept and added to the next flush, as long as the
+// generation is still served; nothing is kept beyond one aggregate per
+// group and version.
+type Flusher struct {
+	// Store receives the windows. Required.
+	Store *db.Store
+	// Instance is the process's gateway instance id. Required.
+	Instance string
+	// Recorders reads the data plane. Required.
+	Recorders Recorders
+	// Interval is the time between flushes; 0 means DefaultFlushInterval.
+	Interval time.Duration
+	// Logger logs failed flushes; nil means slog.Default().
+	Logger *slog.Logger
+	// Flushed, when non-nil, is called after each flush that wrote rows
+	// (tests wait on it).
+	Flushed func()
+
+	pending map[pendingKey]*canary.Stats
+}
+
+type pendingKey struct {
+	generation int64
+	service    string
+	version    string
+}
+
+// Run flushes every Interval until ctx is done, then flushes once more
+// (bounded by a second) and returns nil.
+func (f *Flusher) Run(ctx context.Context) error {
+	if f.Interval <= 0 {
+		f.Interval = DefaultFlushInterval
+	}
+	log := f.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	f.pending = make(map[pendingKey]*canary.Stats)
+	tick := time.NewTicker(f.Interval)
+	defer tick.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = f.flush(fctx)
+			cancel()
+			return nil
+		case <-tick.C:
+		}
+		err := f.flush(ctx)
+		switch {
+		case err != nil && !failing && ctx.Err() == nil:
+			log.Warn("canary windows not flushed; keeping them for the next flush", "err", err)
+			failing = true
+		case err == nil && failing:
+			log.Info("canary windows flushed again")
+			failing = false
+		}
+	}
+}
+
+// flush adds the recorders' deltas to the pending aggregates of the
+// generation served and writes them; on success they are cleared.
+func (f *Flusher) flush(ctx context.Context) error {
+	gen, recs := f.Recorders()
+	for k := range f.pending {
+		if k.generation != gen {
+			delete(f.pending, k) // a generation no longer served: its windows no longer count
+		}
+	}
+	for _, r := range recs {
+		r.Baseline.Delta(f.stats(gen, r.Service, db.VersionBaseline))
+		r.Canary.Delta(f.stats(gen, r.Service, db.VersionCanary))
+	}
+	var rows []db.CanaryWindowRow
+	for k, s := range f.pending {
+		if s.Requests == 0 {
+			continue
+		}
+		rows = append(rows, db.CanaryWindowRow{
+			Generation: k.generation, Service: k.service, Version: k.version,
+			Requests: s.Requests, Errors: s.Errors, Latency: s.Latency.AppendSparse(nil),
+		})
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	if err := f.Store.FlushCanaryWindows(ctx, f.Instance, rows); err != nil {
+		return err
+	}
+	for _, s := range f.pending {
+		s.Reset()
+	}
+	if f.Flushed != nil {
+		f.Flushed()
+	}
+	return nil
+}
+
+func (f *Flusher) stats(gen int64, service, version string) *canary.Stats {
+	k := pendingKey{gen, service, version}
+	s := f.pending[k]
+	if s == nil {
+		s = new(canary.Stats)
+		f.pending[k] = s
+	}
+	return s
+}
