@@ -359,10 +359,20 @@ type CanaryLock struct {
 	conn *pgx.Conn
 }
 
+// CanaryRunnerApplicationName is the application_name of the canary
+// runner's lock connection, so an operator finds the holder in
+// pg_stat_activity.
+const CanaryRunnerApplicationName = "dwara-canary-runner"
+
 // TryCanaryLock opens a connection and tries to take the runner lock on
 // it. It returns nil and no error when another session holds the lock.
 func (s *Store) TryCanaryLock(ctx context.Context) (*CanaryLock, error) {
-	conn, err := pgx.Connect(ctx, s.connStr)
+	cfg, err := pgx.ParseConfig(s.connStr)
+	if err != nil {
+		return nil, fmt.Errorf("canary lock: %w", err)
+	}
+	cfg.RuntimeParams["application_name"] = CanaryRunnerApplicationName
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("canary lock: connect: %w", err)
 	}

@@ -33,6 +33,10 @@ import (
 // DefaultFlushInterval is how often a Flusher writes its aggregates.
 const DefaultFlushInterval = time.Second
 
+// opTimeout bounds each round trip of the fleet's parts to PostgreSQL, so
+// a hung database delays them, never blocks them for good.
+const opTimeout = 10 * time.Second
+
 // Recorders is what a Flusher reads of a data plane: the generation being
 // served and its canary groups' recorders (proxy.Proxy.CanaryRecorders).
 type Recorders func() (int64, []proxy.CanaryRecorders)
@@ -89,7 +93,9 @@ func (f *Flusher) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		err := f.flush(ctx)
+		fctx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := f.flush(fctx)
+		cancel()
 		switch {
 		case err != nil && !failing && ctx.Err() == nil:
 			log.Warn("canary windows not flushed; keeping them for the next flush", "err", err)

@@ -85,7 +85,10 @@ func (f *Follower) Run(ctx context.Context) error {
 		if gen == 0 {
 			continue
 		}
-		if err := f.load(ctx, gen); err != nil {
+		lctx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := f.load(lctx, gen)
+		cancel()
+		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("canary weights not loaded", "generation", gen, "err", err)
 			}

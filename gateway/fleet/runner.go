@@ -119,7 +119,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.m = newRunnerMetrics(r.Metrics)
 	r.groups = make(map[int64][]canary.Group)
 	for {
-		lock, err := r.Store.TryCanaryLock(ctx)
+		lctx, cancel := context.WithTimeout(ctx, opTimeout)
+		lock, err := r.Store.TryCanaryLock(lctx)
+		cancel()
 		if err != nil && ctx.Err() == nil {
 			log.Debug("canary runner: lock not taken", "err", err)
 		}
@@ -160,14 +162,20 @@ func (r *Runner) hold(ctx context.Context, lock *db.CanaryLock, log *slog.Logger
 	defer tick.Stop()
 	lastPrune := time.Time{}
 	for {
-		if err := r.evaluate(ctx, lock, log); err != nil {
+		ectx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := r.evaluate(ectx, lock, log)
+		cancel()
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
 		if time.Since(lastPrune) >= pruneInterval {
-			if n, err := r.Store.PruneCanaryWindows(ctx, WindowRetention); err != nil {
+			pctx, cancel := context.WithTimeout(ctx, opTimeout)
+			n, err := r.Store.PruneCanaryWindows(pctx, WindowRetention)
+			cancel()
+			if err != nil {
 				log.Warn("canary runner: windows not pruned", "err", err)
 			} else if n > 0 {
 				log.Debug("canary runner: pruned window rows", "rows", n)
