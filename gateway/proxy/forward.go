@@ -569,6 +569,15 @@ func (p *Proxy) forwardError(w http.ResponseWriter, r *http.Request, ep *endpoin
 	if r.Context().Err() != nil {
 		return statusClientGone
 	}
+	if _, ok := errors.AsType[clientBodyError](err); ok {
+		// Not the endpoint's failure: the client's body does not parse (a
+		// bad chunk size, say), or ended early. Its connection cannot be
+		// read any further.
+		w.Header()["X-Request-Id"] = r.Header["X-Request-Id"]
+		w.Header()["Connection"] = []string{"close"}
+		writeProblem(w, http.StatusBadRequest, "Bad request body", "the request body could not be read")
+		return http.StatusBadRequest
+	}
 	p.log.Warn("upstream request failed",
 		"request_id", r.Header.Get("X-Request-Id"),
 		"service", r.Header.Get("X-Dwara-Service"),

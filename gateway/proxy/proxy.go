@@ -289,6 +289,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rt := p.route(t, view{
+		method:    r.Method,
 		host:      r.Host,
 		path:      r.URL.Path,
 		cookies:   r.Header["Cookie"],
@@ -297,6 +298,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tls:       r.TLS != nil,
 	})
 	if rt.status != 0 {
+		if rt.status == http.StatusMethodNotAllowed {
+			w.Header()["Allow"] = allowedMethods
+		}
 		writeProblem(w, rt.status, rt.title, rt.detail)
 		return
 	}
@@ -313,6 +317,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // it: the routing, the pick and the bookkeeping depend on this and nothing
 // else of the request.
 type view struct {
+	// method is the request method; "" is not checked (a front that
+	// refuses the methods of refuseMethod itself).
+	method     string
 	host, path string
 	cookies    []string // the Cookie field lines
 	requestID  string   // well-formed: the client's, or a fresh one
@@ -337,6 +344,9 @@ type route struct {
 // next target with an endpoint up when every endpoint of the picked one is
 // marked down. It allocates only to mint a new session's cookie.
 func (p *Proxy) route(t *table, v view) route {
+	if rt, refused := refuse(v); refused {
+		return rt
+	}
 	svc := t.match(v.host, v.path)
 	if svc == nil {
 		return route{status: http.StatusNotFound, title: "No service matches", detail: "no service of the active generation matches this host and path"}
@@ -386,6 +396,49 @@ func (p *Proxy) route(t *table, v view) route {
 	tg.picks.Inc()
 	rt.tg, rt.ep = tg, tg.up.endpoints[ei]
 	return rt
+}
+
+// allowedMethods is the Allow field of a 405 answer.
+var allowedMethods = []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}
+
+// refuse answers what the gateway never forwards: CONNECT (it is not a
+// forward proxy) and TRACE (it would reflect the gateway's own headers,
+// cookies included, to a script) with 405; PRI, HTTP/2's connection
+// preface sent to an HTTP/1.1 listener, with 501; and a path with a "." or
+// ".." segment (after percent-decoding, so /v1/%2e%2e/admin and
+// /v1%2f..%2fadmin too) with 400, since a base path must not be escaped
+// by a path the endpoint resolves elsewhere.
+func refuse(v view) (route, bool) {
+	switch v.method {
+	case http.MethodConnect, http.MethodTrace:
+		return route{status: http.StatusMethodNotAllowed, title: "Method not allowed",
+			detail: "the gateway does not forward " + v.method + " requests"}, true
+	case "PRI":
+		return route{status: http.StatusNotImplemented, title: "Not implemented",
+			detail: "HTTP/2 without TLS is not served; use HTTP/1.1"}, true
+	}
+	if hasDotSegment(v.path) {
+		return route{status: http.StatusBadRequest, title: "Bad path",
+			detail: "the path has a . or .. segment; send the resolved path"}, true
+	}
+	return route{}, false
+}
+
+// hasDotSegment reports whether path has a "." or ".." segment.
+func hasDotSegment(path string) bool {
+	for i := 0; i < len(path); i++ {
+		if path[i] != '.' || (i > 0 && path[i-1] != '/') {
+			continue
+		}
+		j := i + 1
+		if j < len(path) && path[j] == '.' {
+			j++
+		}
+		if j == len(path) || path[j] == '/' {
+			return true
+		}
+	}
+	return false
 }
 
 // serveEndpoint forwards r to ep and does the bookkeeping of the exchange.

@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestRefusedRequests sends what the gateway must never forward, each on a
+// connection of its own, and checks the answer and that nothing reached
+// the endpoint.
+func TestRefusedRequests(t *testing.T) {
+	t.Parallel()
+	var reached atomic.Int64
+	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+	}))
+	g := startGateway(t)
+	g.apply(t, 1, "upstreams: [{name: a, endpoints: ["+`"`+hostOf(up.URL)+`"`+"]}]\nservices: [{name: v1, base_path: /v1, upstream: a}]\n")
+	for _, c := range []struct {
+		name, head string
+		status     int
+	}{
+		{"connect", rawHead("CONNECT example.com:443 HTTP/1.1", "Host: example.com:443"), http.StatusMethodNotAllowed},
+		{"trace", rawHead("TRACE /v1/x HTTP/1.1", "Host: x", "Cookie: secret=1"), http.StatusMethodNotAllowed},
+		{"h2c preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", http.StatusNotImplemented},
+		{"pri", rawHead("PRI /v1/x HTTP/1.1", "Host: x"), http.StatusNotImplemented},
+		{"dot dot", rawHead("GET /v1/../admin HTTP/1.1", "Host: x"), http.StatusBadRequest},
+		{"encoded dot dot", rawHead("GET /v1/%2e%2e/admin HTTP/1.1", "Host: x"), http.StatusBadRequest},
+		{"encoded slashes", rawHead("GET /v1%2f..%2fadmin HTTP/1.1", "Host: x"), http.StatusBadRequest},
+		{"dot", rawHead("GET /v1/./x HTTP/1.1", "Host: x"), http.StatusBadRequest},
+		{"trailing dot dot", rawHead("GET /v1/x/.. HTTP/1.1", "Host: x"), http.StatusBadRequest},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rc := dialRaw(t, g)
+			rc.write(c.head)
+			resp, body := rc.readFinal("GET")
+			if resp.StatusCode != c.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, c.status, body)
+			}
+			var p struct{ Title, Detail string }
+			if err := json.Unmarshal(body, &p); err != nil || p.Detail == "" {
+				t.Errorf("body %q: want problem+json with a detail (%v)", body, err)
+			}
+			if c.status == http.StatusMethodNotAllowed && resp.Header.Get("Allow") == "" {
+				t.Error("405 without Allow")
+			}
+		})
+	}
+	if n := reached.Load(); n != 0 {
+		t.Fatalf("%d refused requests reached the endpoint", n)
+	}
+	// Names that only look like dot segments are paths like any other.
+	for _, path := range []string{"/v1/.well-known/x", "/v1/..x", "/v1/x..", "/v1/a.b"} {
+		resp, _ := get(t, client, g.URL+path, nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: status %d, want 200", path, resp.StatusCode)
+		}
+	}
+	if n := reached.Load(); n != 4 {
+		t.Fatalf("%d requests reached the endpoint, want the 4 ordinary paths", n)
+	}
+}
+
+// TestMalformedChunkedBodyIs400: a request body whose chunk size does not
+// parse is the client's fault: 400 with the connection closed, and no
+// failure of the endpoint for the passive checks.
+func TestMalformedChunkedBodyIs400(t *testing.T) {
+	t.Parallel()
+	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	g := proxyTo(t, 1, hostOf(up.URL), "passive: {consecutive_failures: 1}")
+	rc := dialRaw(t, g)
+	rc.write(rawHead("POST /x HTTP/1.1", "Host: x", "Transfer-Encoding: chunked") + "zz\r\nabc\r\n0\r\n\r\n")
+	resp, body := rc.readFinal("POST")
+	if resp.StatusCode != http.StatusBadRequest || !resp.Close {
+		t.Fatalf("status %d, close %v: %s; want 400 and the connection closed", resp.StatusCode, resp.Close, body)
+	}
+	if !strings.Contains(string(body), "request body") {
+		t.Errorf("body %q does not say what was wrong", body)
+	}
+	if n := testutil.ToFloat64(g.um.ejections.WithLabelValues("a")); n != 0 {
+		t.Errorf("%v ejections after a client's bad body, want 0", n)
+	}
+	if resp, _ := get(t, client, g.URL+"/x", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the bad body: status %d, want 200", resp.StatusCode)
+	}
+}
+
+// TestAbsoluteFormRoutesOnItsAuthority: a request whose target is an
+// absolute URI is routed by that URI's authority (RFC 9112 section 3.2.2:
+// the Host field is then ignored), and the endpoint sees that authority as
+// X-Forwarded-Host: one authority for routing and forwarding.
+func TestAbsoluteFormRoutesOnItsAuthority(t *testing.T) {
+	t.Parallel()
+	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Seen-Host", r.Header.Get("X-Forwarded-Host"))
+		w.Header().Set("X-Seen-Service", r.Header.Get("X-Dwara-Service"))
+	}))
+	g := startGateway(t)
+	g.apply(t, 1, "upstreams: [{name: a, endpoints: [\""+hostOf(up.URL)+"\"]}]\n"+
+		"services: [{name: inside, host: a.example, upstream: a}, {name: outside, base_path: /, upstream: a}]\n")
+	rc := dialRaw(t, g)
+	rc.write(rawHead("GET http://a.example/x HTTP/1.1", "Host: b.example"))
+	resp, body := rc.readFinal("GET")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if s, h := resp.Header.Get("X-Seen-Service"), resp.Header.Get("X-Seen-Host"); s != "inside" || h != "a.example" {
+		t.Fatalf("routed to %q with X-Forwarded-Host %q; want inside and a.example", s, h)
+	}
+}
