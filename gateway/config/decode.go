@@ -101,8 +101,11 @@ func ParseDocument(data []byte) (Envelope, error) {
 }
 
 // toJSON returns data as JSON: JSON input as it is, YAML converted. A YAML
-// document that cannot be converted is a *ValidationError.
+// document that cannot be converted is a *ValidationError. A UTF-8 byte
+// order mark at the start, which some editors write, is ignored (RFC 8259
+// section 8.1 allows a parser to).
 func toJSON(data []byte, f Format) ([]byte, error) {
+	data = bytes.TrimPrefix(data, utf8BOM)
 	if f == FormatAuto {
 		f = FormatYAML
 		if looksLikeJSON(data) {
@@ -118,6 +121,9 @@ func toJSON(data []byte, f Format) ([]byte, error) {
 	}
 	return js, nil
 }
+
+// utf8BOM is the UTF-8 encoding of U+FEFF, the byte order mark.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 
 // looksLikeJSON reports whether the first non-blank byte opens a JSON object
 // or array.

@@ -561,3 +561,27 @@ func TestParsePassive(t *testing.T) {
 		t.Errorf("unknown passive field: %v", err)
 	}
 }
+
+// TestByteOrderMarkIgnored: a UTF-8 BOM before a JSON or YAML spec, or a
+// publish body, is ignored; anywhere else it is an error as before.
+func TestByteOrderMarkIgnored(t *testing.T) {
+	t.Parallel()
+	js := `{"upstreams":[{"name":"a","endpoints":["10.0.0.1:80"]}],"services":[{"name":"web","upstream":"a"}]}`
+	ym := "upstreams: [{name: a, endpoints: [\"10.0.0.1:80\"]}]\nservices: [{name: web, upstream: a}]\n"
+	bom := "\xef\xbb\xbf"
+	for _, c := range []struct {
+		name string
+		data string
+		f    Format
+	}{{"json", bom + js, FormatJSON}, {"auto json", bom + js, FormatAuto}, {"yaml", bom + ym, FormatYAML}, {"auto yaml", bom + ym, FormatAuto}} {
+		if s, err := ParseAs([]byte(c.data), c.f); err != nil || len(s.Services) != 1 {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	if e, err := ParseEnvelope([]byte(bom+`{"message":"m","spec":`+js+`}`), FormatJSON); err != nil || e.Message != "m" {
+		t.Errorf("envelope: %+v, %v", e, err)
+	}
+	if _, err := ParseAs([]byte(`{"upstreams":`+bom+`[]}`), FormatJSON); err == nil {
+		t.Error("a BOM inside the document was accepted")
+	}
+}

@@ -245,6 +245,9 @@ func diffUpstream(o, n *Upstream) UpstreamDiff {
 	if !reflect.DeepEqual(o.Passive, n.Passive) {
 		details = append(details, "passive changed")
 	}
+	if o.AllowLinkLocal != n.AllowLinkLocal {
+		details = append(details, fmt.Sprintf("allow_link_local %t->%t", o.AllowLinkLocal, n.AllowLinkLocal))
+	}
 	d := UpstreamDiff{Name: n.Name, Change: ChangeUnchanged, Details: []string{}}
 	if len(details) > 0 {
 		d.Change = ChangeModified

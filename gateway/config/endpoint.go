@@ -6,9 +6,52 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
+
+// metadataAddrs are cloud instance-metadata addresses that are not
+// link-local themselves (AWS's IPv6 one).
+var metadataAddrs = []netip.Addr{netip.MustParseAddr("fd00:ec2::254")}
+
+// CheckAddress is the address policy of upstream endpoints, applied to
+// every address written in a spec (by Validate) and to every address a
+// data plane dials, after DNS resolution (DialControl): the unspecified
+// address (0.0.0.0, ::, and their IPv4-mapped form), which means every
+// address of the gateway's own host, is always refused; a link-local
+// address (169.254.0.0/16, fe80::/10, where cloud metadata services
+// answer) or a metadata address is refused unless allowLinkLocal.
+func CheckAddress(a netip.Addr, allowLinkLocal bool) error {
+	a = a.Unmap()
+	switch {
+	case a.IsUnspecified():
+		return fmt.Errorf("%s is the unspecified address (every address of this host), not an endpoint", a)
+	case allowLinkLocal:
+		return nil
+	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || slices.Contains(metadataAddrs, a):
+		return fmt.Errorf("%s is a link-local or metadata address; set allow_link_local: true on the upstream to allow it", a)
+	}
+	return nil
+}
+
+// DialControl returns a net.Dialer Control function that refuses, before
+// connecting, an address CheckAddress refuses: it sees the address DNS
+// resolved to, so a name that resolves to a metadata address is refused
+// like the address itself.
+func DialControl(allowLinkLocal bool) func(network, address string, c syscall.RawConn) error {
+	return func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("dial %s: not an address", address)
+		}
+		if err := CheckAddress(ap.Addr(), allowLinkLocal); err != nil {
+			return fmt.Errorf("dial %s: %w", address, err)
+		}
+		return nil
+	}
+}
 
 // ParseEndpoint parses an upstream endpoint as written in a spec: host:port,
 // http://host:port or https://host:port, optionally followed by a single "/".

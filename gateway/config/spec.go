@@ -56,6 +56,11 @@ type Upstream struct {
 	// IdleTimeoutMS is how long an idle pooled connection to an endpoint is
 	// kept (1..3600000); 0 means DefaultIdleTimeoutMS.
 	IdleTimeoutMS int `json:"idle_timeout_ms,omitempty"`
+	// AllowLinkLocal lets the endpoints be link-local addresses
+	// (169.254.0.0/16, fe80::/10) or a cloud metadata address
+	// (169.254.169.254, fd00:ec2::254), written or resolved; false refuses
+	// them (see CheckAddress).
+	AllowLinkLocal bool `json:"allow_link_local,omitempty"`
 }
 
 // HealthCheck configures active health checks of an upstream's endpoints.

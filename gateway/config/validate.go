@@ -11,7 +11,13 @@ import (
 
 // Limits enforced by Validate.
 const (
-	MaxEndpoints        = 64
+	MaxEndpoints = 64
+	// MaxServices, MaxUpstreams and MaxTotalEndpoints bound one
+	// generation; a generation of 1,000 services over 8,000 upstreams of
+	// 2 endpoints each fits well inside.
+	MaxServices         = 10_000
+	MaxUpstreams        = 20_000
+	MaxTotalEndpoints   = 100_000
 	MinTargets          = 2
 	MaxTargets          = 8
 	MaxWeight           = 1_000_000
@@ -62,6 +68,22 @@ type validator struct {
 }
 
 func (v *validator) run() {
+	if n := len(v.spec.Services); n > MaxServices {
+		v.probs.add("services", "at most %d services, got %d", MaxServices, n)
+		return
+	}
+	if n := len(v.spec.Upstreams); n > MaxUpstreams {
+		v.probs.add("upstreams", "at most %d upstreams, got %d", MaxUpstreams, n)
+		return
+	}
+	total := 0
+	for _, u := range v.spec.Upstreams {
+		total += len(u.Endpoints)
+	}
+	if total > MaxTotalEndpoints {
+		v.probs.add("upstreams", "at most %d endpoints in all upstreams, got %d", MaxTotalEndpoints, total)
+		return
+	}
 	v.upstreams = make(map[string]int, len(v.spec.Upstreams))
 	for i := range v.spec.Upstreams {
 		v.upstream(&v.spec.Upstreams[i], index("upstreams", i), i)
@@ -114,6 +136,12 @@ func (v *validator) upstream(u *Upstream, path string, i int) {
 		if err != nil {
 			v.probs.add(p, "%v", err)
 			continue
+		}
+		if a, err := netip.ParseAddr(url.Hostname()); err == nil {
+			if err := CheckAddress(a, u.AllowLinkLocal); err != nil {
+				v.probs.add(p, "endpoint %s: %v", quote(ep), err)
+				continue
+			}
 		}
 		key := url.String()
 		if j, dup := seen[key]; dup {
@@ -264,7 +292,9 @@ func isDNSName(h string) bool {
 	if h == "" || len(h) > 253 {
 		return false
 	}
-	if isDigits(h[strings.LastIndexByte(h, '.')+1:]) {
+	// A last label of digits, or 0x and hex digits, is an IPv4 address in
+	// a form some resolvers accept (2852039166, 0xa9fea9fe, 0177.0.0.1).
+	if last := h[strings.LastIndexByte(h, '.')+1:]; isDigits(last) || isHexNumber(last) {
 		return false
 	}
 	for label := range strings.SplitSeq(h, ".") {
@@ -275,6 +305,20 @@ func isDNSName(h string) bool {
 			if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
 				return false
 			}
+		}
+	}
+	return true
+}
+
+// isHexNumber reports whether s is 0x followed by hex digits.
+func isHexNumber(s string) bool {
+	rest, ok := strings.CutPrefix(s, "0x")
+	if !ok || rest == "" {
+		return false
+	}
+	for _, r := range rest {
+		if (r < '0' || r > '9') && (r < 'a' || r > 'f') {
+			return false
 		}
 	}
 	return true

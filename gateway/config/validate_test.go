@@ -90,7 +90,45 @@ func TestValidate(t *testing.T) {
 		{name: "endpoint http URL", mutate: endpoint("http://10.0.0.1:8080")},
 		{name: "endpoint https URL with slash", mutate: endpoint("https://api.internal:443/")},
 		{name: "endpoint IPv6", mutate: endpoint("[::1]:9000")},
-		{name: "endpoint IPv6 URL", mutate: endpoint("http://[fe80::1]:80")},
+		{name: "endpoint IPv6 URL", mutate: endpoint("http://[2001:db8::1]:80")},
+		{name: "endpoint unspecified", mutate: endpoint("0.0.0.0:80"),
+			want: []problem{{ep0, "0.0.0.0 is the unspecified address", ""}}},
+		{name: "endpoint unspecified IPv6", mutate: endpoint("[::]:80"),
+			want: []problem{{ep0, ":: is the unspecified address", ""}}},
+		{name: "endpoint unspecified mapped", mutate: endpoint("[::ffff:0.0.0.0]:80"),
+			want: []problem{{ep0, "0.0.0.0 is the unspecified address", ""}}},
+		{name: "endpoint metadata", mutate: endpoint("169.254.169.254:80"),
+			want: []problem{{ep0, "169.254.169.254 is a link-local or metadata address; set allow_link_local: true", ""}}},
+		{name: "endpoint metadata mapped", mutate: endpoint("http://[::ffff:169.254.169.254]:80"),
+			want: []problem{{ep0, "169.254.169.254 is a link-local or metadata address", ""}}},
+		{name: "endpoint link-local IPv6", mutate: endpoint("[fe80::1]:80"),
+			want: []problem{{ep0, "fe80::1 is a link-local or metadata address", ""}}},
+		{name: "endpoint AWS IPv6 metadata", mutate: endpoint("[fd00:ec2::254]:80"),
+			want: []problem{{ep0, "fd00:ec2::254 is a link-local or metadata address", ""}}},
+		{name: "endpoint link-local allowed", mutate: func(s *Spec) {
+			up(s).Endpoints = []string{"169.254.169.254:80", "[fe80::1]:80"}
+			up(s).AllowLinkLocal = true
+		}},
+		{name: "endpoint unspecified even when link-local allowed", mutate: func(s *Spec) {
+			up(s).Endpoints = []string{"0.0.0.0:80"}
+			up(s).AllowLinkLocal = true
+		}, want: []problem{{ep0, "unspecified address", ""}}},
+		{name: "endpoint decimal IPv4", mutate: endpoint("2852039166:80"),
+			want: []problem{{ep0, "host must be a DNS name or an IP address", ""}}},
+		{name: "endpoint hex IPv4", mutate: endpoint("0xa9fea9fe:80"),
+			want: []problem{{ep0, "host must be a DNS name or an IP address", ""}}},
+		{name: "endpoint octal IPv4", mutate: endpoint("0251.0376.0251.0376:80"),
+			want: []problem{{ep0, "host must be a DNS name or an IP address", ""}}},
+		{name: "too many services", mutate: func(s *Spec) {
+			for i := range MaxServices {
+				s.Services = append(s.Services, Service{Name: fmt.Sprintf("s%d", i), Upstream: "api-stable"})
+			}
+		}, want: []problem{{"services", "at most 10000 services", ""}}},
+		{name: "too many upstreams", mutate: func(s *Spec) {
+			for i := range MaxUpstreams {
+				s.Upstreams = append(s.Upstreams, Upstream{Name: fmt.Sprintf("u%d", i), Endpoints: []string{"10.0.0.1:80"}})
+			}
+		}, want: []problem{{"upstreams", "at most 20000 upstreams", ""}}},
 		{name: "endpoint port 65535", mutate: endpoint("h:65535")},
 		{name: "endpoint without port", mutate: endpoint("localhost"),
 			want: []problem{{ep0, "must be host:port or http(s)://host:port", ""}}},
@@ -497,5 +535,36 @@ func TestParseEndpoint(t *testing.T) {
 				t.Errorf("ParseEndpoint(%q) = %q, want %q", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestDialControl: the policy holds for the address a name resolved to,
+// as the dialers of the data plane see it.
+func TestDialControl(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		addr           string
+		allowLinkLocal bool
+		ok             bool
+	}{
+		{"127.0.0.1:80", false, true},
+		{"10.1.2.3:443", false, true},
+		{"[2001:db8::1]:80", false, true},
+		{"0.0.0.0:80", false, false},
+		{"0.0.0.0:80", true, false},
+		{"[::]:80", true, false},
+		{"[::ffff:0.0.0.0]:80", false, false},
+		{"169.254.169.254:80", false, false},
+		{"169.254.169.254:80", true, true},
+		{"[::ffff:169.254.169.254]:80", false, false},
+		{"[fe80::1]:80", false, false},
+		{"[fe80::1]:80", true, true},
+		{"[fd00:ec2::254]:80", false, false},
+		{"not-an-address:80", true, false},
+	} {
+		err := DialControl(c.allowLinkLocal)("tcp", c.addr, nil)
+		if (err == nil) != c.ok {
+			t.Errorf("DialControl(%v)(%s) = %v, want ok %v", c.allowLinkLocal, c.addr, err, c.ok)
+		}
 	}
 }

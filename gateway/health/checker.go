@@ -16,6 +16,7 @@ import (
 type checker struct {
 	upstream, endpoint string
 	check              config.HealthCheck // normalised: every field set
+	allowLinkLocal     bool
 	state              *balance.State
 	tally              *tally
 	interval, timeout  time.Duration

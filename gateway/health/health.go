@@ -67,6 +67,9 @@ type Target struct {
 	// Check is the upstream's health_check; zero fields mean the defaults
 	// of config.Defaults.
 	Check config.HealthCheck
+	// AllowLinkLocal is the upstream's allow_link_local: whether a check
+	// may dial a link-local or metadata address (config.CheckAddress).
+	AllowLinkLocal bool
 }
 
 // key identifies a checker across generations.
@@ -124,7 +127,7 @@ func (m *Manager) Reconcile(targets []Target) {
 		}
 		hc := normalise(tg.Check)
 		old := m.checkers[k]
-		if old != nil && old.check == hc && old.state == tg.State {
+		if old != nil && old.check == hc && old.state == tg.State && old.allowLinkLocal == tg.AllowLinkLocal {
 			next[k] = old
 			continue
 		}
@@ -228,15 +231,16 @@ func (m *Manager) newChecker(tg Target, hc config.HealthCheck) (*checker, error)
 	}
 	t.refs++
 	return &checker{
-		upstream: tg.Upstream,
-		endpoint: tg.Endpoint,
-		check:    hc,
-		state:    tg.State,
-		tally:    t,
-		interval: max(interval, time.Millisecond),
-		timeout:  time.Duration(hc.TimeoutS) * time.Second,
-		prober:   newProber(u.Host, hc.Path, tc),
-		log:      m.log,
+		upstream:       tg.Upstream,
+		endpoint:       tg.Endpoint,
+		check:          hc,
+		allowLinkLocal: tg.AllowLinkLocal,
+		state:          tg.State,
+		tally:          t,
+		interval:       max(interval, time.Millisecond),
+		timeout:        time.Duration(hc.TimeoutS) * time.Second,
+		prober:         newProber(u.Host, hc.Path, tc, tg.AllowLinkLocal),
+		log:            m.log,
 	}, nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/dwara/dwara/gateway/config"
 )
 
 // userAgent is the User-Agent of every probe, so upstream access logs can
@@ -30,10 +32,11 @@ type prober struct {
 	dialer  net.Dialer
 }
 
-func newProber(addr, path string, tlsConfig *tls.Config) *prober {
+func newProber(addr, path string, tlsConfig *tls.Config, allowLinkLocal bool) *prober {
 	return &prober{
 		addr:    addr,
 		tls:     tlsConfig,
+		dialer:  net.Dialer{Control: config.DialControl(allowLinkLocal)},
 		request: "GET " + escapeTarget(path) + " HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: " + userAgent + "\r\nAccept: */*\r\nConnection: close\r\n\r\n",
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/dwara/dwara/gateway/config"
 )
 
 // TestRefusedRequests sends what the gateway must never forward, each on a
@@ -111,5 +113,32 @@ func TestAbsoluteFormRoutesOnItsAuthority(t *testing.T) {
 	}
 	if s, h := resp.Header.Get("X-Seen-Service"), resp.Header.Get("X-Seen-Host"); s != "inside" || h != "a.example" {
 		t.Fatalf("routed to %q with X-Forwarded-Host %q; want inside and a.example", s, h)
+	}
+}
+
+// TestUnspecifiedEndpointNotDialled: an endpoint written as 0.0.0.0:port
+// would reach this host's own listeners on that port (Linux dials
+// 0.0.0.0 as loopback). Validation refuses it; a spec that skipped
+// validation is refused again when the proxy dials: 502, and the listener
+// sees nothing.
+func TestUnspecifiedEndpointNotDialled(t *testing.T) {
+	t.Parallel()
+	var reached atomic.Int64
+	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	_, port, _ := strings.Cut(hostOf(up.URL), ":")
+	g := startGateway(t)
+	// Not through apply, which parses and validates: straight to Apply.
+	spec := &config.Spec{
+		Upstreams: []config.Upstream{{Name: "a", Endpoints: []string{"0.0.0.0:" + port}, AllowLinkLocal: true}},
+		Services:  []config.Service{{Name: "web", BasePath: "/", Upstream: "a"}},
+	}
+	if err := g.Apply(spec, 1); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := get(t, client, g.URL+"/", nil); resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("status %d, want 502", resp.StatusCode)
+	}
+	if n := reached.Load(); n != 0 {
+		t.Fatalf("the listener behind 0.0.0.0 got %d requests", n)
 	}
 }

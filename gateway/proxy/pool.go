@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dwara/dwara/gateway/config"
 )
 
 // Sizes of the forwarding path.
@@ -35,6 +37,8 @@ type connPool struct {
 	connectTimeout atomic.Int64 // nanoseconds
 	headerTimeout  atomic.Int64 // nanoseconds
 	idleTimeout    atomic.Int64 // nanoseconds
+	// allowLinkLocal is the upstream's allow_link_local.
+	allowLinkLocal atomic.Bool
 
 	mu     sync.Mutex
 	idle   []*upConn
@@ -101,7 +105,8 @@ func (p *connPool) takeIdle() *upConn {
 
 // dial opens a new connection within the connect timeout.
 func (p *connPool) dial(ctx context.Context) (*upConn, error) {
-	d := net.Dialer{Timeout: time.Duration(p.connectTimeout.Load()), KeepAlive: 30 * time.Second}
+	d := net.Dialer{Timeout: time.Duration(p.connectTimeout.Load()), KeepAlive: 30 * time.Second,
+		Control: config.DialControl(p.allowLinkLocal.Load())}
 	nc, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, err

@@ -137,11 +137,14 @@ func New(o Options) *Proxy {
 // NewTransport returns a keep-alive transport for the standard library
 // path of an upstream with the given connect, response-header and idle
 // timeouts: HTTP/1.1 to upstreams, up to 512 idle connections per endpoint,
-// no overall timeout (long polls and streams pass through).
+// no overall timeout (long polls and streams pass through). Its dialer
+// refuses the addresses config.CheckAddress refuses without
+// allow_link_local; the proxy gives each upstream's transport a dialer of
+// that upstream's policy.
 func NewTransport(connect, responseHeader, idle time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second, Control: config.DialControl(false)}).DialContext,
 		MaxIdleConns:          4096,
 		MaxIdleConnsPerHost:   maxIdlePerEndpoint,
 		IdleConnTimeout:       idle,
@@ -234,7 +237,7 @@ func healthTargets(spec *config.Spec, t *table) []health.Target {
 			continue
 		}
 		for _, e := range cu.endpoints {
-			targets = append(targets, health.Target{Upstream: u.Name, Endpoint: e.addr, State: e.state, Check: *u.HealthCheck})
+			targets = append(targets, health.Target{Upstream: u.Name, Endpoint: e.addr, State: e.state, Check: *u.HealthCheck, AllowLinkLocal: u.AllowLinkLocal})
 		}
 	}
 	return targets

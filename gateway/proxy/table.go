@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -205,6 +206,7 @@ func oneValue(v string) []string { return []string{v}[:1:1] }
 // upstream and the timeouts it was built with.
 type upstreamTransport struct {
 	connect, header, idle time.Duration
+	allowLinkLocal        bool
 	t                     *http.Transport
 }
 
@@ -219,11 +221,13 @@ func (p *Proxy) stdTransport(u config.Upstream, cu *upstream) http.RoundTripper 
 	header := millis(u.ResponseHeaderTimeoutMS, config.DefaultResponseHeaderTimeoutMS)
 	idle := millis(u.IdleTimeoutMS, config.DefaultIdleTimeoutMS)
 	ut := p.transports[u.Name]
-	if ut == nil || ut.connect != connect || ut.header != header || ut.idle != idle {
+	if ut == nil || ut.connect != connect || ut.header != header || ut.idle != idle || ut.allowLinkLocal != u.AllowLinkLocal {
 		if ut != nil {
 			ut.t.CloseIdleConnections() // requests in flight finish on it
 		}
-		ut = &upstreamTransport{connect: connect, header: header, idle: idle, t: NewTransport(connect, header, idle)}
+		t := NewTransport(connect, header, idle)
+		t.DialContext = (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second, Control: config.DialControl(u.AllowLinkLocal)}).DialContext
+		ut = &upstreamTransport{connect: connect, header: header, idle: idle, allowLinkLocal: u.AllowLinkLocal, t: t}
 		p.transports[u.Name] = ut
 	}
 	cu.transport = ut
@@ -257,6 +261,7 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 			ep.pool.setTimeouts(millis(u.ConnectTimeoutMS, config.DefaultConnectTimeoutMS),
 				millis(u.ResponseHeaderTimeoutMS, config.DefaultResponseHeaderTimeoutMS),
 				millis(u.IdleTimeoutMS, config.DefaultIdleTimeoutMS))
+			ep.pool.allowLinkLocal.Store(u.AllowLinkLocal)
 		}
 		cu.endpoints = append(cu.endpoints, ep)
 	}
