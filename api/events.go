@@ -99,11 +99,12 @@ type notification struct {
 }
 
 // Notify hands one notification of the process's listener to the event
-// loop (Run): a generation id on db.NotifyChannel, or a gateway instance on
-// db.GatewayNotifyChannel. It never blocks: the notification is queued, and
-// dropped with a warning when the queue is full, so a slow event loop never
-// holds up the listener. Notifications queued before Run starts are handled
-// once it runs. Safe for concurrent use.
+// loop (Run): a generation id on db.NotifyChannel, a gateway instance on
+// db.GatewayNotifyChannel, or a canary event on db.CanaryNotifyChannel. It
+// never blocks: the notification is queued, and dropped with a warning when
+// the queue is full, so a slow event loop never holds up the listener.
+// Notifications queued before Run starts are handled once it runs. Safe for
+// concurrent use.
 func (s *Server) Notify(channel, payload string) {
 	select {
 	case s.queue <- notification{channel, payload}:
@@ -113,20 +114,21 @@ func (s *Server) Notify(channel, payload string) {
 }
 
 // Connected tells the Server that the listener feeding Notify has
-// (re)connected and listens on db.NotifyChannel and db.GatewayNotifyChannel:
-// what is published from now on reaches the event streams. The process's
-// listener calls it on every (re)connect. It never blocks and is safe for
-// concurrent use.
+// (re)connected and listens on db.NotifyChannel, db.GatewayNotifyChannel and
+// db.CanaryNotifyChannel: what is published from now on reaches the event
+// streams. The process's listener calls it on every (re)connect. It never
+// blocks and is safe for concurrent use.
 func (s *Server) Connected() {
 	s.hub.listenOnce.Do(func() { close(s.hub.listening) })
 }
 
 // Run is the event loop: it turns the notifications handed to Notify into
-// generation_published and generation_applied events for every client of
-// GET /api/v1/events, until ctx is done. It then ends every open event
-// stream, so a graceful shutdown of the HTTP server is not held up by them,
-// and returns nil. Run opens no connection of its own. Run at most once per
-// Server; without it the event streams stay silent apart from pings.
+// generation_published, generation_applied, canary_promoted and
+// canary_rolled_back events for every client of GET /api/v1/events, until
+// ctx is done. It then ends every open event stream, so a graceful shutdown
+// of the HTTP server is not held up by them, and returns nil. Run opens no
+// connection of its own. Run at most once per Server; without it the event
+// streams stay silent apart from pings.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.closeOnce.Do(func() { close(s.closing) })
 	for {
@@ -141,6 +143,9 @@ func (s *Server) Run(ctx context.Context) error {
 				}
 				continue
 			}
+			if e.name == "" {
+				continue // a notification that is no event
+			}
 			if dropped := s.hub.broadcast(e); dropped > 0 {
 				s.log.Warn("event hub: dropped slow clients", "count", dropped, "event", e.name)
 			}
@@ -149,7 +154,10 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // toEvent turns a notification into its event: a published generation is
-// loaded (and sent without its spec); a gateway instance is re-encoded.
+// loaded (and sent without its spec); a gateway instance is re-encoded; a
+// controller's canary action is re-encoded as canary_promoted or
+// canary_rolled_back. An operator's pause or resume of a canary group is no
+// event: toEvent returns an event without a name and no error.
 func (s *Server) toEvent(ctx context.Context, n notification) (event, error) {
 	switch n.channel {
 	case db.NotifyChannel:
@@ -173,6 +181,24 @@ func (s *Server) toEvent(ctx context.Context, n notification) (event, error) {
 		}
 		data, err := json.Marshal(gw)
 		return event{name: apiv1.EventGenerationApplied, data: data}, err
+	case db.CanaryNotifyChannel:
+		e, err := db.ParseCanaryEvent(n.payload)
+		if err != nil {
+			return event{}, err
+		}
+		var name string
+		switch e.Action {
+		case apiv1.CanaryPromote:
+			name = apiv1.EventCanaryPromoted
+		case apiv1.CanaryRollback, apiv1.CanarySevereRollback:
+			name = apiv1.EventCanaryRolledBack
+		case apiv1.CanaryPause, apiv1.CanaryResume:
+			return event{}, nil
+		default:
+			return event{}, fmt.Errorf("unknown canary action %q", e.Action)
+		}
+		data, err := json.Marshal(e)
+		return event{name: name, data: data}, err
 	}
 	return event{}, fmt.Errorf("unknown channel %q", n.channel)
 }

@@ -52,7 +52,7 @@ func runEvents(t *testing.T, e *env) (stopRun func()) {
 	t.Helper()
 	l := &db.Listener{
 		ConnString: e.store.ConnString(),
-		Channels:   []string{db.NotifyChannel, db.GatewayNotifyChannel},
+		Channels:   []string{db.NotifyChannel, db.GatewayNotifyChannel, db.CanaryNotifyChannel},
 		OnConnect: func(context.Context) error {
 			e.srv.Connected()
 			return nil
@@ -141,6 +141,89 @@ func TestEvents(t *testing.T) {
 	stopRun()
 	if _, _, err := stream.next(); !errors.Is(err, io.EOF) {
 		t.Errorf("after Run stopped the stream ended with %v, want EOF", err)
+	}
+}
+
+// The controller's actions are events; an operator's pause and resume are
+// not.
+func TestCanaryEventStream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	runEvents(t, e)
+
+	ctx, cancel := context.WithTimeout(t.Context(), testrun.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", e.url+"/api/v1/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	stream := &sseReader{r: bufio.NewReader(resp.Body)}
+	if line, err := stream.r.ReadString('\n'); err != nil || line != ": connected\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	g := e.publish(canarySpec(95, 5), "")
+	if name, _, err := stream.next(); err != nil || name != apiv1.EventGenerationPublished {
+		t.Fatalf("event %q, %v; want %s", name, err, apiv1.EventGenerationPublished)
+	}
+
+	c := e.newController()
+	steps := []struct {
+		act  func() apiv1.CanaryEvent // nil: a pause or resume, no event
+		hold func()
+		name string
+	}{
+		{hold: func() { e.do(call{method: "POST", path: "/api/v1/services/api/canary/pause"}).want(t, http.StatusOK) }},
+		{hold: func() { e.do(call{method: "POST", path: "/api/v1/services/api/canary/resume"}).want(t, http.StatusOK) }},
+		{act: func() apiv1.CanaryEvent { return c.act(g.ID, "api", apiv1.CanaryPromote, 5, 10, 5) }, name: apiv1.EventCanaryPromoted},
+		{act: func() apiv1.CanaryEvent { return c.act(g.ID, "api", apiv1.CanaryRollback, 10, 5, 5) }, name: apiv1.EventCanaryRolledBack},
+		{hold: func() { e.do(call{method: "POST", path: "/api/v1/services/api/canary/pause"}).want(t, http.StatusOK) }},
+		{act: func() apiv1.CanaryEvent { return c.act(g.ID, "api", apiv1.CanarySevereRollback, 5, 0, 5) }, name: apiv1.EventCanaryRolledBack},
+	}
+	for i, st := range steps {
+		if st.hold != nil {
+			st.hold()
+			continue
+		}
+		want := st.act()
+		// Events arrive in order, so the next one is this action's: the
+		// holds before it sent none.
+		name, data, err := stream.next()
+		if err != nil || name != st.name {
+			t.Fatalf("step %d: event %q, %v; want %s", i, name, err, st.name)
+		}
+		var got apiv1.CanaryEvent
+		if err := json.Unmarshal([]byte(data), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != want.ID || got.Action != want.Action || got.FromWeight != want.FromWeight || got.ToWeight != want.ToWeight ||
+			got.Canary == nil || got.PValue == nil || !got.CreatedAt.Equal(want.CreatedAt) {
+			t.Errorf("step %d: event data %s, want %+v", i, data, want)
+		}
+	}
+}
+
+func TestCanaryNotificationsThatAreNoEvent(t *testing.T) {
+	t.Parallel()
+	s := New(Options{Store: &db.Store{}})
+	for _, tt := range []struct {
+		payload string
+		bad     bool
+	}{
+		{`{"id": 1, "generation_id": 1, "service": "api", "action": "pause"}`, false},
+		{`{"id": 2, "generation_id": 1, "service": "api", "action": "resume"}`, false},
+		{`{"id": 3, "generation_id": 1, "service": "api", "action": "launch"}`, true},
+		{`{"id": 4, "service": "api", "action": "promote"}`, true},
+		{`not json`, true},
+	} {
+		ev, err := s.toEvent(t.Context(), notification{db.CanaryNotifyChannel, tt.payload})
+		if tt.bad && err == nil || !tt.bad && err != nil || ev.name != "" {
+			t.Errorf("%s: event %q, %v; want no event and an error: %t", tt.payload, ev.name, err, tt.bad)
+		}
 	}
 }
 

@@ -135,7 +135,8 @@ type CreateResult struct {
 }
 
 // EditOptions are the optional parts of the calls that publish a new
-// generation derived from a stored one (Flip, SetWeights, Kill, Rollback).
+// generation derived from a stored one (Flip, SetWeights, Kill, Rollback,
+// Adopt).
 type EditOptions struct {
 	// Message says why; "" means the server's generated message (e.g.
 	// "flip api").
@@ -202,6 +203,44 @@ func (c *Client) Rollback(ctx context.Context, id int64, o EditOptions) (apiv1.G
 	return c.edit(ctx, http.MethodPost, "/api/v1/generations/"+strconv.FormatInt(id, 10)+"/rollback", apiv1.MessageRequest{Message: o.Message}, o.IfMatch)
 }
 
+// Adopt publishes the canary weights the controller set for service in
+// the active generation as its configured weights, in a new generation
+// with action adopt (POST /api/v1/services/{name}/canary/adopt). A 409
+// Problem when the service has no canary analysis or the controller has
+// not changed its weights in the active generation.
+func (c *Client) Adopt(ctx context.Context, service string, o EditOptions) (apiv1.Generation, error) {
+	return c.edit(ctx, http.MethodPost, canaryPath(service, "adopt"), apiv1.MessageRequest{Message: o.Message}, o.IfMatch)
+}
+
+// PauseCanary holds the canary controller off service's canary group, at
+// the weights in force, until it is resumed (POST
+// /api/v1/services/{name}/canary/pause); message says why ("" means the
+// server's "pause canary of SERVICE"). It returns the group as it is
+// afterwards; pausing a paused group changes nothing and returns it the
+// same way. A 409 Problem when the service has no canary analysis.
+func (c *Client) PauseCanary(ctx context.Context, service, message string) (apiv1.CanaryGroup, error) {
+	return c.hold(ctx, service, "pause", message)
+}
+
+// ResumeCanary lets the canary controller act on service's canary group
+// again (POST /api/v1/services/{name}/canary/resume); message says why. It
+// returns the group as it is afterwards; resuming a group that is not
+// paused changes nothing and returns it the same way.
+func (c *Client) ResumeCanary(ctx context.Context, service, message string) (apiv1.CanaryGroup, error) {
+	return c.hold(ctx, service, "resume", message)
+}
+
+func (c *Client) hold(ctx context.Context, service, verb, message string) (apiv1.CanaryGroup, error) {
+	var g apiv1.CanaryGroup
+	err := c.do(ctx, http.MethodPost, canaryPath(service, verb), apiv1.MessageRequest{Message: message}, nil, &g)
+	return g, err
+}
+
+// canaryPath is the path of a canary call on service.
+func canaryPath(service, verb string) string {
+	return "/api/v1/services/" + url.PathEscape(service) + "/canary/" + verb
+}
+
 func (c *Client) edit(ctx context.Context, method, path string, body any, ifMatch *int64) (apiv1.Generation, error) {
 	var g apiv1.Generation
 	err := c.do(ctx, method, path, body, ifMatch, &g)
@@ -255,6 +294,43 @@ func (c *Client) Diff(ctx context.Context, id, against int64) (apiv1.Diff, error
 	var d apiv1.Diff
 	err := c.do(ctx, http.MethodGet, path, nil, nil, &d)
 	return d, err
+}
+
+// Canary returns every canary group of the active generation, with its
+// weights, state and the fleet's figures over its window (GET
+// /api/v1/canary); an empty list when there is no generation yet.
+func (c *Client) Canary(ctx context.Context) (apiv1.CanaryList, error) {
+	var list apiv1.CanaryList
+	err := c.do(ctx, http.MethodGet, "/api/v1/canary", nil, nil, &list)
+	return list, err
+}
+
+// CanaryEvents returns one page of canary events, newest first (GET
+// /api/v1/canary/events): only service's when service is not "", only
+// generation's when generation is not 0. limit 0 means the server's default
+// (50); cursor "" means the first page, else the NextCursor of the
+// previous page.
+func (c *Client) CanaryEvents(ctx context.Context, service string, generation int64, limit int, cursor string) (apiv1.CanaryEventList, error) {
+	q := url.Values{}
+	if service != "" {
+		q.Set("service", service)
+	}
+	if generation != 0 {
+		q.Set("generation", strconv.FormatInt(generation, 10))
+	}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	path := "/api/v1/canary/events"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var page apiv1.CanaryEventList
+	err := c.do(ctx, http.MethodGet, path, nil, nil, &page)
+	return page, err
 }
 
 // do sends one call: body (nil for none) as JSON, ifMatch (nil for none) as

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/dwara/dwara/api/apitest"
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/internal/testnet"
 )
@@ -227,6 +229,90 @@ func TestClient(t *testing.T) {
 
 	if len(answers) == 0 || answers[0] != http.StatusNotFound {
 		t.Errorf("Answer saw statuses %v", answers)
+	}
+}
+
+// TestCanary walks the canary calls against one API, with the controller's
+// actions recorded as the runner records them.
+func TestCanary(t *testing.T) {
+	t.Parallel()
+	url, store := newAPI(t, "")
+	c := newClient(t, Options{URL: url, Actor: "alice"})
+	ctx := t.Context()
+
+	list, err := c.Canary(ctx)
+	if err != nil || list.Items == nil || len(list.Items) != 0 {
+		t.Fatalf("Canary before any generation = %+v, %v; want an empty list", list, err)
+	}
+	spec := spectest.Canary(95, 5).Analysis(config.CanaryAnalysis{Enabled: true, WindowSeconds: 30, Step: 5, MinRequests: 10,
+		Promote:  config.Threshold{Metric: config.MetricErrorRate, Threshold: 0.01},
+		Rollback: config.Threshold{Metric: config.MetricErrorRate, Threshold: 0.05}})
+	if _, err := c.Create(ctx, "", spec.JSON(), CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := store.TryCanaryLock(ctx)
+	if err != nil || lock == nil {
+		t.Fatalf("TryCanaryLock = %v, %v", lock, err)
+	}
+	t.Cleanup(func() { lock.Close(context.Background()) })
+	var ids []int64
+	for _, from := range []int{5, 10} {
+		e, ok, err := lock.Record(ctx, apiv1.CanaryEvent{GenerationID: 1, Service: "api", FromWeight: from, ToWeight: from + 5,
+			Action: apiv1.CanaryPromote, Reason: "healthy"}, 5)
+		if err != nil || !ok {
+			t.Fatalf("Record = %v, %v", ok, err)
+		}
+		ids = append(ids, e.ID)
+	}
+
+	list, err = c.Canary(ctx)
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("Canary = %+v, %v", list, err)
+	}
+	if g := list.Items[0]; g.Service != "api" || g.Configured != [2]int{95, 5} || g.Weights != [2]int{85, 15} ||
+		!g.Transient || g.State != apiv1.CanaryRunning || g.WindowSeconds != 30 || g.LastEvent == nil || g.LastEvent.ID != ids[1] {
+		t.Errorf("group = %+v", g)
+	}
+
+	page, err := c.CanaryEvents(ctx, "api", 1, 1, "")
+	if err != nil || len(page.Items) != 1 || page.Items[0].ID != ids[1] || page.NextCursor == "" {
+		t.Fatalf("first page = %+v, %v", page, err)
+	}
+	page, err = c.CanaryEvents(ctx, "api", 1, 1, page.NextCursor)
+	if err != nil || len(page.Items) != 1 || page.Items[0].ID != ids[0] || page.NextCursor != "" {
+		t.Fatalf("second page = %+v, %v", page, err)
+	}
+	if page, err := c.CanaryEvents(ctx, "web", 0, 0, ""); err != nil || len(page.Items) != 0 {
+		t.Errorf("events of web = %+v, %v", page, err)
+	}
+	_, err = c.CanaryEvents(ctx, "", 0, 501, "")
+	if p := problem(t, err, http.StatusBadRequest); len(p.Errors) != 1 || p.Errors[0].Path != "limit" {
+		t.Errorf("limit 501: %+v", p)
+	}
+
+	g, err := c.PauseCanary(ctx, "api", "looking")
+	if err != nil || g.State != apiv1.CanaryPaused || g.LastEvent == nil || g.LastEvent.Reason != "looking" || g.LastEvent.Actor != "alice" {
+		t.Errorf("PauseCanary = %+v, %v", g, err)
+	}
+	if g, err := c.PauseCanary(ctx, "api", ""); err != nil || g.State != apiv1.CanaryPaused {
+		t.Errorf("second PauseCanary = %+v, %v", g, err)
+	}
+	if g, err := c.ResumeCanary(ctx, "api", ""); err != nil || g.State != apiv1.CanaryRunning || g.LastEvent.Action != apiv1.CanaryResume {
+		t.Errorf("ResumeCanary = %+v, %v", g, err)
+	}
+	_, err = c.PauseCanary(ctx, "nope", "")
+	problem(t, err, http.StatusNotFound)
+
+	_, err = c.Adopt(ctx, "api", EditOptions{IfMatch: ptr(7)})
+	problem(t, err, http.StatusPreconditionFailed)
+	adopted, err := c.Adopt(ctx, "api", EditOptions{IfMatch: ptr(1)})
+	if err != nil || adopted.ID != 2 || adopted.Action != apiv1.ActionAdopt || adopted.Author != "alice" ||
+		adopted.Message != "adopt canary weights 85/15 of api" || !slices.Equal(weights(t, adopted), []int{85, 15}) {
+		t.Fatalf("Adopt = %+v, %v", adopted, err)
+	}
+	_, err = c.Adopt(ctx, "api", EditOptions{Message: "again"})
+	if p := problem(t, err, http.StatusConflict); !strings.Contains(p.Detail, "no transient weights to adopt") {
+		t.Errorf("second Adopt: %+v", p)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,7 +22,7 @@ const CanaryNotifyChannel = "dwara_canary"
 
 // canaryLockKey is the session-level advisory lock held by the one canary
 // runner of a database.
-const canaryLockKey int64 = 0x64776172610002 // "dwara" + 2
+const canaryLockKey int64 = 0x64776172610003 // "dwara" + 3 (+ 2 is dbtest's template lock)
 
 // canaryHoldLockKey is the first key of the transaction-level advisory
 // lock (with the service's hash) that serialises holds of a service.
@@ -54,7 +55,8 @@ type CanaryTotals struct {
 
 // FlushCanaryWindows stores rows as instance's aggregates of the current
 // second (by the database's clock). Two flushes within one second add up.
-// Rows with no requests are skipped.
+// Rows with no requests are skipped; two rows of one generation, service
+// and version are refused (add them up first).
 func (s *Store) FlushCanaryWindows(ctx context.Context, instance string, rows []CanaryWindowRow) error {
 	var (
 		gens                []int64
@@ -62,9 +64,19 @@ func (s *Store) FlushCanaryWindows(ctx context.Context, instance string, rows []
 		requests, errorsCol []int64
 		latency             []string
 	)
+	type key struct {
+		gen              int64
+		service, version string
+	}
+	seen := make(map[key]bool, len(rows))
 	for _, r := range rows {
 		if r.Requests == 0 {
 			continue
+		}
+		if k := (key{r.Generation, r.Service, r.Version}); seen[k] {
+			return fmt.Errorf("flush canary windows: two rows of %s of %q in generation %d", r.Version, r.Service, r.Generation)
+		} else {
+			seen[k] = true
 		}
 		if r.Version != VersionBaseline && r.Version != VersionCanary {
 			return fmt.Errorf("flush canary windows: unknown version %q", r.Version)
@@ -282,7 +294,7 @@ func (s *Store) ListCanaryEvents(ctx context.Context, service string, generation
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+canaryEventColumns+` FROM canary_events
-		WHERE id < $1 AND ($2 = '' OR service = $2) AND ($3 = 0 OR generation_id = $3)
+		WHERE id < $1 AND ($2 = '' OR service = $2) AND ($3::bigint = 0 OR generation_id = $3)
 		ORDER BY id DESC LIMIT $4`, beforeID, service, generation, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list canary events: %w", err)
@@ -388,8 +400,10 @@ func (s *Store) TryCanaryLock(ctx context.Context) (*CanaryLock, error) {
 	return &CanaryLock{conn: conn}, nil
 }
 
-// Close releases the lock by closing its session.
+// Close releases the lock, at once when the session still answers, and
+// closes the session (which releases it too, once the server notices).
 func (l *CanaryLock) Close(ctx context.Context) {
+	_, _ = l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, canaryLockKey)
 	_ = l.conn.Close(ctx)
 }
 
@@ -483,7 +497,7 @@ func notifyCanary(ctx context.Context, tx pgx.Tx, e apiv1.CanaryEvent) error {
 		return fmt.Errorf("encode canary event: %w", err)
 	}
 	if len(payload) > maxNotifyPayload {
-		e.Reason = e.Reason[:min(len(e.Reason), 200)]
+		e.Reason = strings.ToValidUTF8(e.Reason[:min(len(e.Reason), 200)], "")
 		if payload, err = json.Marshal(e); err != nil {
 			return fmt.Errorf("encode canary event: %w", err)
 		}

@@ -1,5 +1,6 @@
 // Package cli is the command line of Dwara's REST API: the verbs apply,
-// flip, weights, kill, rollback, history and diff of the dwara command. Each
+// flip, weights, kill, rollback, history, diff, canary, adopt, pause and
+// resume of the dwara command. Each
 // verb parses its flags, calls the API through package client and prints a
 // short summary (or, with --json, the API's answer). Specs are read with
 // the one spec decoder of gateway/config, so a file the gateway would refuse
@@ -44,6 +45,11 @@ const Usage = `Client verbs (they call the REST API of a running "dwara serve"):
   dwara history [--limit N] [--cursor C]                           generations, newest first
   dwara diff [ID] [--against ID]                                   what generation ID (default: the active one)
                                                                    changed, and the share of keys it moves
+  dwara canary [SERVICE]                                           canary groups: state, weights, the window's
+                                                                   figures, and the last 10 canary events
+  dwara adopt SERVICE [-m MESSAGE]                                 publish the canary weights in force as configured
+  dwara pause SERVICE [-m MESSAGE]                                 hold the canary controller off a group
+  dwara resume SERVICE [-m MESSAGE]                                let the canary controller act on it again
   Flags of every client verb: --api URL (default $DWARA_API_URL, else ` + client.DefaultURL + `),
   --actor NAME (default $USER), --json (print the API's JSON answer), --timeout 30s.
   The bearer token is read from DWARA_ADMIN_TOKEN.
@@ -65,6 +71,10 @@ var clientVerbs = map[string]clientVerb{
 	"rollback": {"ID [-m MESSAGE] [--if-match ID]", setupRollback},
 	"history":  {"[--limit N] [--cursor C]", setupHistory},
 	"diff":     {"[ID] [--against ID]", setupDiff},
+	"canary":   {"[SERVICE]", setupCanary},
+	"adopt":    {"SERVICE [-m MESSAGE] [--if-match ID]", setupAdopt},
+	"pause":    {"SERVICE [-m MESSAGE]", setupHold(true)},
+	"resume":   {"SERVICE [-m MESSAGE]", setupHold(false)},
 }
 
 // IO is what a client verb reads and writes: the process's streams and
@@ -470,6 +480,163 @@ func setupDiff(fs *flag.FlagSet) func(context.Context, *clientCall, []string) er
 		}
 		printDiff(cc.io.Out, d)
 		return nil
+	}
+}
+
+// canaryEvents is how many of the newest canary events `dwara canary`
+// shows.
+const canaryEvents = 10
+
+func setupCanary(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+	return func(ctx context.Context, cc *clientCall, args []string) error {
+		var service string
+		switch len(args) {
+		case 0:
+		case 1:
+			service = args[0]
+		default:
+			return usagef("give at most one SERVICE")
+		}
+		list, err := cc.c.Canary(ctx)
+		if err != nil {
+			return err
+		}
+		if cc.printJSON() {
+			return nil
+		}
+		groups := list.Items
+		if service != "" {
+			groups = nil
+			for _, g := range list.Items {
+				if g.Service == service {
+					groups = append(groups, g)
+				}
+			}
+			if len(groups) == 0 {
+				return fmt.Errorf("service %q is not a canary group of the active generation (a 2-target split with canary_analysis)", service)
+			}
+		}
+		events, err := cc.c.CanaryEvents(ctx, service, 0, canaryEvents, "")
+		if err != nil {
+			return err
+		}
+		w := cc.io.Out
+		if len(groups) == 0 {
+			fmt.Fprintln(w, "no canary groups in the active generation")
+		} else {
+			printCanaryGroups(w, groups)
+		}
+		fmt.Fprintln(w)
+		printCanaryEvents(w, events.Items)
+		return nil
+	}
+}
+
+// printCanaryGroups prints one row per group: its state, its weights
+// (configured, then in force when they differ) and each version's figures
+// over the window.
+func printCanaryGroups(w io.Writer, groups []apiv1.CanaryGroup) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tSTATE\tWEIGHTS\tWINDOW\tBASELINE\tCANARY")
+	for _, g := range groups {
+		weights := weightPair(g.Configured)
+		if g.Transient || g.Weights != g.Configured {
+			weights += " -> " + weightPair(g.Weights)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%ds\t%s\t%s\n", clean(g.Service), clean(g.State), weights, g.WindowSeconds,
+			figuresText(g.BaselineWindow), figuresText(g.CanaryWindow))
+	}
+	tw.Flush()
+}
+
+// printCanaryEvents prints the canary events, newest first: when, which
+// group in which generation, the action, the canary's weight before and
+// after, and why (and who, for a pause or resume).
+func printCanaryEvents(w io.Writer, events []apiv1.CanaryEvent) {
+	if len(events) == 0 {
+		fmt.Fprintln(w, "no canary events")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tSERVICE\tGENERATION\tACTION\tCANARY WEIGHT\tREASON")
+	for _, e := range events {
+		reason := clean(e.Reason)
+		if e.Actor != "" {
+			reason += " (by " + clean(e.Actor) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d->%d\t%s\n", e.CreatedAt.Local().Format("2006-01-02 15:04:05 MST"),
+			clean(e.Service), e.GenerationID, clean(e.Action), e.FromWeight, e.ToWeight, reason)
+	}
+	tw.Flush()
+}
+
+// weightPair formats a group's weights as "baseline/canary", e.g. "85/15".
+func weightPair(ws [2]int) string {
+	return strconv.Itoa(ws[0]) + "/" + strconv.Itoa(ws[1])
+}
+
+// figuresText formats one version's figures over the window: "1200 req,
+// 0.50% err, p99 12.3ms", or "no requests".
+func figuresText(f apiv1.CanaryFigures) string {
+	if f.Requests == 0 {
+		return "no requests"
+	}
+	return fmt.Sprintf("%d req, %s%% err, p99 %s", f.Requests, strconv.FormatFloat(f.ErrorRate*100, 'f', 2, 64), seconds(f.LatencyP99))
+}
+
+// seconds formats a latency in seconds for a person: 850µs, 12.3ms, 1.25s.
+func seconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d >= time.Second:
+		return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
+	case d >= time.Millisecond:
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
+	}
+	return strconv.FormatInt(d.Microseconds(), 10) + "µs"
+}
+
+func setupAdopt(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+	message := fs.String("m", "", "the change `MESSAGE` (default: \"adopt canary weights B/C of SERVICE\")")
+	ifMatch := ifMatchFlag(fs)
+	return func(ctx context.Context, cc *clientCall, args []string) error {
+		if len(args) != 1 {
+			return usagef("give exactly one SERVICE")
+		}
+		match, err := ifMatch()
+		if err != nil {
+			return err
+		}
+		g, err := cc.c.Adopt(ctx, args[0], client.EditOptions{Message: *message, IfMatch: match})
+		return cc.generation(g, err)
+	}
+}
+
+// setupHold is the setup of pause (pause true) and resume.
+func setupHold(pause bool) func(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+	verb := "resume"
+	if pause {
+		verb = "pause"
+	}
+	return func(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+		message := fs.String("m", "", "why, recorded with the canary event (default: \""+verb+" canary of SERVICE\")")
+		return func(ctx context.Context, cc *clientCall, args []string) error {
+			if len(args) != 1 {
+				return usagef("give exactly one SERVICE")
+			}
+			call := cc.c.ResumeCanary
+			if pause {
+				call = cc.c.PauseCanary
+			}
+			g, err := call(ctx, args[0], *message)
+			if err != nil {
+				return err
+			}
+			if !cc.printJSON() {
+				fmt.Fprintf(cc.io.Out, "canary group %s: %s at %s (generation %d)\n", clean(g.Service), clean(g.State), weightPair(g.Weights), g.GenerationID)
+			}
+			return nil
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -473,6 +474,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"diff", "--against", "0", "2"}, "--against must be a generation id"},
 		{[]string{"flip", "--bogus", "api"}, "flag provided but not defined: -bogus"},
 		{[]string{"flip", "api", "--api", "ftp://x"}, "the scheme must be http or https"},
+		{[]string{"canary", "a", "b"}, "give at most one SERVICE"},
+		{[]string{"adopt"}, "give exactly one SERVICE"},
+		{[]string{"adopt", "api", "--if-match", "x"}, "--if-match must be a generation id"},
+		{[]string{"pause"}, "give exactly one SERVICE"},
+		{[]string{"resume", "a", "b"}, "give exactly one SERVICE"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -657,5 +663,154 @@ func TestClientConnectionRefused(t *testing.T) {
 	r = runVerb(t, map[string]string{"DWARA_API_URL": "http://127.0.0.1:1"}, "", "history", "--api", url)
 	if r.code != 1 || !strings.Contains(r.stderr, url) {
 		t.Errorf("--api is not used: %s", r)
+	}
+}
+
+// canaryRow matches one row of the canary events table: time, service,
+// generation, action, weights, reason.
+var canaryRow = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+\s+(\S+)\s+(\d+)\s+(\S+)\s+(\d+->\d+)\s+(.*)$`)
+
+// canaryEventRows returns the rows of the events table in out (after its
+// header), each as "service gen action weights reason".
+func canaryEventRows(t *testing.T, out string) []string {
+	t.Helper()
+	_, table, ok := strings.Cut(out, "\n\n")
+	if !ok {
+		t.Fatalf("no events section:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSuffix(table, "\n"), "\n")
+	if !regexp.MustCompile(`^TIME\s+SERVICE\s+GENERATION\s+ACTION\s+CANARY WEIGHT\s+REASON$`).MatchString(lines[0]) {
+		t.Fatalf("no events table header:\n%s", out)
+	}
+	var rows []string
+	for _, l := range lines[1:] {
+		f := canaryRow.FindStringSubmatch(l)
+		if f == nil {
+			t.Fatalf("not an events row: %q", l)
+		}
+		rows = append(rows, strings.Join(f[1:], " "))
+	}
+	return rows
+}
+
+func TestCanaryVerbs(t *testing.T) {
+	t.Parallel()
+	a := startCLIAPI(t, "")
+	ctx := t.Context()
+	spec := spectest.Canary(95, 5).Analysis(config.CanaryAnalysis{Enabled: true, WindowSeconds: 60, Step: 5, MinRequests: 10,
+		Promote:  config.Threshold{Metric: config.MetricErrorRate, Threshold: 0.01},
+		Rollback: config.Threshold{Metric: config.MetricErrorRate, Threshold: 0.05}}).
+		Route("web", "/", "api-stable")
+
+	if out := a.must(t, "canary"); out != "no canary groups in the active generation\n\nno canary events\n" {
+		t.Errorf("canary before any generation: %q", out)
+	}
+	a.must(t, "apply", "-f", writeSpec(t, "spec.yaml", spec.YAML()))
+	out := a.must(t, "canary")
+	if !regexp.MustCompile(`^SERVICE\s+STATE\s+WEIGHTS\s+WINDOW\s+BASELINE\s+CANARY\napi\s+running\s+95/5\s+60s\s+no requests\s+no requests\n\nno canary events\n$`).MatchString(out) {
+		t.Errorf("canary of a fresh group:\n%s", out)
+	}
+
+	// The controller promotes 5 -> 65 in twelve steps; the fleet reports
+	// its window.
+	lock, err := a.store.TryCanaryLock(ctx)
+	if err != nil || lock == nil {
+		t.Fatalf("TryCanaryLock = %v, %v", lock, err)
+	}
+	t.Cleanup(func() { lock.Close(context.Background()) })
+	for w := 5; w < 65; w += 5 {
+		_, ok, err := lock.Record(ctx, apiv1.CanaryEvent{GenerationID: 1, Service: "api", FromWeight: w, ToWeight: w + 5,
+			Action: apiv1.CanaryPromote, Reason: fmt.Sprintf("step %d", w/5)}, 5)
+		if err != nil || !ok {
+			t.Fatalf("Record = %v, %v", ok, err)
+		}
+	}
+	err = a.store.FlushCanaryWindows(ctx, "gw-1", []db.CanaryWindowRow{
+		{Generation: 1, Service: "api", Version: db.VersionBaseline, Requests: 200, Errors: 2, Latency: [][2]uint64{{500, 200}}},
+		{Generation: 1, Service: "api", Version: db.VersionCanary, Requests: 20, Errors: 1, Latency: [][2]uint64{{500, 20}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"canary"}, {"canary", "api"}} {
+		out := a.must(t, args...)
+		group := regexp.MustCompile(`(?m)^api\s+running\s+95/5 -> 35/65\s+60s\s+200 req, 1\.00% err, p99 \d+\.\dms\s+20 req, 5\.00% err, p99 \d+\.\dms$`)
+		if !group.MatchString(out) {
+			t.Errorf("dwara %s: no group row:\n%s", strings.Join(args, " "), out)
+		}
+		rows := canaryEventRows(t, out)
+		if len(rows) != 10 || rows[0] != "api 1 promote 60->65 step 12" || rows[9] != "api 1 promote 15->20 step 3" {
+			t.Errorf("dwara %s: event rows %q; want the 10 newest", strings.Join(args, " "), rows)
+		}
+	}
+	var list apiv1.CanaryList
+	if err := json.Unmarshal([]byte(a.must(t, "canary", "--json")), &list); err != nil || len(list.Items) != 1 || list.Items[0].Weights != [2]int{35, 65} {
+		t.Errorf("canary --json = %+v, %v", list, err)
+	}
+	if r := a.run(t, "canary", "web"); r.code != 1 || !strings.Contains(r.stderr, `dwara canary: service "web" is not a canary group of the active generation`) {
+		t.Errorf("canary of a plain service: %s", r)
+	}
+
+	// Pause and resume, idempotent.
+	for _, step := range []struct {
+		args []string
+		out  string
+	}{
+		{[]string{"pause", "api", "-m", "errors in EU"}, "canary group api: paused at 35/65 (generation 1)\n"},
+		{[]string{"pause", "api"}, "canary group api: paused at 35/65 (generation 1)\n"},
+		{[]string{"resume", "api"}, "canary group api: running at 35/65 (generation 1)\n"},
+		{[]string{"resume", "api"}, "canary group api: running at 35/65 (generation 1)\n"},
+	} {
+		if out := a.must(t, step.args...); out != step.out {
+			t.Errorf("dwara %s printed %q, want %q", strings.Join(step.args, " "), out, step.out)
+		}
+	}
+	rows := canaryEventRows(t, a.must(t, "canary"))
+	if rows[0] != "api 1 resume 65->65 resume canary of api (by alice)" || rows[1] != "api 1 pause 65->65 errors in EU (by alice)" ||
+		rows[2] != "api 1 promote 60->65 step 12" {
+		t.Errorf("event rows after the holds: %q", rows)
+	}
+	if r := a.run(t, "pause", "web"); r.code != 1 || !strings.Contains(r.stderr, "dwara pause: 409 Conflict: ") {
+		t.Errorf("pause of a plain service: %s", r)
+	}
+	if r := a.run(t, "resume", "nope"); r.code != 1 || !strings.Contains(r.stderr, `dwara resume: 404 Not Found: service "nope" does not exist in generation 1`) {
+		t.Errorf("resume of an unknown service: %s", r)
+	}
+
+	// Adopt publishes the weights in force; then there is nothing to adopt.
+	if out := a.must(t, "adopt", "api"); out != "generation 2 created (adopt) by alice: adopt canary weights 35/65 of api\n" {
+		t.Errorf("adopt printed %q", out)
+	}
+	g := a.current(t)
+	if ws := splitWeights(t, g); g.Action != apiv1.ActionAdopt || !slices.Equal(ws, []int{35, 65}) {
+		t.Errorf("adopted generation %+v, weights %v", g, ws)
+	}
+	if r := a.run(t, "adopt", "api", "-m", "again"); r.code != 1 || !strings.Contains(r.stderr, "dwara adopt: 409 Conflict: no transient weights to adopt") {
+		t.Errorf("adopt with nothing to adopt: %s", r)
+	}
+	if out := a.must(t, "canary"); !regexp.MustCompile(`(?m)^api\s+running\s+35/65\s+60s\s+no requests\s+no requests$`).MatchString(out) {
+		t.Errorf("canary after adopt:\n%s", out)
+	}
+	if n := a.count(t); n != 2 {
+		t.Errorf("%d generations, want 2", n)
+	}
+}
+
+func TestCanaryFormats(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		sec  float64
+		want string
+	}{
+		{0.000850, "850µs"},
+		{0.0123, "12.3ms"},
+		{1.25, "1.25s"},
+	} {
+		if got := seconds(tt.sec); got != tt.want {
+			t.Errorf("seconds(%v) = %q, want %q", tt.sec, got, tt.want)
+		}
+	}
+	if got := figuresText(apiv1.CanaryFigures{Requests: 1200, Errors: 6, ErrorRate: 0.005, LatencyP99: 0.0123}); got != "1200 req, 0.50% err, p99 12.3ms" {
+		t.Errorf("figuresText = %q", got)
 	}
 }

@@ -16,7 +16,7 @@ var allowedImports = map[string][]string{
 	"node":                    {"api", "api/apiv1", "db", "demo", "gateway/config", "gateway/fleet", "gateway/proxy", "gateway/source"},
 	"client/cli":              {"api/apiv1", "client", "gateway/config"},
 	"client":                  {"api/apiv1"},
-	"api":                     {"api/apiv1", "db", "gateway/config", "openapi", "web"},
+	"api":                     {"api/apiv1", "db", "gateway/canary", "gateway/config", "openapi", "web"},
 	"api/apiv1":               {},
 	"api/apitest":             {"api", "db", "db/dbtest"},
 	"db":                      {"api/apiv1", "migrations"},

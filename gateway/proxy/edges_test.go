@@ -2,10 +2,15 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -141,4 +146,82 @@ func TestUnspecifiedEndpointNotDialled(t *testing.T) {
 	if n := reached.Load(); n != 0 {
 		t.Fatalf("the listener behind 0.0.0.0 got %d requests", n)
 	}
+}
+
+// stallGateway is a gateway with a short client stall timeout.
+func stallGateway(t *testing.T, stall time.Duration, addr string) *gateway {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	p := New(Options{Metrics: reg, ClientStallTimeout: stall})
+	g := &gateway{Proxy: p, URL: serveFront(t, p), reg: reg}
+	g.apply(t, 1, "upstreams: [{name: a, endpoints: [\""+addr+"\"]}]\nservices: [{name: web, upstream: a}]\n")
+	return g
+}
+
+// TestClientStallTimeout: a client that takes nothing of a large answer
+// for the stall timeout is cut and counted 499; one that stops sending its
+// request body is answered 408; a slow stream that keeps moving for longer
+// than the stall timeout in all is never cut.
+func TestClientStallTimeout(t *testing.T) {
+	if testFront == "fasthttp" {
+		t.Skip("the fasthttp front has no client stall timeout")
+	}
+	t.Parallel()
+	const stall = 300 * time.Millisecond
+	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/big":
+			chunk := make([]byte, 64<<10)
+			for range 1024 { // 64 MiB, far beyond the socket buffers
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+		case "/slow":
+			for i := range 8 {
+				fmt.Fprintf(w, "tick %d\n", i)
+				w.(http.Flusher).Flush()
+				select {
+				case <-time.After(stall / 3):
+				case <-r.Context().Done():
+					return
+				}
+			}
+		case "/upload":
+			_, _ = io.Copy(io.Discard, r.Body)
+		}
+	}))
+	g := stallGateway(t, stall, hostOf(up.URL))
+
+	t.Run("reader", func(t *testing.T) {
+		rc := dialRaw(t, g)
+		rc.write(rawHead("GET /big HTTP/1.1", "Host: x"))
+		deadline := time.Now().Add(conformanceDeadline)
+		for testutil.ToFloat64(g.m.requests.WithLabelValues("web", "a", "499")) < 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("a client reading nothing was not cut: %v", g.samples(t, "dwara_requests_total"))
+			}
+			time.Sleep(20 * time.Millisecond) // polling a condition, bounded above
+		}
+	})
+	t.Run("body", func(t *testing.T) {
+		rc := dialRaw(t, g)
+		rc.write(rawHead("POST /upload HTTP/1.1", "Host: x", "Content-Length: 100") + "0123456789")
+		resp, body := rc.readFinal("POST")
+		if resp.StatusCode != http.StatusRequestTimeout || !resp.Close {
+			t.Fatalf("stalled upload: status %d, close %v: %s; want 408 and the connection closed", resp.StatusCode, resp.Close, body)
+		}
+	})
+	t.Run("slow stream", func(t *testing.T) {
+		resp, body := get(t, client, g.URL+"/slow", nil)
+		if resp.StatusCode != http.StatusOK || strings.Count(body, "tick") != 8 {
+			t.Fatalf("slow stream: %d %q; want all 8 ticks", resp.StatusCode, body)
+		}
+		// The connection is reused for the next request without a stale
+		// deadline cutting it.
+		time.Sleep(2 * stall) // longer than the stall timeout, so an old deadline would have passed
+		if resp, _ := get(t, client, g.URL+"/upload", nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("next request: %d", resp.StatusCode)
+		}
+	})
 }

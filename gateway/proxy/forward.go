@@ -55,8 +55,18 @@ type exchange struct {
 // failure and every answer header is reported to the passive checks
 // (passive.go). It returns the status code the client got, or 499 when the
 // client went away before it had the whole answer.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, u *upstream, a *attempt) int {
+func (p *Proxy) forward(w *statusWriter, r *http.Request, u *upstream, a *attempt) int {
 	ctx := r.Context()
+	dl, _ := w.ResponseWriter.(deadliner)
+	if p.stall > 0 && dl != nil && hasBody(r) {
+		// A request body that stalls ends the request; the deadline is
+		// lifted once the exchange is over, so the server's own reads of
+		// the connection (it notices a client that hangs up) never meet it.
+		w.body = stallBody{r: r.Body, dl: dl, stall: p.stall}
+		body := r.Body
+		r.Body = &w.body
+		defer func() { r.Body = body }()
+	}
 	var resp *http.Response
 	x, err := p.exchangeRetrying(ctx, u, a, outbound{
 		method: r.Method, body: hasBody(r),
@@ -65,6 +75,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, u *upstream, a *
 		resp, sent, err = p.send(c, r, ep)
 		return sent, err
 	})
+	if w.body.dl != nil {
+		_ = dl.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		return p.forwardError(w, r, a.ep, err)
 	}
@@ -85,7 +98,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, u *upstream, a *
 			c.nc.Close()
 		}
 	}()
-	reusable, clientGone = p.copyResponse(w, r, x.resp)
+	if p.stall > 0 && dl != nil {
+		defer func() { _ = dl.SetWriteDeadline(time.Time{}) }() // the next request on the connection has none
+	}
+	reusable, clientGone = p.copyResponse(w, r, x.resp, dl)
 	if clientGone {
 		return statusClientGone
 	}
@@ -498,7 +514,12 @@ func (e clientBodyError) Unwrap() error { return e.err }
 // trailers. It reports whether the upstream connection may be reused (the
 // body was read to its end and the endpoint did not ask to close), and
 // whether the client went away before the end.
-func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.Response) (reusable, clientGone bool) {
+//
+// With a stall timeout and dl, the client connection's write deadline
+// moves forward before every write: a client that reads nothing for the
+// stall timeout is cut (counted 499), a slow stream that keeps moving
+// never is.
+func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, dl deadliner) (reusable, clientGone bool) {
 	h := w.Header()
 	conn := resp.Header["Connection"]
 	for k, vv := range resp.Header {
@@ -525,9 +546,15 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.
 	flusher, _ := w.(http.Flusher)
 	buf := p.buffers.Get()
 	defer p.buffers.Put(buf)
+	if p.stall <= 0 {
+		dl = nil
+	}
 	for {
 		n, rerr := body.Read(buf)
 		if n > 0 {
+			if dl != nil {
+				_ = dl.SetWriteDeadline(time.Now().Add(p.stall))
+			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return false, true
 			}
@@ -563,20 +590,29 @@ func isEventStream(h http.Header) bool {
 }
 
 // forwardError answers a request whose exchange failed before anything was
-// written to the client: 504 for a timeout, 499 (logged, nothing sent) when
-// the client went away, else 502. The cause is logged, never sent.
+// written to the client: 408 for a request body that stalled, 400 for one
+// that cannot be read, 504 for an endpoint's timeout, 499 (logged, nothing
+// sent) when the client went away, else 502. The cause of a 502 or 504 is
+// logged, never sent.
 func (p *Proxy) forwardError(w http.ResponseWriter, r *http.Request, ep *endpoint, err error) int {
-	if r.Context().Err() != nil {
-		return statusClientGone
-	}
-	if _, ok := errors.AsType[clientBodyError](err); ok {
-		// Not the endpoint's failure: the client's body does not parse (a
-		// bad chunk size, say), or ended early. Its connection cannot be
-		// read any further.
+	if cbe, ok := errors.AsType[clientBodyError](err); ok {
+		// Not the endpoint's failure: the client's body stalled (past the
+		// stall timeout, which also cancelled the request's context), does
+		// not parse (a bad chunk size, say), or ended early. Its
+		// connection cannot be read any further.
+		status, title, detail := http.StatusBadRequest, "Bad request body", "the request body could not be read"
+		if ne, ok := errors.AsType[net.Error](cbe.err); ok && ne.Timeout() {
+			status, title, detail = http.StatusRequestTimeout, "Request body stalled", "the request body stopped arriving"
+		} else if r.Context().Err() != nil {
+			return statusClientGone
+		}
 		w.Header()["X-Request-Id"] = r.Header["X-Request-Id"]
 		w.Header()["Connection"] = []string{"close"}
-		writeProblem(w, http.StatusBadRequest, "Bad request body", "the request body could not be read")
-		return http.StatusBadRequest
+		writeProblem(w, status, title, detail)
+		return status
+	}
+	if r.Context().Err() != nil {
+		return statusClientGone
 	}
 	p.log.Warn("upstream request failed",
 		"request_id", r.Header.Get("X-Request-Id"),

@@ -67,10 +67,21 @@ type Options struct {
 	// means slog.Default().
 	Logger *slog.Logger
 
+	// ClientStallTimeout ends a request whose client makes no progress for
+	// this long: sends nothing of its request body, or takes nothing of
+	// the answer (counted 499). A body or an answer that keeps moving is
+	// never cut, however long it streams. 0 means
+	// DefaultClientStallTimeout; negative means none. The fasthttp front
+	// does not apply it.
+	ClientStallTimeout time.Duration
+
 	// healthInterval is the time between two health checks of the given
 	// settings; nil means interval_s seconds. Tests check faster.
 	healthInterval func(config.HealthCheck) time.Duration
 }
+
+// DefaultClientStallTimeout is Options.ClientStallTimeout's default.
+const DefaultClientStallTimeout = 60 * time.Second
 
 // Proxy is the data plane's reverse proxy. It is safe for concurrent use;
 // Apply may be called while requests are served. It must not be copied.
@@ -103,6 +114,9 @@ type Proxy struct {
 	// kept across generations, guarded by applyMu.
 	shared map[string]*upstreamShared
 	um     upstreamMetrics
+	// stall is Options.ClientStallTimeout with the default applied; 0
+	// means none.
+	stall time.Duration
 	// canaryGroups are the groups with a dwara_canary_weight series;
 	// guarded by applyMu.
 	canaryGroups []string
@@ -120,6 +134,13 @@ func New(o Options) *Proxy {
 		transport:  o.Transport,
 		buffers:    newBufferPool(256),
 		log:        o.Logger,
+		stall:      o.ClientStallTimeout,
+	}
+	switch {
+	case p.stall == 0:
+		p.stall = DefaultClientStallTimeout
+	case p.stall < 0:
+		p.stall = 0
 	}
 	p.m = newMetrics(o.Metrics, p)
 	p.um = newUpstreamMetrics(o.Metrics)

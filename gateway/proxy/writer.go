@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // statusWriter records the status code written through it. It forwards
@@ -13,7 +15,33 @@ import (
 type statusWriter struct {
 	http.ResponseWriter
 	code int
+	// body is the stall-guarded reader of the request body, when the
+	// forwarding path installs one (so that it does not allocate).
+	body stallBody
 }
+
+// deadliner is what the standard library's response writer offers for
+// per-request deadlines on the client connection.
+type deadliner interface {
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
+// stallBody reads a client's request body with a read deadline that moves
+// forward before every read: a body that makes no progress for stall ends
+// with a timeout, one that keeps coming is never cut.
+type stallBody struct {
+	r     io.ReadCloser
+	dl    deadliner
+	stall time.Duration
+}
+
+func (b *stallBody) Read(p []byte) (int, error) {
+	_ = b.dl.SetReadDeadline(time.Now().Add(b.stall))
+	return b.r.Read(p)
+}
+
+func (b *stallBody) Close() error { return b.r.Close() }
 
 var statusWriters = sync.Pool{New: func() any { return new(statusWriter) }}
 
@@ -25,6 +53,7 @@ func getStatusWriter(w http.ResponseWriter) *statusWriter {
 
 func putStatusWriter(sw *statusWriter) {
 	sw.ResponseWriter = nil
+	sw.body = stallBody{}
 	statusWriters.Put(sw)
 }
 
