@@ -372,7 +372,9 @@ func canaryState(g canary.Group, st db.CanaryState, weight int) string {
 		return apiv1.CanaryPaused
 	case weight == g.Total:
 		return apiv1.CanaryComplete
-	case st.Transient && weight == 0:
+	case weight == 0:
+		// Rolled back by the controller, or configured at 0 (adopted
+		// after a rollback, or parked): either way nothing is judged.
 		return apiv1.CanaryRolledBack
 	}
 	return apiv1.CanaryRunning

@@ -320,7 +320,8 @@ const (
 	CanaryPaused = "paused"
 	// CanaryComplete: the canary holds the whole total; nothing more to do.
 	CanaryComplete = "complete"
-	// CanaryRolledBack: the canary was rolled back to weight 0.
+	// CanaryRolledBack: the canary is at weight 0, rolled back by the
+	// controller or configured so; the controller does not act on it.
 	CanaryRolledBack = "rolled_back"
 	// CanaryDisabled: canary_analysis.enabled is false.
 	CanaryDisabled = "disabled"
