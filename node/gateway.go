@@ -41,7 +41,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	}
 
 	reg := newRegistry()
-	px := proxy.New(proxy.Options{Metrics: reg, Logger: log})
+	px := proxy.New(c.proxyOptions(reg))
 	defer px.Close()             // after every part has stopped: the pooled upstream connections
 	var follower *fleet.Follower // with a database: set below, before any apply
 	apply := applier(px, func(generation int64) {
@@ -78,22 +78,26 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	var err error
 	switch c.Front {
 	case "", FrontNetHTTP:
-		proxyL, err = listen("proxy", c.Listen, px)
+		proxyL, err = listenProxy(c.Listen, px, c.Limits)
 	case FrontFastHTTP:
-		proxyL, err = listenFast("proxy", c.Listen, px)
+		proxyL, err = listenFast("proxy", c.Listen, px, c.Limits)
 	default:
 		err = fmt.Errorf("unknown front %q: want %q or %q", c.Front, FrontNetHTTP, FrontFastHTTP)
 	}
 	if err != nil {
 		return err
 	}
-	metricsL, err := listen("metrics", c.MetricsListen, mux)
+	metricsL, err := listenAdmin("metrics", c.MetricsListen, mux, c.Limits)
 	if err != nil {
 		closeAll(proxyL)
 		return err
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	if err := c.serveTLS(gctx, g, proxyL); err != nil {
+		closeAll(proxyL, metricsL)
+		return err
+	}
 	if c.ConfigFile != "" {
 		src := &source.File{Path: c.ConfigFile, Apply: apply, Reload: c.Reload, Logger: log}
 		g.Go(func() error { return src.Run(gctx) })
@@ -106,7 +110,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		g.Go(func() error { return l.Run(gctx) })
 		g.Go(func() error { return src.Run(gctx) })
 	}
-	serveHTTP(gctx, g, log, proxyL, metricsL)
+	serveHTTP(gctx, g, log, c.Limits.ShutdownTimeout, proxyL, metricsL)
 	if c.Started != nil {
 		c.Started(Addrs{Proxy: proxyL.addr(), Metrics: metricsL.addr()})
 	}

@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,9 +46,6 @@ const (
 	DefaultAdminListen   = "127.0.0.1:9090"
 	DefaultMetricsListen = "127.0.0.1:9091"
 )
-
-// shutdownTimeout bounds the graceful shutdown of each HTTP listener.
-const shutdownTimeout = 10 * time.Second
 
 // Process holds the settings every process has: its data plane and its
 // hooks; ServeConfig and GatewayConfig embed it. The zero value is usable:
@@ -87,6 +85,99 @@ type Process struct {
 	// CanaryLeading, when non-nil, is called with true when this process's
 	// canary runner takes the runner lock and false when it loses it.
 	CanaryLeading func(bool)
+	// Limits are the timeouts and caps of the process's listeners.
+	Limits Limits
+	// AccessLog, when non-nil, receives one line per request the proxy
+	// answers; nil logs none.
+	AccessLog *slog.Logger
+	// TLS, when non-nil, makes the proxy listener and serve's admin
+	// listener serve TLS 1.2+ (HTTP/2 and HTTP/1.1 by ALPN) with this
+	// certificate, loaded again on every receive from TLSReload and
+	// whenever the files change; nil serves plain HTTP. A gateway's
+	// metrics listener stays plain.
+	TLS *TLSFiles
+	// TLSReload, when non-nil, reloads the TLS certificate on every
+	// receive (main feeds it SIGHUP).
+	TLSReload <-chan struct{}
+}
+
+// serveTLS makes servers serve TLS when p.TLS is set, and starts the
+// certificate's reloader under g.
+func (p *Process) serveTLS(ctx context.Context, g *errgroup.Group, servers ...*server) error {
+	if p.TLS == nil {
+		return nil
+	}
+	r, err := newCertReloader(*p.TLS, p.Logger)
+	if err != nil {
+		return err
+	}
+	for _, s := range servers {
+		if err := s.useTLS(r); err != nil {
+			return err
+		}
+	}
+	g.Go(func() error { return r.run(ctx, p.TLSReload) })
+	return nil
+}
+
+// Limits are the timeouts and connection caps of a process's listeners.
+// Zero fields mean the defaults below; none of them cuts a response that
+// keeps streaming or a request body that keeps arriving.
+type Limits struct {
+	// MaxConns caps the proxy listener's open client connections; further
+	// clients wait in the kernel's accept queue. 0 means DefaultMaxConns;
+	// negative means no cap.
+	MaxConns int
+	// AdminMaxConns caps each of the admin and metrics listeners the same
+	// way; 0 means DefaultAdminMaxConns; negative means no cap.
+	AdminMaxConns int
+	// ReadHeaderTimeout bounds reading a request's head on every
+	// listener; 0 means DefaultReadHeaderTimeout.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout bounds a keep-alive connection's wait for its next
+	// request on every listener; 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// ClientStallTimeout ends a proxied request whose client sends nothing
+	// of its body or takes nothing of the answer for this long
+	// (proxy.Options.ClientStallTimeout); 0 means
+	// proxy.DefaultClientStallTimeout.
+	ClientStallTimeout time.Duration
+	// AdminReadTimeout bounds reading a whole admin or metrics request,
+	// body included (1 MiB at most), so a slow sender cannot hold a
+	// connection; 0 means DefaultAdminReadTimeout.
+	AdminReadTimeout time.Duration
+	// ShutdownTimeout bounds the graceful drain of each listener when the
+	// process stops; past it the remaining connections are closed. 0 means
+	// DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+}
+
+// Defaults of Limits.
+const (
+	DefaultMaxConns          = 10_000
+	DefaultAdminMaxConns     = 256
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultAdminReadTimeout  = 30 * time.Second
+	DefaultShutdownTimeout   = 10 * time.Second
+)
+
+func (l *Limits) defaults() {
+	set := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	if l.MaxConns == 0 {
+		l.MaxConns = DefaultMaxConns
+	}
+	if l.AdminMaxConns == 0 {
+		l.AdminMaxConns = DefaultAdminMaxConns
+	}
+	set(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	set(&l.IdleTimeout, DefaultIdleTimeout)
+	set(&l.AdminReadTimeout, DefaultAdminReadTimeout)
+	set(&l.ShutdownTimeout, DefaultShutdownTimeout)
 }
 
 func (p *Process) defaults() {
@@ -96,6 +187,12 @@ func (p *Process) defaults() {
 	if p.Logger == nil {
 		p.Logger = slog.Default()
 	}
+	p.Limits.defaults()
+}
+
+// proxyOptions are the options of the process's proxy.
+func (p *Process) proxyOptions(reg prometheus.Registerer) proxy.Options {
+	return proxy.Options{Metrics: reg, Logger: p.Logger, AccessLog: p.AccessLog, ClientStallTimeout: p.Limits.ClientStallTimeout}
 }
 
 // ServeConfig is what `dwara serve` runs with. The zero value, apart from
@@ -110,9 +207,32 @@ type ServeConfig struct {
 	// AdminToken protects /api/ (DWARA_ADMIN_TOKEN); "" allows only a
 	// loopback AdminListen.
 	AdminToken string
+	// ReadToken, when not "", is a second token that may read the API but
+	// not change anything (DWARA_READ_TOKEN).
+	ReadToken string
+	// AdminHosts are the host names (or host:port) the API answers to
+	// besides loopback addresses; a request for any other Host is refused,
+	// which defeats DNS rebinding. Set it to the names an operator or a
+	// load balancer reaches the API by.
+	AdminHosts HostList
 	// Demo starts the built-in demo upstreams and seeds an example
 	// generation into an empty database; false starts neither.
 	Demo bool
+}
+
+// HostList is a list of host names, a flag.Value that takes one per Set.
+type HostList []string
+
+// String returns the names, comma-separated.
+func (h *HostList) String() string { return strings.Join(*h, ",") }
+
+// Set appends one name.
+func (h *HostList) Set(v string) error {
+	if strings.TrimSpace(v) == "" {
+		return errors.New("empty host name")
+	}
+	*h = append(*h, strings.TrimSpace(v))
+	return nil
 }
 
 // GatewayConfig is what `dwara gateway` runs with. Exactly one of
@@ -266,20 +386,26 @@ type server struct {
 	ln   net.Listener
 	srv  *http.Server
 	fast *fasthttp.Server
+	tls  bool // srv serves TLS (useTLS)
 }
 
 // listenFast binds addr for the fasthttp front of px.
-func listenFast(name, addr string, px *proxy.Proxy) (*server, error) {
+func listenFast(name, addr string, px *proxy.Proxy, l Limits) (*server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s listener: %w", name, err)
 	}
-	return &server{name: name, ln: ln, fast: proxy.NewFastServer(px, 120*time.Second)}, nil
+	fast := proxy.NewFastServer(px, l.IdleTimeout)
+	fast.ReadTimeout = l.ReadHeaderTimeout
+	return &server{name: name, ln: limit(ln, l.MaxConns), fast: fast}, nil
 }
 
 func (s *server) serve() error {
 	if s.fast != nil {
 		return s.fast.Serve(s.ln) // nil after ShutdownWithContext
+	}
+	if s.tls {
+		return s.srv.ServeTLS(s.ln, "", "") // the certificate comes from TLSConfig
 	}
 	return s.srv.Serve(s.ln)
 }
@@ -303,16 +429,35 @@ func (s *server) shutdown(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-func listen(name, addr string, h http.Handler) (*server, error) {
+// listenProxy binds addr for the net/http front of the proxy h: no
+// read or write timeout (bodies and answers stream for as long as they
+// move; the proxy's stall timeout ends those that do not).
+func listenProxy(addr string, h http.Handler, l Limits) (*server, error) {
+	return listen("proxy", addr, h, l.MaxConns, &http.Server{
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		IdleTimeout:       l.IdleTimeout,
+	})
+}
+
+// listenAdmin binds addr for an admin or metrics listener: requests are
+// small (1 MiB at most), so the whole request is bounded too. Answers are
+// not (the event stream lasts).
+func listenAdmin(name, addr string, h http.Handler, l Limits) (*server, error) {
+	return listen(name, addr, h, l.AdminMaxConns, &http.Server{
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		ReadTimeout:       l.AdminReadTimeout,
+		IdleTimeout:       l.IdleTimeout,
+	})
+}
+
+// listen binds addr, capped at maxConns connections, for srv serving h.
+func listen(name, addr string, h http.Handler, maxConns int, srv *http.Server) (*server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s listener: %w", name, err)
 	}
-	return &server{name: name, ln: ln, srv: &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-	}}, nil
+	srv.Handler = h
+	return &server{name: name, ln: limit(ln, maxConns), srv: srv}, nil
 }
 
 func (s *server) addr() string { return s.ln.Addr().String() }
@@ -320,7 +465,7 @@ func (s *server) addr() string { return s.ln.Addr().String() }
 // serveHTTP serves every server under g: each until ctx is done, then it is
 // shut down gracefully (shutdownTimeout at most, then closed). A listener
 // that fails returns its error to g, which stops the process.
-func serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger, servers ...*server) {
+func serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger, shutdownTimeout time.Duration, servers ...*server) {
 	for _, s := range servers {
 		g.Go(func() error {
 			if err := s.serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -54,7 +54,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	}
 
 	reg := newRegistry()
-	px := proxy.New(proxy.Options{Metrics: reg, Logger: log})
+	px := proxy.New(c.proxyOptions(reg))
 	defer px.Close()             // after every part has stopped: the pooled upstream connections
 	var follower *fleet.Follower // set below, before any apply
 	apply := applier(px, func(generation int64) {
@@ -74,11 +74,11 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		Metrics: metricsHandler(reg),
 		Ready:   func() bool { return px.Generation() > 0 },
 	})
-	proxyL, err := listen("proxy", c.Listen, px)
+	proxyL, err := listenProxy(c.Listen, px, c.Limits)
 	if err != nil {
 		return err
 	}
-	adminL, err := listen("admin", c.AdminListen, apiSrv.Handler())
+	adminL, err := listenAdmin("admin", c.AdminListen, apiSrv.Handler(), c.Limits)
 	if err != nil {
 		closeAll(proxyL)
 		return err
@@ -89,11 +89,15 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	l := listener(store.ConnString(), log, follows(src), weights(follower), events(apiSrv))
 
 	g, gctx := errgroup.WithContext(ctx)
+	if err := c.serveTLS(gctx, g, proxyL, adminL); err != nil {
+		closeAll(proxyL, adminL)
+		return err
+	}
 	cp.run(gctx, g)
 	g.Go(func() error { return l.Run(gctx) })
 	g.Go(func() error { return src.Run(gctx) })
 	g.Go(func() error { return apiSrv.Run(gctx) })
-	serveHTTP(gctx, g, log, proxyL, adminL)
+	serveHTTP(gctx, g, log, c.Limits.ShutdownTimeout, proxyL, adminL)
 	if c.Started != nil {
 		c.Started(Addrs{Proxy: proxyL.addr(), Admin: adminL.addr()})
 	}

@@ -19,7 +19,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/dwara/dwara/client/cli"
 	"github.com/dwara/dwara/db"
@@ -35,8 +37,8 @@ Usage:
 
 ` + cli.Usage + `
 Run "dwara COMMAND -h" for the flags of a command.
-Environment: DWARA_DATABASE_URL (database), DWARA_ADMIN_TOKEN (API bearer token), DWARA_API_URL (API of the client verbs),
-DWARA_LOG_LEVEL (debug|info|warn|error).
+Environment: DWARA_DATABASE_URL (database), DWARA_ADMIN_TOKEN (API bearer token), DWARA_READ_TOKEN (read-only
+API token), DWARA_API_URL (API of the client verbs), DWARA_LOG_LEVEL (debug|info|warn|error), DWARA_LOG_FORMAT (text|json).
 `
 
 func main() {
@@ -46,7 +48,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()}))
+	log := newLogger(os.Stderr, os.Getenv("DWARA_LOG_FORMAT"))
 	slog.SetDefault(log)
 
 	var err error
@@ -74,6 +76,80 @@ func main() {
 	}
 }
 
+// newLogger returns the process's logger: JSON lines when format is
+// "json", else text, at DWARA_LOG_LEVEL.
+func newLogger(w io.Writer, format string) *slog.Logger {
+	o := &slog.HandlerOptions{Level: logLevel()}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
+}
+
+// processFlags registers the flags every serving command has on fs, into
+// p. Call finish after fs.Parse.
+func processFlags(fs *flag.FlagSet, p *node.Process) (finish func() (func(), error)) {
+	l := &p.Limits
+	fs.IntVar(&l.MaxConns, "max-conns", node.DefaultMaxConns, "most open client connections of the proxy listener (-1: no cap); more wait in the kernel's queue")
+	fs.IntVar(&l.AdminMaxConns, "admin-max-conns", node.DefaultAdminMaxConns, "most open connections of the admin and metrics listeners each (-1: no cap)")
+	fs.DurationVar(&l.ReadHeaderTimeout, "read-header-timeout", node.DefaultReadHeaderTimeout, "longest wait for a request's head, every listener")
+	fs.DurationVar(&l.IdleTimeout, "idle-timeout", node.DefaultIdleTimeout, "longest wait of a keep-alive connection for its next request")
+	fs.DurationVar(&l.ClientStallTimeout, "stall-timeout", 60*time.Second, "end a proxied request whose client sends or takes nothing for this long (streams that keep moving are never cut)")
+	fs.DurationVar(&l.AdminReadTimeout, "admin-read-timeout", node.DefaultAdminReadTimeout, "longest read of a whole admin or metrics request, body included")
+	fs.DurationVar(&l.ShutdownTimeout, "shutdown-timeout", node.DefaultShutdownTimeout, "on SIGTERM, how long in-flight requests may finish before connections are closed")
+	logFormat := fs.String("log-format", envOr("DWARA_LOG_FORMAT", "text"), "log lines as text or json (default $DWARA_LOG_FORMAT, else text)")
+	access := fs.Bool("access-log", false, "log one line per proxied request (request id, status, duration, service, upstream, endpoint)")
+	cert := fs.String("tls-cert", "", "serve the proxy (and serve's admin listener) over TLS 1.2+ with this PEM certificate; reloaded on SIGHUP and on change")
+	key := fs.String("tls-key", "", "the PEM key of --tls-cert")
+	return func() (func(), error) {
+		switch *logFormat {
+		case "text", "json":
+		default:
+			return nil, fmt.Errorf("--log-format %q: want text or json", *logFormat)
+		}
+		p.Logger = newLogger(os.Stderr, *logFormat)
+		slog.SetDefault(p.Logger)
+		if *access {
+			p.AccessLog = p.Logger.With("log", "access")
+		}
+		if (*cert == "") != (*key == "") {
+			return nil, errors.New("--tls-cert and --tls-key go together")
+		}
+		if *cert == "" {
+			return func() {}, nil
+		}
+		p.TLS = &node.TLSFiles{Cert: *cert, Key: *key}
+		reload, stop := notifyReload(syscall.SIGHUP)
+		p.TLSReload = reload
+		return stop, nil
+	}
+}
+
+// envOr is the environment variable k, or def when it is empty.
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// readToken returns the token of file (trailing newline removed), or env's
+// value when file is "".
+func readToken(file, env string) (string, error) {
+	if file == "" {
+		return os.Getenv(env), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	t := strings.TrimRight(string(b), "\r\n")
+	if t == "" {
+		return "", fmt.Errorf("token file %s is empty", file)
+	}
+	return t, nil
+}
+
 func logLevel() slog.Level {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(os.Getenv("DWARA_LOG_LEVEL"))); err != nil {
@@ -84,12 +160,27 @@ func logLevel() slog.Level {
 
 func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	c := node.ServeConfig{Process: node.Process{Logger: log}, AdminToken: os.Getenv("DWARA_ADMIN_TOKEN")}
+	c := node.ServeConfig{Process: node.Process{Logger: log}}
+	finish := processFlags(fs, &c.Process)
+	tokenFile := fs.String("admin-token-file", "", "read the admin token from this file instead of $DWARA_ADMIN_TOKEN (keeps it out of the environment)")
+	readTokenFile := fs.String("read-token-file", "", "read the read-only token from this file instead of $DWARA_READ_TOKEN")
+	fs.Var(&c.AdminHosts, "admin-host", "a host name (or host:port) the API answers to besides loopback addresses; repeat for more")
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen address")
 	fs.StringVar(&c.AdminListen, "admin-listen", node.DefaultAdminListen, "API, docs and metrics listen address (loopback only unless DWARA_ADMIN_TOKEN is set)")
 	fs.StringVar(&c.DatabaseURL, "database-url", os.Getenv("DWARA_DATABASE_URL"), "PostgreSQL URL (default $DWARA_DATABASE_URL)")
 	fs.BoolVar(&c.Demo, "demo", false, "start two demo upstream pools and seed an example 90/10 split into an empty database")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	stop, err := finish()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if c.AdminToken, err = readToken(*tokenFile, "DWARA_ADMIN_TOKEN"); err != nil {
+		return err
+	}
+	if c.ReadToken, err = readToken(*readTokenFile, "DWARA_READ_TOKEN"); err != nil {
 		return err
 	}
 	c.Started = func(a node.Addrs) { banner(os.Stderr, a, c.Demo) }
@@ -99,6 +190,7 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 func gateway(ctx context.Context, args []string, log *slog.Logger) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	c := node.GatewayConfig{Process: node.Process{Logger: log}}
+	finish := processFlags(fs, &c.Process)
 	fs.StringVar(&c.ConfigFile, "config", "", "serve from this YAML/JSON spec file (reloaded on change and on SIGHUP)")
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen address")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", node.DefaultMetricsListen, "/metrics, /healthz and /readyz listen address")
@@ -108,6 +200,12 @@ func gateway(ctx context.Context, args []string, log *slog.Logger) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	stop, err := finish()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	log = c.Logger
 	if c.ConfigFile == "" && c.DatabaseURL == "" {
 		return errors.New("gateway needs --config FILE or --database-url URL")
 	}

@@ -66,6 +66,11 @@ type Options struct {
 	// Logger logs upstream errors, applies and health transitions; nil
 	// means slog.Default().
 	Logger *slog.Logger
+	// AccessLog, when non-nil, gets one INFO line per request the net/http
+	// front answers (request id, method, host, path, status, duration,
+	// service, upstream, endpoint, client address); nil logs none, at no
+	// cost.
+	AccessLog *slog.Logger
 
 	// ClientStallTimeout ends a request whose client makes no progress for
 	// this long: sends nothing of its request body, or takes nothing of
@@ -117,6 +122,8 @@ type Proxy struct {
 	// stall is Options.ClientStallTimeout with the default applied; 0
 	// means none.
 	stall time.Duration
+	// access is Options.AccessLog.
+	access *slog.Logger
 	// canaryGroups are the groups with a dwara_canary_weight series;
 	// guarded by applyMu.
 	canaryGroups []string
@@ -135,6 +142,7 @@ func New(o Options) *Proxy {
 		buffers:    newBufferPool(256),
 		log:        o.Logger,
 		stall:      o.ClientStallTimeout,
+		access:     o.AccessLog,
 	}
 	switch {
 	case p.stall == 0:
@@ -326,6 +334,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header()["Allow"] = allowedMethods
 		}
 		writeProblem(w, rt.status, rt.title, rt.detail)
+		if p.access != nil {
+			p.logAccess(r, rt.status, nil, nil, start)
+		}
 		return
 	}
 	if rt.setCookie != "" {
@@ -498,6 +509,9 @@ func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target
 			// of the version it reached.
 			tg.rec.Observe(d, code >= 500)
 		}
+		if p.access != nil {
+			p.logAccess(r, code, tg, a.ep, start)
+		}
 	}()
 	if ep.pool != nil && !isUpgrade(r) {
 		code = p.forward(sw, r, tg.up, &a)
@@ -506,6 +520,24 @@ func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target
 		code = sw.code
 	}
 	completed = true
+}
+
+// logAccess writes the access log line of r, answered with status, by tg
+// and ep when it was forwarded (nil when the gateway answered itself).
+func (p *Proxy) logAccess(r *http.Request, status int, tg *target, ep *endpoint, start time.Time) {
+	attrs := []slog.Attr{
+		slog.String("request_id", r.Header.Get("X-Request-Id")),
+		slog.String("method", r.Method),
+		slog.String("host", r.Host),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", status),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+		slog.String("client", clientIP(r)),
+	}
+	if tg != nil {
+		attrs = append(attrs, slog.String("service", tg.hdrService[0]), slog.String("upstream", tg.up.name), slog.String("endpoint", ep.addr))
+	}
+	p.access.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
 }
 
 // upstreamError answers a request whose upstream could not be reached or

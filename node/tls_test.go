@@ -1,0 +1,149 @@
+package node
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeCert writes a fresh self-signed certificate for 127.0.0.1 named cn
+// and its key to dir, and returns it.
+func writeCert(t *testing.T, dir, cn string) *x509.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Key first, then the certificate: a reload between the two writes
+	// fails (a mismatched pair) and keeps the previous certificate.
+	if err := os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// tlsClient trusts certs and speaks HTTP/2 and HTTP/1.1; each call opens a
+// new connection, so it sees the certificate being served now.
+func tlsClient(certs ...*x509.Certificate) *http.Client {
+	pool := x509.NewCertPool()
+	for _, c := range certs {
+		pool.AddCert(c)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true, ForceAttemptHTTP2: true}
+	return &http.Client{Transport: tr, Timeout: wait}
+}
+
+// TestGatewayServesTLS: with a certificate the proxy listener serves TLS,
+// HTTP/2 by ALPN, the sticky cookie is Secure and the endpoint sees
+// X-Forwarded-Proto https; a new certificate written over the files is
+// served after a reload, and a broken one keeps the previous.
+func TestGatewayServesTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first := writeCert(t, dir, "first")
+	a, b := pools(t)
+	file := filepath.Join(dir, "dwara.yaml")
+	spec := splitFile(a, b, 100, 0) + "    sticky: {cookie: sid}\n"
+	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reload := make(chan struct{})
+	c := GatewayConfig{ConfigFile: file}
+	c.TLS = &TLSFiles{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
+	c.TLSReload = reload
+	gw := startGateway(t, c)
+	gw.waitApplied(t, 1)
+
+	url := "https://" + gw.Proxy + "/?echo=1"
+	resp, err := tlsClient(first).Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(t, resp)
+	if resp.ProtoMajor != 2 {
+		t.Errorf("protocol %s, want HTTP/2", resp.Proto)
+	}
+	if sc := resp.Header.Get("Set-Cookie"); !strings.Contains(sc, "sid=") || !strings.Contains(sc, "; Secure") {
+		t.Errorf("Set-Cookie %q, want a Secure sid cookie", sc)
+	}
+	if !strings.Contains(body, `"X-Forwarded-Proto":["https"]`) {
+		t.Errorf("the endpoint saw %s, want X-Forwarded-Proto https", body)
+	}
+
+	// A new certificate, then a reload: new connections get it.
+	second := writeCert(t, dir, "second")
+	reload <- struct{}{}
+	deadline := time.Now().Add(wait)
+	for {
+		resp, err := tlsClient(second).Get(url)
+		if err == nil {
+			readAll(t, resp)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new certificate is not served after the reload: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, bounded above
+	}
+	// A broken pair is refused; the second certificate stays.
+	if err := os.WriteFile(filepath.Join(dir, "cert.pem"), []byte("not a certificate"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reload <- struct{}{}
+	reload <- struct{}{} // the first reload is done once the second is taken
+	resp, err = tlsClient(second).Get(url)
+	if err != nil {
+		t.Fatalf("after a broken certificate: %v", err)
+	}
+	readAll(t, resp)
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	var sb strings.Builder
+	if _, err := io.Copy(&sb, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	return sb.String()
+}
