@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"golang.org/x/sync/errgroup"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/fleet"
 	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/dwara/dwara/web"
 )
 
 // Serve runs `dwara serve`: the REST API on AdminListen and the embedded
@@ -78,7 +80,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	if err != nil {
 		return err
 	}
-	adminL, err := listenAdmin("admin", c.AdminListen, apiSrv.Handler(), c.Limits)
+	adminL, err := listenAdmin("admin", c.AdminListen, adminHandler(apiSrv.Handler()), c.Limits)
 	if err != nil {
 		closeAll(proxyL)
 		return err
@@ -102,6 +104,17 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		c.Started(Addrs{Proxy: proxyL.addr(), Admin: adminL.addr()})
 	}
 	return g.Wait()
+}
+
+// adminHandler is the admin listener's handler: the dashboard at "/" and
+// its assets under "/ui/", everything else the API's.
+func adminHandler(apiHandler http.Handler) http.Handler {
+	dash := web.Dashboard()
+	mux := http.NewServeMux()
+	mux.Handle("GET /{$}", dash)
+	mux.Handle("GET /ui/", dash)
+	mux.Handle("/", apiHandler)
+	return mux
 }
 
 // Demo pool addresses: fixed, so that the seeded generation keeps pointing

@@ -13,7 +13,7 @@ import (
 // is added to the table, and to the README, on purpose.
 var allowedImports = map[string][]string{
 	"cmd/dwara":               {"client/cli", "db", "node"},
-	"node":                    {"api", "api/apiv1", "db", "demo", "gateway/config", "gateway/fleet", "gateway/proxy", "gateway/source"},
+	"node":                    {"api", "api/apiv1", "db", "demo", "gateway/config", "gateway/fleet", "gateway/proxy", "gateway/source", "web"},
 	"client/cli":              {"api/apiv1", "client", "gateway/config"},
 	"client":                  {"api/apiv1"},
 	"api":                     {"api/apiv1", "db", "gateway/canary", "gateway/config", "openapi", "web"},
