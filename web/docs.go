@@ -1,6 +1,7 @@
 // Package web holds what the admin listener serves to browsers, embedded in
-// the binary so nothing is loaded from outside: for now the API docs page
-// (Swagger UI over /openapi.yaml).
+// the binary so nothing is loaded from outside: the operator's dashboard
+// (Dashboard, at "/" and "/ui/") and the API docs page (Docs: Swagger UI
+// over /openapi.yaml).
 package web
 
 import (

@@ -1,45 +1,30 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
-	"fmt"
-	"image/png"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/network"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/go-chi/chi/v5"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dwara/dwara/openapi"
+	"github.com/dwara/dwara/web/webtest"
 )
 
-// chromiumPath is the browser the browser test drives: Debian's headless
-// Chromium (apt-get install -y chromium).
-const chromiumPath = "/usr/bin/chromium"
-
 const (
-	// browserTimeout bounds the whole browser session, start to close.
-	browserTimeout = 2 * time.Minute
 	// pageTimeout bounds one page: open the tab, load, render, screenshot.
 	pageTimeout = time.Minute
 	// renderTimeout bounds the wait for Swagger UI to render the operations.
 	renderTimeout = 30 * time.Second
-	// closeTimeout bounds the graceful close of the browser.
-	closeTimeout = 10 * time.Second
 )
 
 var screenshotDir = flag.String("docs.screenshots", "",
@@ -51,12 +36,7 @@ var screenshotDir = flag.String("docs.screenshots", "",
 // script fails.
 func TestDocsBrowser(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("the browser test needs %s (%v): CI must run apt-get install -y chromium", chromiumPath, err)
-		}
-		t.Skipf("the browser test needs %s (%v); install it with apt-get install -y chromium", chromiumPath, err)
-	}
+	webtest.RequireChromium(t)
 	want := specOperations(t)
 
 	srv := httptest.NewServer(docsRoutes())
@@ -66,13 +46,8 @@ func TestDocsBrowser(t *testing.T) {
 		t.Fatalf("parse the test server URL: %v", err)
 	}
 
-	browser := startBrowser(t)
-	shots := *screenshotDir
-	if shots == "" {
-		shots = t.TempDir()
-	} else if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatalf("create the screenshot directory: %v", err)
-	}
+	browser := webtest.StartBrowser(t, 1280, 1024)
+	shots := webtest.ScreenshotDir(t, *screenshotDir)
 
 	tests := []struct {
 		name, path string
@@ -88,10 +63,8 @@ func TestDocsBrowser(t *testing.T) {
 			ctx, cancel = chromedp.NewContext(ctx) // a tab of its own
 			defer cancel()
 
-			var seen pageEvents
-			if err := chromedp.Listen(ctx, seen.record); err != nil {
-				t.Fatalf("open a tab: %v", err)
-			}
+			var seen webtest.PageEvents
+			seen.Listen(t, ctx)
 			resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(srv.URL+tt.path))
 			if err != nil {
 				t.Fatalf("load %s: %v", tt.path, err)
@@ -103,11 +76,11 @@ func TestDocsBrowser(t *testing.T) {
 			got, err := chromedp.Run(ctx, chromedp.Poll[[]string](renderedOperations,
 				chromedp.WithPollingTimeout(renderTimeout)))
 			if err != nil {
-				shot := screenshot(ctx, t, shots, tt.name+"-failed")
+				shot := webtest.Screenshot(ctx, t, shots, tt.name+"-failed", true)
 				text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
 				t.Errorf("Swagger UI rendered no operations within %v: %v\nscreenshot (kept with -docs.screenshots=DIR): %s\npage text: %.1000s",
 					renderTimeout, err, shot, text)
-				seen.check(t, origin.Host)
+				seen.Check(t, origin.Host, docsAssets...)
 				return
 			}
 			if missing, extra := diffSorted(want, got); len(missing)+len(extra) > 0 {
@@ -145,13 +118,16 @@ func TestDocsBrowser(t *testing.T) {
 				t.Errorf("Swagger UI reports errors in openapi.yaml:\n%s", errs)
 			}
 
-			shot := screenshot(ctx, t, shots, tt.name)
+			shot := webtest.Screenshot(ctx, t, shots, tt.name, true)
 			t.Logf("screenshot: %s", shot)
 
-			seen.check(t, origin.Host)
+			seen.Check(t, origin.Host, docsAssets...)
 		})
 	}
 }
+
+// docsAssets are the paths the docs page must have requested.
+var docsAssets = []string{"/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css", "/openapi.yaml"}
 
 // docsRoutes serves the docs page and openapi.yaml on the routes, and with the
 // headers, of the admin listener (api/routes.go, api/health.go).
@@ -167,45 +143,6 @@ func docsRoutes() http.Handler {
 	r.Get("/docs/", docs.ServeHTTP)
 	r.Get("/docs/{asset}", docs.ServeHTTP)
 	return r
-}
-
-// startBrowser starts headless Chromium with a fresh profile and returns the
-// context of its first tab. The browser closes when the test ends.
-func startBrowser(t *testing.T) context.Context {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.WindowSize(1280, 1024),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-quic", true),
-		// No UserDataDir option: the allocator then starts the browser on a
-		// fresh temporary --user-data-dir, and on exit kills what is left of
-		// the browser in it and removes it.
-	)
-	root, cancelRoot := context.WithTimeout(context.Background(), browserTimeout)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(root, opts...)
-	ctx, cancelBrowser := chromedp.NewContext(alloc)
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(ctx, closeTimeout)
-		defer cancel()
-		if err := chromedp.Cancel(cctx); err != nil {
-			t.Logf("close the browser: %v", err)
-		}
-		cancelBrowser()
-		cancelAlloc() // waits for the browser process to exit
-		cancelRoot()
-	})
-	// The first action starts the browser; its life is bound to ctx.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start %s: %v", chromiumPath, err)
-	}
-	return ctx
 }
 
 // renderedOperations is a JavaScript expression: the sorted "METHOD /path"
@@ -294,127 +231,4 @@ func specInfoTitle(t *testing.T) string {
 		t.Fatal("openapi.yaml has no info.title")
 	}
 	return doc.Info.Title
-}
-
-// screenshot saves a full-page PNG of the tab as dir/name.png, checks that it
-// is an image with more than one colour, and returns its path.
-func screenshot(ctx context.Context, t *testing.T, dir, name string) string {
-	t.Helper()
-	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Errorf("take a screenshot: %v", err)
-		return ""
-	}
-	img, err := png.Decode(bytes.NewReader(buf))
-	if err != nil {
-		t.Errorf("decode the screenshot: %v", err)
-		return ""
-	}
-	b := img.Bounds()
-	first := img.At(b.Min.X, b.Min.Y)
-	blank := true
-	for y := b.Min.Y; y < b.Max.Y && blank; y += 4 {
-		for x := b.Min.X; x < b.Max.X; x += 4 {
-			if img.At(x, y) != first {
-				blank = false
-				break
-			}
-		}
-	}
-	if blank {
-		t.Errorf("the screenshot (%dx%d) is blank", b.Dx(), b.Dy())
-	}
-	path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".png")
-	if err := os.WriteFile(path, buf, 0o600); err != nil {
-		t.Errorf("save the screenshot: %v", err)
-		return ""
-	}
-	return path
-}
-
-// pageEvents records what a tab does: the URLs it requests, the responses
-// that are errors, the loads that fail, script exceptions and console
-// errors. record is called by chromedp's reader of the tab, the test reads
-// under mu.
-type pageEvents struct {
-	mu         sync.Mutex
-	requests   []string
-	failures   []string // error responses and failed loads
-	exceptions []string // uncaught exceptions and console.error calls
-	urls       map[network.RequestID]string
-}
-
-// record handles one event of the tab. It returns at once, as chromedp.Listen
-// requires.
-func (p *pageEvents) record(ev any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch ev := ev.(type) {
-	case *network.EventRequestWillBeSent:
-		if p.urls == nil {
-			p.urls = make(map[network.RequestID]string)
-		}
-		p.urls[ev.RequestID] = ev.Request.URL
-		p.requests = append(p.requests, ev.Request.URL)
-	case *network.EventResponseReceived:
-		if ev.Response.Status >= http.StatusBadRequest {
-			p.failures = append(p.failures, fmt.Sprintf("%s: status %d", ev.Response.URL, ev.Response.Status))
-		}
-	case *network.EventLoadingFailed:
-		if !ev.Canceled {
-			p.failures = append(p.failures, fmt.Sprintf("%s: %s %s", p.urls[ev.RequestID], ev.ErrorText, ev.BlockedReason))
-		}
-	case *runtime.EventExceptionThrown:
-		p.exceptions = append(p.exceptions, (&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())
-	case *runtime.EventConsoleAPICalled:
-		if ev.Type == runtime.ConsoleAPICalledTypeError {
-			var args []string
-			for _, a := range ev.Args {
-				if a.Description != "" {
-					args = append(args, a.Description)
-				} else {
-					args = append(args, string(a.Value))
-				}
-			}
-			p.exceptions = append(p.exceptions, "console.error: "+strings.Join(args, " "))
-		}
-	}
-}
-
-// check fails t for every request to a host other than host (the page must
-// load nothing from outside the binary), every failed load and every script
-// error. It also makes sure the page's own requests were seen, so that a
-// recorder that sees nothing cannot pass.
-func (p *pageEvents) check(t *testing.T, host string) {
-	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	t.Logf("requests: %q", p.requests)
-	for _, raw := range p.requests {
-		u, err := url.Parse(raw)
-		if err != nil {
-			t.Errorf("request to an unparsable URL %q: %v", raw, err)
-			continue
-		}
-		switch {
-		case u.Scheme == "data" || u.Scheme == "blob":
-			// Inline, no network.
-		case u.Scheme != "http" || u.Host != host:
-			t.Errorf("the page requested %s: only the server (http://%s) may be asked", raw, host)
-		}
-	}
-	for _, path := range []string{"/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css", "/openapi.yaml"} {
-		if !slices.ContainsFunc(p.requests, func(raw string) bool {
-			u, err := url.Parse(raw)
-			return err == nil && u.Path == path
-		}) {
-			t.Errorf("no request for %s was seen; requests: %q", path, p.requests)
-		}
-	}
-	for _, f := range p.failures {
-		t.Errorf("failed load: %s", f)
-	}
-	for _, e := range p.exceptions {
-		t.Errorf("script error: %s", e)
-	}
 }

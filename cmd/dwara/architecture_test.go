@@ -41,6 +41,8 @@ var allowedImports = map[string][]string{
 	"internal/teststat":       {},
 	"bench/compare":           {},
 	"bench/upstream":          {},
+	"web/webtest":             {},
+	"deploy/grafana":          {},
 }
 
 // TestArchitecture checks every package's imports against allowedImports.

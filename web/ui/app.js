@@ -1,0 +1,996 @@
+// Dwara's operator console: the services of the active generation with
+// their splits, flip, weights and kill; the history with diffs and
+// rollbacks; the canary groups; the gateways and the audit log. Everything
+// comes from the REST API of this origin, and the server-sent events of
+// /api/v1/events keep it current without a reload.
+import {html, render, useCallback, useEffect, useMemo, useRef, useState} from './vendor/htm-preact-standalone.module.js';
+import {api, setToken, streamEvents, token} from './api.js';
+import {CanaryChart} from './chart.js';
+
+// Page sizes of the lists; a refresh reloads as many rows as are shown, up
+// to the API's limit.
+const PAGE = 50;
+const MAX_PAGE = 500;
+// REFRESH_MS is how often the window figures and the gateways' endpoint
+// states, which no event announces, are read again.
+const REFRESH_MS = 10000;
+
+const enc = encodeURIComponent;
+const sum = xs => xs.reduce((a, b) => a + b, 0);
+const ratio = ws => ws.join('/');
+
+function pct(x) {
+	if (!Number.isFinite(x)) {
+		return '–';
+	}
+	const v = x * 100;
+	if (v === 0 || v === 100) {
+		return `${v}%`;
+	}
+	return `${v < 0.1 ? v.toFixed(2) : v.toFixed(1)}%`;
+}
+
+function latency(s) {
+	if (!s) {
+		return '–';
+	}
+	if (s < 0.001) {
+		return `${Math.round(s * 1e6)} µs`;
+	}
+	if (s < 1) {
+		return `${(s * 1000).toFixed(1)} ms`;
+	}
+	return `${s.toFixed(2)} s`;
+}
+
+function span(seconds) {
+	if (seconds % 86400 === 0) {
+		return `${seconds / 86400} d`;
+	}
+	if (seconds % 3600 === 0) {
+		return `${seconds / 3600} h`;
+	}
+	if (seconds % 60 === 0) {
+		return `${seconds / 60} min`;
+	}
+	return `${seconds} s`;
+}
+
+const isZeroTime = iso => !iso || iso.startsWith('0001-');
+
+function Time({iso}) {
+	if (isZeroTime(iso)) {
+		return html`<span class="muted">never</span>`;
+	}
+	const d = new Date(iso);
+	const text = d.toLocaleString(undefined, {month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit'});
+	return html`<time datetime=${iso} title=${d.toString()}>${text}</time>`;
+}
+
+function ago(iso, now) {
+	if (isZeroTime(iso)) {
+		return 'never';
+	}
+	const s = Math.max(0, Math.round((now - Date.parse(iso)) / 1000));
+	if (s < 60) {
+		return `${s} s ago`;
+	}
+	if (s < 3600) {
+		return `${Math.round(s / 60)} min ago`;
+	}
+	return `${Math.round(s / 3600)} h ago`;
+}
+
+// withWeights returns a copy of spec with the split of service set to weights.
+function withWeights(spec, service, weights) {
+	const s = structuredClone(spec);
+	const svc = s.services.find(x => x.name === service);
+	svc.split.targets.forEach((t, i) => {
+		t.weight = weights[i];
+	});
+	return s;
+}
+
+// dryRun returns the impact of publishing spec (a Diff, against the active
+// generation), storing nothing.
+async function dryRun(spec) {
+	const r = await api('POST', '/api/v1/generations?dry_run=true', {body: {spec}});
+	return r.impact;
+}
+
+function ProblemView({error}) {
+	const p = error.problem || {title: String(error.message || error)};
+	return html`<div class="problem" role="alert">
+		<strong>${p.title || 'Error'}${p.status ? ` (${p.status})` : ''}</strong>
+		${p.detail && html`<p>${p.detail}</p>`}
+		${p.errors && p.errors.length > 0 && html`<ul class="field-errors">
+			${p.errors.map(e => html`<li><code>${e.path || '(document)'}</code>: ${e.message}</li>`)}
+		</ul>`}
+		${p.request_id && html`<p class="rid">Request id <code>${p.request_id}</code></p>`}
+	</div>`;
+}
+
+// ---- Data ----------------------------------------------------------------
+
+// useDashboard holds what the API says and reloads parts of it on demand:
+// refresh('current', 'canary', ...) or refresh('all'), coalesced. A part's
+// answer is kept only if it is the newest asked for.
+function useDashboard({onUnauthorized, report}) {
+	const [data, setData] = useState({});
+	const pending = useRef(new Set());
+	const timer = useRef(0);
+	const seq = useRef({});
+	const sizes = useRef({generations: PAGE, audit: PAGE});
+	const hooks = useRef({});
+	hooks.current = {onUnauthorized, report};
+
+	const loaders = {
+		current: () => api('GET', '/api/v1/generations/current').catch(e => {
+			if (e.status === 404) {
+				return null; // nothing published yet
+			}
+			throw e;
+		}),
+		generations: () => api('GET', `/api/v1/generations?limit=${sizes.current.generations}`),
+		canary: async () => {
+			const list = await api('GET', '/api/v1/canary');
+			const events = {};
+			await Promise.all(list.items.map(async g => {
+				const page = await api('GET', `/api/v1/canary/events?service=${enc(g.service)}&generation=${g.generation_id}&limit=200`);
+				events[g.service] = page.items;
+			}));
+			return {groups: list.items, events};
+		},
+		gateways: () => api('GET', '/api/v1/gateways').then(l => l.items),
+		audit: () => api('GET', `/api/v1/audit?limit=${sizes.current.audit}`),
+	};
+
+	const flush = async () => {
+		timer.current = 0;
+		const parts = pending.current;
+		pending.current = new Set();
+		const names = Object.keys(loaders).filter(k => parts.has(k) || parts.has('all'));
+		let unauthorized = false;
+		await Promise.all(names.map(async name => {
+			const mine = (seq.current[name] || 0) + 1;
+			seq.current[name] = mine;
+			try {
+				const value = await loaders[name]();
+				if (seq.current[name] === mine) {
+					setData(d => ({...d, [name]: value}));
+				}
+			} catch (e) {
+				if (e.status === 401) {
+					unauthorized = true;
+				} else {
+					hooks.current.report(e, `Reading ${name}`);
+				}
+			}
+		}));
+		if (unauthorized) {
+			hooks.current.onUnauthorized();
+		}
+	};
+	const flushRef = useRef(flush);
+	flushRef.current = flush;
+
+	const refresh = useCallback((...parts) => {
+		parts.forEach(p => pending.current.add(p));
+		if (!timer.current) {
+			timer.current = setTimeout(() => flushRef.current(), 30);
+		}
+	}, []);
+
+	// more loads the next page of generations or audit and keeps the longer
+	// list for the next refresh.
+	const more = useCallback(async (list, cursor) => {
+		const path = list === 'generations' ? '/api/v1/generations' : '/api/v1/audit';
+		const page = await api('GET', `${path}?limit=${PAGE}&cursor=${enc(cursor)}`);
+		setData(d => {
+			const items = [...d[list].items, ...page.items];
+			sizes.current[list] = Math.min(MAX_PAGE, items.length);
+			return {...d, [list]: {items, next_cursor: page.next_cursor}};
+		});
+	}, []);
+
+	return {data, refresh, more};
+}
+
+// ---- Dialogs -------------------------------------------------------------
+
+let dialogSeq = 0;
+
+// Modal is a native modal <dialog>: focus moves into it and stays there,
+// Escape closes it, and the page behind is inert.
+function Modal({title, kind, onClose, children}) {
+	const ref = useRef(null);
+	const close = useRef(onClose);
+	close.current = onClose;
+	const id = useMemo(() => `dialog-${++dialogSeq}`, []);
+	useEffect(() => {
+		const d = ref.current;
+		const onCloseEvent = () => close.current();
+		d.addEventListener('close', onCloseEvent);
+		if (!d.open) {
+			d.showModal();
+		}
+		return () => {
+			d.removeEventListener('close', onCloseEvent);
+			if (d.open) {
+				d.close();
+			}
+		};
+	}, []);
+	return html`<dialog ref=${ref} class="modal" aria-labelledby=${id} data-dialog=${kind}>
+		<h2 id=${id}>${title}</h2>
+		${children}
+	</dialog>`;
+}
+
+function ImpactView({state, service, sticky}) {
+	if (!state) {
+		return null;
+	}
+	if (state.loading) {
+		return html`<p class="impact muted" aria-live="polite">Computing the share of traffic this moves…</p>`;
+	}
+	if (state.error) {
+		return html`<${ProblemView} error=${state.error}/>`;
+	}
+	return html`<${DiffView} diff=${state.value} service=${service} sticky=${sticky}/>`;
+}
+
+// ConfirmDialog asks before a change: req has title, body, confirm (the
+// button's label), danger, withMessage (an optional message field),
+// preview (a function returning the Diff the change makes) and run(message).
+function ConfirmDialog({req, onClose}) {
+	const [message, setMessage] = useState('');
+	const [busy, setBusy] = useState(false);
+	const [error, setError] = useState(null);
+	const [impact, setImpact] = useState(req.preview ? {loading: true} : null);
+	useEffect(() => {
+		if (!req.preview) {
+			return undefined;
+		}
+		let current = true;
+		req.preview().then(value => current && setImpact({value}), e => current && setImpact({error: e}));
+		return () => {
+			current = false;
+		};
+	}, []);
+	const submit = async e => {
+		e.preventDefault();
+		setBusy(true);
+		setError(null);
+		try {
+			await req.run(message.trim());
+			onClose();
+		} catch (err) {
+			setError(err);
+			setBusy(false);
+		}
+	};
+	return html`<${Modal} title=${req.title} kind="confirm" onClose=${onClose}>
+		<form onSubmit=${submit}>
+			<div class="modal-body">${req.body}</div>
+			<${ImpactView} state=${impact} service=${req.service} sticky=${req.sticky}/>
+			${req.withMessage && html`<label class="field">Message (optional)
+				<input type="text" maxlength="1024" value=${message} onInput=${e => setMessage(e.currentTarget.value)}/>
+			</label>`}
+			${error && html`<${ProblemView} error=${error}/>`}
+			<div class="actions">
+				<button type="button" onClick=${onClose} autofocus>Cancel</button>
+				<button type="submit" class=${req.danger ? 'danger' : 'primary'} disabled=${busy} data-confirm>${req.confirm}</button>
+			</div>
+		</form>
+	</${Modal}>`;
+}
+
+function TokenDialog({reason, onSave, onClose}) {
+	const [value, setValue] = useState('');
+	return html`<${Modal} title="Admin token" kind="token" onClose=${onClose}>
+		<form onSubmit=${e => {
+			e.preventDefault();
+			onSave(value.trim());
+		}}>
+			${reason && html`<p class="problem" role="alert">${reason}</p>`}
+			<p>The API wants <code>Authorization: Bearer …</code> with the server's admin token
+				(<code>DWARA_ADMIN_TOKEN</code>). The dashboard keeps it in this tab only (sessionStorage)
+				and sends it to this server only.</p>
+			<label class="field">Token
+				<input type="password" autocomplete="off" spellcheck="false" required autofocus data-token-input
+					value=${value} onInput=${e => setValue(e.currentTarget.value)}/>
+			</label>
+			<div class="actions">
+				<button type="button" onClick=${onClose}>Cancel</button>
+				${token() && html`<button type="button" onClick=${() => onSave('')}>Forget the token</button>`}
+				<button type="submit" class="primary" data-confirm>Use this token</button>
+			</div>
+		</form>
+	</${Modal}>`;
+}
+
+// ---- Services ------------------------------------------------------------
+
+function SplitBar({kind, label, targets, weights}) {
+	const total = sum(weights);
+	const said = targets.map((t, i) => `${t.upstream} ${weights[i]} (${pct(weights[i] / total)})`).join(', ');
+	return html`<div class="split">
+		<div class="split-label">${label} <span class="ratio" data-ratio=${kind}>${ratio(weights)}</span></div>
+		<div class="bar" data-kind=${kind} role="img" aria-label=${`${label}: ${said}`}>
+			${targets.map((t, i) => html`<div class=${`seg seg-${i % 8}`} data-upstream=${t.upstream} data-weight=${weights[i]}
+				hidden=${weights[i] === 0} style=${{flexGrow: weights[i]}}>
+				${weights[i] / total >= 0.12 ? html`<span>${t.upstream} ${pct(weights[i] / total)}</span>` : ''}
+			</div>`)}
+		</div>
+	</div>`;
+}
+
+// endpointStates returns the endpoints of upstream (the spec's, and any a
+// gateway reports) with how many gateways report each up and down.
+function endpointStates(spec, gateways, upstream) {
+	const u = spec.upstreams.find(x => x.name === upstream);
+	const states = new Map((u ? u.endpoints : []).map(e => [e, {endpoint: e, up: 0, down: 0, inFlight: 0}]));
+	for (const g of gateways || []) {
+		for (const e of g.endpoints || []) {
+			if (e.upstream !== upstream) {
+				continue;
+			}
+			if (!states.has(e.endpoint)) {
+				states.set(e.endpoint, {endpoint: e.endpoint, up: 0, down: 0, inFlight: 0});
+			}
+			const s = states.get(e.endpoint);
+			if (e.up) {
+				s.up++;
+			} else {
+				s.down++;
+			}
+			s.inFlight += e.in_flight;
+		}
+	}
+	return [...states.values()];
+}
+
+function Endpoint({s}) {
+	const n = s.up + s.down;
+	let cls = 'unknown';
+	let text = 'not reported yet';
+	if (n > 0 && s.down === 0) {
+		cls = 'up';
+		text = n === 1 ? 'up' : `up on all ${n} gateways`;
+	} else if (n > 0) {
+		cls = 'down';
+		text = s.up === 0 ? 'down' : `down on ${s.down} of ${n} gateways`;
+	}
+	return html`<li class=${`ep ep-${cls}`} data-endpoint=${s.endpoint} data-health=${cls}>
+		<span class="dot" aria-hidden="true"></span><code>${s.endpoint}</code> <span class="ep-state">${text}</span>
+		${s.inFlight > 0 && html`<span class="muted">, ${s.inFlight} in flight</span>`}
+	</li>`;
+}
+
+function Targets({svc, spec, gateways, weights}) {
+	const targets = svc.split ? svc.split.targets : [{upstream: svc.upstream, weight: 1}];
+	const ws = weights || targets.map(t => t.weight);
+	const total = sum(ws);
+	return html`<div class="table-wrap"><table class="targets">
+		<thead><tr><th scope="col">Target</th><th scope="col">Weight</th><th scope="col" class="col-share">Share</th><th scope="col">Endpoints</th></tr></thead>
+		<tbody>${targets.map((t, i) => html`<tr data-target=${t.upstream}>
+			<th scope="row"><span class=${`swatch seg-${i % 8}`} aria-hidden="true"></span>${t.upstream}${svc.split && i === 0 ? html` <span class="muted">baseline</span>` : ''}</th>
+			<td>${svc.split ? ws[i] : '–'}</td>
+			<td class="col-share">${pct(ws[i] / total)}</td>
+			<td><ul class="eps">${endpointStates(spec, gateways, t.upstream).map(s => html`<${Endpoint} s=${s}/>`)}</ul></td>
+		</tr>`)}</tbody>
+	</table></div>`;
+}
+
+function WeightsEditor({svc, spec, generation, mutate, onDone}) {
+	const targets = svc.split.targets;
+	const start = useMemo(() => targets.map(t => t.weight), [generation]);
+	const total0 = sum(start);
+	const [w, setW] = useState(start);
+	const [keep, setKeep] = useState(true);
+	const [message, setMessage] = useState('');
+	const [preview, setPreview] = useState(null);
+	const [saving, setSaving] = useState(false);
+	const [error, setError] = useState(null);
+	const seq = useRef(0);
+	const total = sum(w);
+	const changed = w.some((v, i) => v !== start[i]);
+	const max = keep ? total0 : Math.max(100, 2 * total0);
+
+	const set = (i, raw) => {
+		if (raw === '') {
+			return; // a field being retyped
+		}
+		let v = Math.floor(Number(raw));
+		if (!Number.isFinite(v) || v < 0) {
+			return;
+		}
+		const next = [...w];
+		if (keep && targets.length > 1) {
+			// The change is balanced on the baseline, or on the second
+			// target when the baseline itself is edited.
+			const j = i === 0 ? 1 : 0;
+			v = Math.min(v, w[i] + w[j]);
+			next[j] = w[i] + w[j] - v;
+		}
+		next[i] = v;
+		setW(next);
+	};
+
+	useEffect(() => {
+		const mine = ++seq.current;
+		if (!changed) {
+			setPreview(null);
+			return undefined;
+		}
+		setPreview({loading: true});
+		const t = setTimeout(() => {
+			dryRun(withWeights(spec, svc.name, w)).then(
+				value => mine === seq.current && setPreview({value}),
+				e => mine === seq.current && setPreview({error: e}));
+		}, 200);
+		return () => clearTimeout(t);
+	}, [w.join(',')]);
+
+	const save = async e => {
+		e.preventDefault();
+		setSaving(true);
+		setError(null);
+		const weights = Object.fromEntries(targets.map((t, i) => [t.upstream, w[i]]));
+		const body = {weights};
+		if (total !== total0) {
+			body.allow_reshuffle = true;
+		}
+		if (message.trim()) {
+			body.message = message.trim();
+		}
+		try {
+			await mutate(() => api('PUT', `/api/v1/services/${enc(svc.name)}/weights`, {body, ifMatch: generation}));
+			onDone();
+		} catch (err) {
+			setError(err);
+			setSaving(false);
+		}
+	};
+
+	const id = i => `w-${svc.name}-${i}`;
+	return html`<form class="editor" data-editor=${svc.name} onSubmit=${save}>
+		<fieldset>
+			<legend>Weights of ${svc.name}</legend>
+			${targets.map((t, i) => html`<div class="weight-row">
+				<label for=${id(i)}>${t.upstream}${i === 0 ? html` <span class="muted">baseline</span>` : ''}</label>
+				<input type="range" min="0" max=${max} step="1" value=${w[i]} aria-label=${`${t.upstream}: weight`}
+					onInput=${e => set(i, e.currentTarget.value)}/>
+				<input id=${id(i)} type="number" min="0" step="1" inputmode="numeric" value=${w[i]} data-weight-input=${t.upstream}
+					onInput=${e => set(i, e.currentTarget.value)}/>
+				<span class="share">${pct(w[i] / total)}</span>
+			</div>`)}
+			${targets.length > 1 && html`<label class="check">
+				<input type="checkbox" checked=${keep} onChange=${e => setKeep(e.currentTarget.checked)}/>
+				Keep the total at ${total0} (a change balances on ${targets.length > 2 ? 'the baseline' : 'the other target'})
+			</label>`}
+		</fieldset>
+		<p class=${total !== total0 ? 'warn' : 'muted'}>Total ${total}${total !== total0
+			? `, was ${total0}: changing the total reshuffles keys across every target, and saving allows it`
+			: ''}.</p>
+		<div class="preview" aria-live="polite">
+			${preview ? html`<${ImpactView} state=${preview} service=${svc.name} sticky=${!!svc.sticky}/>`
+				: html`<p class="muted">Change a weight to see the share of ${svc.sticky ? 'sessions' : 'traffic'} it moves.</p>`}
+		</div>
+		<label class="field">Message (optional)
+			<input type="text" maxlength="1024" value=${message} onInput=${e => setMessage(e.currentTarget.value)}/>
+		</label>
+		${error && html`<${ProblemView} error=${error}/>`}
+		<div class="actions">
+			<button type="button" onClick=${onDone}>Cancel</button>
+			<button type="submit" class="primary" data-action="save-weights" disabled=${!changed || saving}>Save ${ratio(w)}</button>
+		</div>
+	</form>`;
+}
+
+function analysisText(ca) {
+	const metric = th => `${th.metric.replace('_', ' ')} ${th.threshold}`;
+	return `${ca.enabled ? 'on' : 'off'}: steps of ${ca.step}, ${ca.window_seconds} s window, ` +
+		`${ca.min_requests} requests at least, ${ca.cooldown_seconds} s cooldown; ` +
+		`promote under ${metric(ca.promote)}, roll back over ${metric(ca.rollback)}`;
+}
+
+function ServiceCard({svc, spec, group, gateways, generation, ask, mutate}) {
+	const [editing, setEditing] = useState(false);
+	const split = svc.split;
+	const targets = split ? split.targets : [];
+	const weights = targets.map(t => t.weight);
+	const total = sum(weights);
+	const inForce = group && group.weights.some((v, i) => v !== weights[i]) ? group.weights : null;
+	const ca = split && split.canary_analysis;
+	const name = enc(svc.name);
+	const sticky = !!svc.sticky;
+
+	const flip = () => {
+		const to = [weights[1], weights[0]];
+		ask({
+			title: `Flip ${svc.name}`,
+			body: html`<p class="move" data-move>${svc.name}: ${ratio(weights)} → ${ratio(to)}</p>
+				<p>${targets[0].upstream} gets ${to[0]} and ${targets[1].upstream} gets ${to[1]}, in a new generation.</p>`,
+			confirm: `Flip to ${ratio(to)}`,
+			withMessage: true,
+			service: svc.name, sticky,
+			preview: () => dryRun(withWeights(spec, svc.name, to)),
+			run: message => mutate(() => api('POST', `/api/v1/services/${name}/flip`, {body: message ? {message} : {}, ifMatch: generation})),
+		});
+	};
+	const kill = () => {
+		const to = weights.map((_, i) => (i === 0 ? total : 0));
+		ask({
+			title: `Kill ${svc.name}`,
+			body: html`<p class="move" data-move>${svc.name}: ${ratio(weights)} → ${ratio(to)}</p>
+				<p>Every target but the baseline, ${targets[0].upstream}, goes to 0, in a new generation.</p>`,
+			confirm: 'Kill',
+			danger: true,
+			withMessage: true,
+			service: svc.name, sticky,
+			preview: () => dryRun(withWeights(spec, svc.name, to)),
+			run: message => mutate(() => api('POST', `/api/v1/services/${name}/kill`, {body: message ? {message} : {}, ifMatch: generation})),
+		});
+	};
+
+	const headId = `svc-${svc.name}`;
+	return html`<article class="card service" data-service=${svc.name} aria-labelledby=${headId}>
+		<header class="card-head">
+			<h3 id=${headId}>${svc.name}</h3>
+			<code class="route">${svc.host || ''}${svc.base_path}</code>
+			${group && html`<span class=${`badge state-${group.state}`}>canary ${group.state.replace('_', ' ')}</span>`}
+		</header>
+		${split ? html`
+			<${SplitBar} kind="configured" label="Configured" targets=${targets} weights=${weights}/>
+			${inForce && html`<${SplitBar} kind="in-force" label="In force, set by the canary controller" targets=${targets} weights=${inForce}/>`}
+		` : html`<p>Every request goes to <strong>${svc.upstream}</strong>.</p>`}
+		<dl class="facts">
+			<div><dt>Sticky</dt><dd data-sticky>${sticky
+				? html`cookie <code>${svc.sticky.cookie}</code>, ${span(svc.sticky.ttl_s)}`
+				: 'no: each request is split on its own'}</dd></div>
+			${ca && html`<div><dt>Canary analysis</dt><dd>${analysisText(ca)}</dd></div>`}
+		</dl>
+		<${Targets} svc=${svc} spec=${spec} gateways=${gateways}/>
+		${split && html`<div class="actions">
+			${targets.length === 2 && html`<button type="button" data-action="flip" onClick=${flip}>Flip</button>`}
+			<button type="button" data-action="edit-weights" aria-expanded=${editing} onClick=${() => setEditing(!editing)}>Edit weights</button>
+			<button type="button" class="danger" data-action="kill" onClick=${kill}>Kill</button>
+		</div>`}
+		${editing && html`<${WeightsEditor} key=${generation} svc=${svc} spec=${spec} generation=${generation} mutate=${mutate} onDone=${() => setEditing(false)}/>`}
+	</article>`;
+}
+
+function Services({current, canary, gateways, ask, mutate}) {
+	if (current === undefined) {
+		return html`<p class="muted">Loading…</p>`;
+	}
+	if (current === null) {
+		return html`<p class="empty">No generation has been published yet. Publish one with <code>dwara apply -f spec.yaml</code>${
+			' '}or <code>POST /api/v1/generations</code> (see the <a href="/docs">API docs</a>).</p>`;
+	}
+	const spec = current.spec;
+	const groups = new Map(((canary && canary.groups) || []).map(g => [g.service, g]));
+	return html`<div class="cards">${spec.services.map(svc => html`<${ServiceCard} key=${svc.name} svc=${svc} spec=${spec}
+		group=${groups.get(svc.name)} gateways=${gateways} generation=${current.id} ask=${ask} mutate=${mutate}/>`)}</div>`;
+}
+
+// ---- History -------------------------------------------------------------
+
+function DiffView({diff, service, sticky}) {
+	const svcs = diff.services.filter(s => s.change !== 'unchanged');
+	const ups = diff.upstreams.filter(u => u.change !== 'unchanged');
+	const mine = service && diff.services.find(s => s.name === service);
+	return html`<div class="diff">
+		${mine && html`<p class="moved">Moves <strong data-moved-share=${mine.moved_share}>${pct(mine.moved_share)}</strong>${
+			` of ${service}'s ${sticky ? 'sessions' : 'traffic'} to another target.`}</p>`}
+		${svcs.length + ups.length === 0 ? html`<p class="muted">No change.</p>` : html`<ul class="changes">
+			${svcs.map(s => html`<li data-diff-service=${s.name}>
+				<span class=${`chg chg-${s.change}`}>${s.change}</span> service <strong>${s.name}</strong>,
+				moves ${pct(s.moved_share)}
+				${s.details && s.details.length > 0 && html`<ul class="details">${s.details.map(d => html`<li>${d}</li>`)}</ul>`}
+			</li>`)}
+			${ups.map(u => html`<li data-diff-upstream=${u.name}>
+				<span class=${`chg chg-${u.change}`}>${u.change}</span> upstream <strong>${u.name}</strong>
+				${u.details && u.details.length > 0 && html`<ul class="details">${u.details.map(d => html`<li>${d}</li>`)}</ul>`}
+			</li>`)}
+		</ul>`}
+	</div>`;
+}
+
+function GenerationRow({g, active, gateways, onRollback}) {
+	const [diff, setDiff] = useState(null);
+	const toggle = async () => {
+		if (diff) {
+			setDiff(null);
+			return;
+		}
+		setDiff({loading: true});
+		try {
+			setDiff({value: await api('GET', `/api/v1/generations/${g.id}/diff`)});
+		} catch (e) {
+			setDiff({error: e});
+		}
+	};
+	const serving = (gateways || []).filter(gw => gw.applied_generation === g.id);
+	return html`<li class=${active ? 'gen active' : 'gen'} data-generation=${g.id} data-action=${g.action}>
+		<div class="gen-head">
+			<span class="gen-id">#${g.id}</span>
+			<span class=${`badge action-${g.action}`}>${g.action}</span>
+			${active && html`<span class="badge active">active</span>`}
+			<span class="by">by <strong>${g.author}</strong></span>
+			<${Time} iso=${g.created_at}/>
+		</div>
+		${g.message && html`<p class="msg">${g.message}</p>`}
+		${g.source_id && html`<p class="muted">The spec of generation ${g.source_id}.</p>`}
+		${serving.length > 0 && html`<p class="serving">Applied by ${serving.map((gw, i) => html`${i ? ', ' : ''}<code>${gw.listen}</code>`)}</p>`}
+		<div class="actions">
+			<button type="button" data-action="diff" aria-expanded=${!!diff} onClick=${toggle}>${diff ? 'Hide the diff' : 'Diff'}</button>
+			${!active && html`<button type="button" data-action="rollback" onClick=${() => onRollback(g)}>Roll back to this</button>`}
+		</div>
+		${diff && (diff.loading ? html`<p class="muted">Loading the diff…</p>`
+			: diff.error ? html`<${ProblemView} error=${diff.error}/>` : html`<${DiffView} diff=${diff.value}/>`)}
+	</li>`;
+}
+
+function History({generations, current, gateways, ask, mutate, more, report}) {
+	if (!generations) {
+		return html`<p class="muted">Loading…</p>`;
+	}
+	const activeId = current ? current.id : 0;
+	const rollback = g => ask({
+		title: `Roll back to generation ${g.id}`,
+		body: html`<p class="move" data-move>Generation ${activeId} → the spec of generation ${g.id}</p>
+			<p>A new generation (action rollback) gets exactly the spec of generation ${g.id}; history is kept.</p>`,
+		confirm: `Roll back to ${g.id}`,
+		danger: true,
+		withMessage: true,
+		preview: () => api('GET', `/api/v1/generations/${g.id}/diff?against=${activeId}`),
+		run: message => mutate(() => api('POST', `/api/v1/generations/${g.id}/rollback`, {body: message ? {message} : {}, ifMatch: activeId})),
+	});
+	const next = generations.next_cursor;
+	return html`<div>
+		${generations.items.length === 0 && html`<p class="muted">No generation yet.</p>`}
+		<ol class="history">
+			${generations.items.map(g => html`<${GenerationRow} key=${g.id} g=${g} active=${g.id === activeId} gateways=${gateways} onRollback=${rollback}/>`)}
+		</ol>
+		${next && html`<button type="button" onClick=${() => more('generations', next).catch(e => report(e, 'Reading generations'))}>Older generations</button>`}
+	</div>`;
+}
+
+// ---- Canary --------------------------------------------------------------
+
+function Figures({group}) {
+	const rows = [['Baseline', group.baseline, group.baseline_window], ['Canary', group.canary, group.canary_window]];
+	return html`<div class="table-wrap"><table class="figures">
+		<caption>The fleet's last ${group.window_seconds} s</caption>
+		<thead><tr><th scope="col">Version</th><th scope="col">Upstream</th><th scope="col">Requests</th>
+			<th scope="col">Errors</th><th scope="col">Error rate</th><th scope="col">p99</th></tr></thead>
+		<tbody>${rows.map(([name, upstream, f]) => html`<tr data-version=${name.toLowerCase()}>
+			<th scope="row">${name}</th><td>${upstream}</td><td>${f.requests}</td><td>${f.errors}</td>
+			<td>${pct(f.error_rate)}</td><td>${latency(f.latency_p99)}</td>
+		</tr>`)}</tbody>
+	</table></div>`;
+}
+
+function figures(f) {
+	return f ? `${pct(f.error_rate)} err, p99 ${latency(f.latency_p99)} (${f.requests} req)` : '–';
+}
+
+function CanaryEvents({events}) {
+	return html`<div class="table-wrap"><table class="events">
+		<caption>Events of this generation, newest first</caption>
+		<thead><tr><th scope="col">Time</th><th scope="col">Action</th><th scope="col">Canary weight</th>
+			<th scope="col">Baseline</th><th scope="col">Canary</th><th scope="col">p-value</th><th scope="col">Reason</th></tr></thead>
+		<tbody>${events.map(e => html`<tr data-event=${e.id} data-event-action=${e.action}>
+			<td><${Time} iso=${e.created_at}/></td>
+			<td><span class=${`badge ev-${e.action}`}>${e.action.replace('_', ' ')}</span></td>
+			<td>${e.from_weight} → ${e.to_weight}</td>
+			<td>${figures(e.baseline)}</td>
+			<td>${figures(e.canary)}</td>
+			<td>${e.p_value === null || e.p_value === undefined ? '–' : e.p_value < 0.001 ? e.p_value.toExponential(1) : e.p_value.toPrecision(2)}</td>
+			<td>${e.reason}${e.actor ? ` (${e.actor})` : ''}</td>
+		</tr>`)}</tbody>
+	</table></div>`;
+}
+
+function CanaryGroup({group, events, spec, since, now, ask, mutate}) {
+	const name = enc(group.service);
+	const hold = action => ask({
+		title: `${action === 'pause' ? 'Pause' : 'Resume'} the canary of ${group.service}`,
+		body: action === 'pause'
+			? html`<p>The controller leaves ${group.service} at ${ratio(group.weights)}, in this generation and the next ones, until it is resumed.</p>`
+			: html`<p>The controller judges ${group.service} again, from ${ratio(group.weights)}.</p>`,
+		confirm: action === 'pause' ? 'Pause' : 'Resume',
+		withMessage: true,
+		run: message => mutate(() => api('POST', action === 'pause' ? `/api/v1/services/${name}/canary/pause`
+			: `/api/v1/services/${name}/canary/resume`, {body: message ? {message} : {}})),
+	});
+	const adopt = () => ask({
+		title: `Adopt the canary weights of ${group.service}`,
+		body: html`<p class="move" data-move>${group.service}: ${ratio(group.configured)} → ${ratio(group.weights)}</p>
+			<p>The weights the controller set become the configured ones, in a new generation (action adopt).</p>`,
+		confirm: `Adopt ${ratio(group.weights)}`,
+		withMessage: true,
+		service: group.service,
+		preview: () => dryRun(withWeights(spec, group.service, group.weights)),
+		run: message => mutate(() => api('POST', `/api/v1/services/${name}/canary/adopt`, {body: message ? {message} : {}, ifMatch: group.generation_id})),
+	});
+	const headId = `canary-${group.service}`;
+	return html`<article class="card canary" data-canary=${group.service} aria-labelledby=${headId}>
+		<header class="card-head">
+			<h3 id=${headId}>${group.service}</h3>
+			<span class=${`badge state-${group.state}`} data-state=${group.state}>${group.state.replace('_', ' ')}</span>
+		</header>
+		<p>Baseline <strong>${group.baseline}</strong>, canary <strong>${group.canary}</strong>:
+			configured ${ratio(group.configured)}, in force <strong data-in-force>${ratio(group.weights)}</strong>
+			${group.transient ? ' (set by the controller until the next generation)' : ''}</p>
+		<${CanaryChart} group=${group} events=${events} since=${since} now=${now}/>
+		<${Figures} group=${group}/>
+		<div class="actions">
+			${group.state === 'paused'
+				? html`<button type="button" data-action="resume" onClick=${() => hold('resume')}>Resume</button>`
+				: html`<button type="button" data-action="pause" disabled=${group.state === 'disabled'} onClick=${() => hold('pause')}>Pause</button>`}
+			<button type="button" data-action="adopt" disabled=${!group.transient} onClick=${adopt}
+				title=${group.transient ? '' : 'Nothing to adopt: the weights in force are the configured ones'}>Adopt ${ratio(group.weights)}</button>
+		</div>
+		${events.length > 0 ? html`<${CanaryEvents} events=${events.slice(0, 10)}/>` : html`<p class="muted">No event in this generation yet.</p>`}
+	</article>`;
+}
+
+function Canary({canary, current, now, ask, mutate}) {
+	if (!canary || current === undefined) {
+		return html`<p class="muted">Loading…</p>`;
+	}
+	if (canary.groups.length === 0) {
+		return html`<p class="muted">No service of the active generation has canary analysis.</p>`;
+	}
+	return html`<div class="cards">${canary.groups.map(g => html`<${CanaryGroup} key=${g.service} group=${g}
+		events=${canary.events[g.service] || []} spec=${current && current.spec} since=${current && current.created_at}
+		now=${now} ask=${ask} mutate=${mutate}/>`)}</div>`;
+}
+
+// ---- Gateways and audit --------------------------------------------------
+
+function Gateways({gateways, current, now}) {
+	if (!gateways) {
+		return html`<p class="muted">Loading…</p>`;
+	}
+	if (gateways.length === 0) {
+		return html`<p class="muted">No data plane has reported yet.</p>`;
+	}
+	const active = current ? current.id : 0;
+	return html`<div class="table-wrap"><table class="gateways">
+		<thead><tr><th scope="col">Instance</th><th scope="col">Proxy</th><th scope="col">Applied</th>
+			<th scope="col">Applied at</th><th scope="col">Heartbeat</th><th scope="col">Endpoints up</th><th scope="col">Started</th></tr></thead>
+		<tbody>${gateways.map(g => {
+			const up = g.endpoints.filter(e => e.up).length;
+			const stale = now - Date.parse(g.last_heartbeat) > 30000;
+			return html`<tr data-gateway=${g.id}>
+				<th scope="row"><code>${g.id}</code></th>
+				<td><code>${g.listen}</code></td>
+				<td data-applied=${g.applied_generation}>${g.applied_generation ? `#${g.applied_generation}` : 'none'}
+					${active && g.applied_generation && g.applied_generation < active ? html` <span class="badge warn">behind</span>` : ''}</td>
+				<td><${Time} iso=${g.applied_at}/></td>
+				<td class=${stale ? 'warn' : ''}>${ago(g.last_heartbeat, now)}</td>
+				<td class=${up < g.endpoints.length ? 'warn' : ''}>${up} of ${g.endpoints.length}</td>
+				<td><${Time} iso=${g.started_at}/></td>
+			</tr>`;
+		})}</tbody>
+	</table></div>`;
+}
+
+function Audit({audit, more, report}) {
+	if (!audit) {
+		return html`<p class="muted">Loading…</p>`;
+	}
+	const next = audit.next_cursor;
+	return html`<div>
+		<div class="table-wrap"><table class="audit">
+			<thead><tr><th scope="col">Time</th><th scope="col">Actor</th><th scope="col">Action</th><th scope="col">Outcome</th>
+				<th scope="col">Status</th><th scope="col">Generation</th><th scope="col">Detail</th></tr></thead>
+			<tbody>${audit.items.map(a => html`<tr data-audit=${a.id}>
+				<td><${Time} iso=${a.at}/></td>
+				<td>${a.actor}</td>
+				<td>${a.action}</td>
+				<td><span class=${`badge outcome-${a.outcome}`}>${a.outcome}</span></td>
+				<td>${a.status}</td>
+				<td>${a.generation_id ? `#${a.generation_id}` : '–'}</td>
+				<td>${a.detail ? html`<details><summary>request ${a.request_id}</summary><pre>${JSON.stringify(a.detail, null, 2)}</pre></details>`
+					: html`<code class="muted">${a.request_id}</code>`}</td>
+			</tr>`)}</tbody>
+		</table></div>
+		${audit.items.length === 0 && html`<p class="muted">No change has been asked for yet.</p>`}
+		${next && html`<button type="button" onClick=${() => more('audit', next).catch(e => report(e, 'Reading the audit log'))}>Older entries</button>`}
+	</div>`;
+}
+
+// ---- The page ------------------------------------------------------------
+
+const LIVE_TEXT = {
+	connecting: 'Connecting…',
+	live: 'Live',
+	reconnecting: 'Reconnecting…',
+	unauthorized: 'Needs the token',
+};
+
+let noticeSeq = 0;
+
+// Notices shows the errors at the top of the page, until dismissed, and
+// what happened (the dashboard's own changes, the events of others) as
+// toasts that go by themselves.
+function Notices({notices, dismiss}) {
+	const errors = notices.filter(n => n.kind === 'error');
+	const infos = notices.filter(n => n.kind !== 'error');
+	const close = n => html`<button type="button" class="close" aria-label="Dismiss" onClick=${() => dismiss(n.id)}>×</button>`;
+	return html`
+		<div class="notices">${errors.map(n => html`<div key=${n.id} class="notice notice-error">
+			<p><strong>${n.context}</strong></p><${ProblemView} error=${n.error}/>${close(n)}
+		</div>`)}</div>
+		<div class="toasts" role="status" aria-live="polite">${infos.map(n => html`<div key=${n.id} class="notice notice-info">
+			<p>${n.text}</p>${close(n)}
+		</div>`)}</div>`;
+}
+
+function Section({id, title, children, wide}) {
+	return html`<section id=${id} class=${wide ? 'section wide' : 'section'} aria-labelledby=${`${id}-h`}>
+		<h2 id=${`${id}-h`}>${title}</h2>
+		${children}
+	</section>`;
+}
+
+function App() {
+	const [notices, setNotices] = useState([]);
+	const [tokenAsk, setTokenAsk] = useState(null); // null, or the reason shown
+	const [epoch, setEpoch] = useState(0); // a new token restarts everything
+	const [live, setLive] = useState('connecting');
+	const [dialog, setDialog] = useState(null);
+	const [now, setNow] = useState(Date.now());
+
+	const dismiss = useCallback(id => setNotices(ns => ns.filter(n => n.id !== id)), []);
+	// report shows an error until dismissed; a newer error of the same
+	// context (a refresh failing again) replaces the older one.
+	const report = useCallback((error, context) => {
+		const id = ++noticeSeq;
+		setNotices(ns => [...ns.filter(n => n.kind !== 'error' || n.context !== context).slice(-4), {id, kind: 'error', error, context}]);
+	}, []);
+	// tell shows text as a toast for a few seconds; a toast with the same key
+	// (the same generation told by the call's answer and by its event)
+	// replaces the earlier one. At most three are shown.
+	const tell = useCallback((text, key) => {
+		const id = ++noticeSeq;
+		setNotices(ns => [...ns.filter(n => n.kind === 'error' || (n.id > id - 3 && (!key || n.key !== key))),
+			{id, kind: 'info', text, key}]);
+		setTimeout(() => dismiss(id), 8000);
+	}, []);
+	// locked: the API answered 401 to the token in use (or to none).
+	const [locked, setLocked] = useState(false);
+	const unauthorized = useCallback(() => {
+		setLocked(true);
+		setTokenAsk(token() ? 'The API refused the token: it is not the admin token of this server.'
+			: 'The API answered 401: it needs the admin token.');
+	}, []);
+
+	const {data, refresh, more} = useDashboard({onUnauthorized: unauthorized, report});
+
+	useEffect(() => {
+		refresh('all');
+		return streamEvents({
+			onState: s => {
+				setLive(s);
+				if (s === 'live') {
+					refresh('all'); // whatever happened while the stream was away
+				} else if (s === 'unauthorized') {
+					unauthorized();
+				}
+			},
+			onEvent: (name, d) => {
+				switch (name) {
+				case 'generation_published':
+					refresh('current', 'generations', 'canary', 'audit', 'gateways');
+					tell(`Generation ${d.id} published: ${d.action} by ${d.author}${d.message ? `, “${d.message}”` : ''}.`, `generation-${d.id}`);
+					break;
+				case 'generation_applied':
+					refresh('gateways');
+					break;
+				case 'canary_promoted':
+				case 'canary_rolled_back':
+					refresh('canary');
+					tell(`${d.service}: the canary controller ${name === 'canary_promoted' ? 'promoted' : 'rolled back'} the canary, ${d.from_weight} → ${d.to_weight}.`);
+					break;
+				}
+			},
+		});
+	}, [epoch]);
+
+	useEffect(() => {
+		const id = setInterval(() => {
+			setNow(Date.now());
+			if (document.visibilityState === 'visible') {
+				refresh('canary', 'gateways');
+			}
+		}, REFRESH_MS);
+		return () => clearInterval(id);
+	}, []);
+
+	const mutate = useCallback(async call => {
+		try {
+			const g = await call();
+			if (g && g.unchanged) {
+				tell(`Nothing changed: generation ${g.id} already has that spec.`);
+			} else if (g && g.id && g.action) {
+				tell(`Generation ${g.id} published: ${g.action} by ${g.author}${g.message ? `, “${g.message}”` : ''}.`, `generation-${g.id}`);
+			}
+			refresh('all');
+			return g;
+		} catch (e) {
+			if (e.status === 401) {
+				unauthorized();
+			}
+			throw e;
+		}
+	}, []);
+
+	const saveToken = value => {
+		setToken(value);
+		setLocked(false);
+		setTokenAsk(null);
+		setEpoch(e => e + 1);
+	};
+
+	const current = data.current;
+	return html`
+		<header class="top">
+			<div class="brand"><span class="logo" aria-hidden="true">⇄</span> Dwara</div>
+			<div class="active-gen">${current
+				? html`Generation <strong data-active-generation=${current.id}>${current.id}</strong>: ${current.action} by ${current.author}, <${Time} iso=${current.created_at}/>`
+				: current === null ? 'No generation yet' : 'Loading…'}</div>
+			<div class=${`live live-${live}`} role="status" aria-live="polite"><span class="dot" aria-hidden="true"></span>${LIVE_TEXT[live]}</div>
+			<nav aria-label="Sections and links">
+				<a href="#services">Services</a>
+				<a href="#canary">Canary</a>
+				<a href="#history">History</a>
+				<a href="#gateways">Gateways</a>
+				<a href="#audit">Audit</a>
+				<a href="/docs">API docs</a>
+				<button type="button" data-action="token" onClick=${() => setTokenAsk('')}>${token() ? 'Token ✓' : 'Token'}</button>
+			</nav>
+		</header>
+		<main>
+			${locked && tokenAsk === null && html`<div class="notice notice-error" role="alert">
+				<p><strong>The API needs the admin token.</strong></p>
+				<button type="button" class="primary" onClick=${() => setTokenAsk('')}>Enter the token</button>
+			</div>`}
+			<${Notices} notices=${notices} dismiss=${dismiss}/>
+			<div class="layout">
+				<div class="col-main">
+					<${Section} id="services" title="Services">
+						<${Services} current=${current} canary=${data.canary} gateways=${data.gateways} ask=${setDialog} mutate=${mutate}/>
+					</${Section}>
+					<${Section} id="canary" title="Canary groups">
+						<${Canary} canary=${data.canary} current=${current} now=${now} ask=${setDialog} mutate=${mutate}/>
+					</${Section}>
+				</div>
+				<div class="col-side">
+					<${Section} id="history" title="History">
+						<${History} generations=${data.generations} current=${current} gateways=${data.gateways}
+							ask=${setDialog} mutate=${mutate} more=${more} report=${report}/>
+					</${Section}>
+				</div>
+			</div>
+			<${Section} id="gateways" title="Gateways" wide>
+				<${Gateways} gateways=${data.gateways} current=${current} now=${now}/>
+			</${Section}>
+			<${Section} id="audit" title="Audit log" wide>
+				<${Audit} audit=${data.audit} more=${more} report=${report}/>
+			</${Section}>
+		</main>
+		${dialog && html`<${ConfirmDialog} key=${dialog.title} req=${dialog} onClose=${() => setDialog(null)}/>`}
+		${tokenAsk !== null && html`<${TokenDialog} reason=${tokenAsk} onSave=${saveToken} onClose=${() => setTokenAsk(null)}/>`}
+	`;
+}
+
+const root = document.getElementById('app');
+root.textContent = '';
+render(html`<${App}/>`, root);
