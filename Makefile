@@ -26,6 +26,24 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzReadCookie -fuzztime=30s ./gateway/affinity
 	$(GO) test -run='^$$' -fuzz=FuzzParseSpec -fuzztime=30s ./gateway/config
 	$(GO) test -run='^$$' -fuzz=FuzzFastFrontRequest -fuzztime=30s ./gateway/proxy
+	$(GO) test -run='^$$' -fuzz='^FuzzRouteOddPaths$$' -fuzztime=30s ./gateway/proxy
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeBody$$' -fuzztime=30s ./api
+
+# The fault and abuse suite (faults/, README "Tests"): PostgreSQL stopped,
+# restarted and hung under traffic (in private clusters; the shared server
+# is never stopped), SIGKILL right after a 201, a publish the database
+# refuses, a replica that was down, a rolling restart under load, and a soak
+# of DWARA_SOAK with a flip every 2 s; then the two fuzz targets of the
+# suite for FAULTS_FUZZTIME each. `make test` skips faults/ (it needs
+# DWARA_FAULTS=1).
+DWARA_SOAK      ?= 5m
+FAULTS_FUZZTIME ?= 15s
+.PHONY: test-faults
+test-faults:
+	DWARA_FAULTS=1 DWARA_SOAK=$(DWARA_SOAK) DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" \
+		$(GO) test -count=1 -v -timeout 20m ./faults/
+	$(GO) test -run='^$$' -fuzz='^FuzzRouteOddPaths$$' -fuzztime=$(FAULTS_FUZZTIME) -fuzzminimizetime=5s ./gateway/proxy
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeBody$$' -fuzztime=$(FAULTS_FUZZTIME) -fuzzminimizetime=5s ./api
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi

@@ -69,7 +69,7 @@ func TestAuthRefusalsAreAudited(t *testing.T) {
 	e.do(call{method: "POST", path: "/api/v1/services/api/flip", header: map[string]string{"X-Request-Id": "no-token"}}).
 		want(t, http.StatusUnauthorized)
 	e.do(call{method: "POST", path: "/api/v1/generations", body: map[string]any{"spec": specWith(95, 5)},
-		header: mergeHeader(bearer, "X-Dwara-Actor", "alice")}).want(t, http.StatusCreated)
+		header: mergeHeader(mergeHeader(bearer, "X-Dwara-Actor", "alice"), "X-Request-Id", "good-token")}).want(t, http.StatusCreated)
 
 	var page apiv1.AuditList
 	e.do(call{method: "GET", path: "/api/v1/audit", header: bearer}).want(t, http.StatusOK).decode(t, &page)
@@ -77,14 +77,19 @@ func TestAuthRefusalsAreAudited(t *testing.T) {
 		t.Fatalf("%d audit entries, want 3: %+v", len(page.Items), page.Items)
 	}
 	ok, flip, bad := page.Items[0], page.Items[1], page.Items[2]
-	if bad.RequestID != "bad-token" || bad.Actor != "unauthenticated" || bad.Outcome != "refused" ||
-		bad.Status != http.StatusUnauthorized || bad.Action != apiv1.ActionCreate || bad.RemoteAddr == "" {
+	// An unauthenticated caller cannot choose what the audit log says:
+	// its X-Request-Id is stored nowhere, and every request_id is the
+	// server's own.
+	if bad.Actor != "unauthenticated" || bad.Outcome != "refused" ||
+		bad.Status != http.StatusUnauthorized || bad.Action != apiv1.ActionCreate || bad.RemoteAddr == "" ||
+		bad.ClientRequestID != "" || bad.RequestID == "bad-token" || !apiv1.ValidRequestID(bad.RequestID) {
 		t.Errorf("wrong-token entry = %+v", bad)
 	}
-	if flip.RequestID != "no-token" || flip.Action != apiv1.ActionFlip || flip.Status != http.StatusUnauthorized {
+	if flip.Action != apiv1.ActionFlip || flip.Status != http.StatusUnauthorized || flip.ClientRequestID != "" || flip.RequestID == "no-token" {
 		t.Errorf("no-token entry = %+v", flip)
 	}
-	if ok.Actor != "alice" || ok.Outcome != "accepted" || ok.Status != http.StatusCreated {
+	if ok.Actor != "alice" || ok.Outcome != "accepted" || ok.Status != http.StatusCreated ||
+		ok.ClientRequestID != "good-token" || ok.RequestID == "good-token" || !apiv1.ValidRequestID(ok.RequestID) {
 		t.Errorf("accepted entry = %+v", ok)
 	}
 	if e.generationCount() != 1 {
@@ -105,7 +110,7 @@ func TestBodyLimits(t *testing.T) {
 		want(t, http.StatusRequestEntityTooLarge)
 
 	a := e.audit()
-	if len(a) != 2 || a[1].RequestID != "too-large" || a[1].Status != http.StatusRequestEntityTooLarge || a[1].Outcome != "refused" ||
+	if len(a) != 2 || a[1].ClientRequestID != "too-large" || a[1].Status != http.StatusRequestEntityTooLarge || a[1].Outcome != "refused" ||
 		a[0].Action != apiv1.ActionWeights || a[0].Status != http.StatusRequestEntityTooLarge {
 		t.Errorf("audit = %+v", a)
 	}
@@ -208,11 +213,16 @@ func TestInternalErrorsDoNotLeak(t *testing.T) {
 		c.header = map[string]string{"X-Request-Id": "boom-" + strings.ReplaceAll(c.path[8:], "/", "-")}
 		r := e.do(c).want(t, http.StatusInternalServerError)
 		p := r.problem(t)
-		if strings.Contains(string(r.body), "closed") || strings.Contains(string(r.body), "pool") || p.RequestID != c.header["X-Request-Id"] {
+		if strings.Contains(string(r.body), "closed") || strings.Contains(string(r.body), "pool") ||
+			!apiv1.ValidRequestID(p.RequestID) || !strings.Contains(p.Detail, p.RequestID) {
 			t.Errorf("500 body leaks or lacks the request id: %s", r.body)
 		}
-		if !strings.Contains(logs.String(), "request_id="+c.header["X-Request-Id"]) || !strings.Contains(logs.String(), "closed") {
-			t.Errorf("the log lacks the request id or the cause: %s", logs.String())
+		if r.header.Get("X-Request-Id") != c.header["X-Request-Id"] {
+			t.Errorf("X-Request-Id %q, want the client's echoed", r.header.Get("X-Request-Id"))
+		}
+		if !strings.Contains(logs.String(), "request_id="+p.RequestID) || !strings.Contains(logs.String(), "client_request_id="+c.header["X-Request-Id"]) ||
+			!strings.Contains(logs.String(), "closed") {
+			t.Errorf("the log lacks the request ids or the cause: %s", logs.String())
 		}
 	}
 	e.do(call{method: "GET", path: "/readyz"}).want(t, http.StatusServiceUnavailable)

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/canary"
@@ -23,10 +21,6 @@ const (
 	actionCanaryPause  = "canary_pause"
 	actionCanaryResume = "canary_resume"
 )
-
-// holdRetries is how many times a pause or resume starts over when a
-// publish made the generation it read stale.
-const holdRetries = 1
 
 // listCanary answers GET /api/v1/canary: every canary group of the active
 // generation, in spec order, with its weights in force, its state and the
@@ -78,6 +72,10 @@ func (s *Server) listCanaryEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	if fault := textFault(q.Get("service")); fault != "" {
+		s.writeError(w, r, fieldProblem(http.StatusBadRequest, "service", "%s", fault))
+		return
+	}
 	var generation int64
 	if v := q.Get("generation"); v != "" || q.Has("generation") {
 		if generation, err = parseID("generation", v); err != nil {
@@ -103,14 +101,18 @@ func (s *Server) listCanaryEvents(w http.ResponseWriter, r *http.Request) {
 
 // adoptCanary answers POST /api/v1/services/{name}/canary/adopt: the
 // canary weights the controller set in the active generation become the
-// configured weights of a new generation (action adopt). Like the service
-// edits it publishes conditionally on the generation it read and starts
-// over from a fresh read when another publish got in first (up to
-// editRetries times), unless the client pinned the generation with
-// If-Match, which then fails with 412.
+// configured weights of a new generation (action adopt). It publishes
+// conditionally on the generation it read (the transient weights belong
+// to it) and starts over from a fresh read, after a jittered backoff, when
+// another publish got in first (see backoff), unless the client pinned
+// the generation with If-Match, which then fails with 412.
 func (s *Server) adoptCanary(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	name := chi.URLParam(r, "name")
+	name, err := serviceName(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	note(r, "service", name)
 	var req apiv1.MessageRequest
 	if err := readJSON(r, &req, true); err != nil {
@@ -129,26 +131,18 @@ func (s *Server) adoptCanary(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		cur, err := s.store.Current(ctx)
 		switch {
-		case errors.Is(err, db.ErrNotFound) && match.any:
-			s.writeProblem(w, r, problemf(http.StatusPreconditionFailed, "If-Match: * but there is no generation yet"))
-			return
-		case errors.Is(err, db.ErrNotFound) && match.set && match.id != 0:
-			s.writeProblem(w, r, s.preconditionFailed(ctx, match.id))
-			return
 		case errors.Is(err, db.ErrNotFound):
-			s.writeProblem(w, r, noGenerationYet(name))
-			return
+			cur = apiv1.Generation{}
 		case err != nil:
 			s.internalError(w, r, err)
 			return
 		}
-		if match.set && !match.any && match.id != cur.ID {
-			note(r, "if_match", match.id)
-			s.writeProblem(w, r, problemf(http.StatusPreconditionFailed,
-				"If-Match asks for generation %d but the active generation is %d", match.id, cur.ID))
+		if err := matchActive(r, match, cur.ID, name); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 		spec, err := decodeSpec(cur)
@@ -212,9 +206,10 @@ func (s *Server) adoptCanary(w http.ResponseWriter, r *http.Request) {
 		case match.set:
 			s.writeProblem(w, r, s.preconditionFailed(ctx, cur.ID))
 			return
-		case attempt >= editRetries:
+		case !backoff(ctx, start, attempt):
 			s.writeProblem(w, r, problemf(http.StatusConflict,
-				"the active generation kept changing under concurrent publishes (%d attempts); retry", attempt+1))
+				"the active generation kept changing under concurrent publishes (%d attempts in %s); retry",
+				attempt+1, time.Since(start).Round(time.Millisecond)))
 			return
 		}
 		s.log.DebugContext(ctx, "canary adopt lost a publish race; retrying",
@@ -240,7 +235,11 @@ func (s *Server) resumeCanary(w http.ResponseWriter, r *http.Request) {
 // starts the call over once; a second one is a 409.
 func (s *Server) holdCanary(w http.ResponseWriter, r *http.Request, pause bool) {
 	ctx := r.Context()
-	name := chi.URLParam(r, "name")
+	name, err := serviceName(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	note(r, "service", name)
 	var req apiv1.MessageRequest
 	if err := readJSON(r, &req, true); err != nil {
@@ -262,6 +261,7 @@ func (s *Server) holdCanary(w http.ResponseWriter, r *http.Request, pause bool) 
 		}
 		reason = fmt.Sprintf("%s canary of %s", verb, name)
 	}
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		cur, g, err := s.activeGroup(ctx, name)
 		if err != nil {
@@ -276,13 +276,14 @@ func (s *Server) holdCanary(w http.ResponseWriter, r *http.Request, pause bool) 
 		weight := weightInForce(g, states[name])
 		_, err = s.store.HoldCanary(ctx, cur.ID, name, pause, weight, actorFrom(ctx), reason)
 		switch {
-		case errors.Is(err, db.ErrPreconditionFailed) && attempt < holdRetries:
+		case errors.Is(err, db.ErrPreconditionFailed) && backoff(ctx, start, attempt):
 			s.log.DebugContext(ctx, "canary hold lost a publish race; retrying",
 				"request_id", requestID(ctx), "service", name, "read_generation", cur.ID, "attempt", attempt+1)
 			continue
 		case errors.Is(err, db.ErrPreconditionFailed):
 			s.writeProblem(w, r, problemf(http.StatusConflict,
-				"the active generation kept changing under concurrent publishes (%d attempts); retry", attempt+1))
+				"the active generation kept changing under concurrent publishes (%d attempts in %s); retry",
+				attempt+1, time.Since(start).Round(time.Millisecond)))
 			return
 		case errors.Is(err, db.ErrUnchanged):
 			if rec := auditFrom(ctx); rec != nil {

@@ -179,7 +179,9 @@ func TestOpenAPIRoutes(t *testing.T) {
 }
 
 // TestOpenAPIErrorResponses checks that every /api/ operation documents its
-// auth and internal-error answers as problem+json.
+// Host, auth, internal-error and database-unavailable answers as
+// problem+json, every mutation its cross-site, media-type and rate-limit
+// answers too, and every operation but the probes its Host answer.
 func TestOpenAPIErrorResponses(t *testing.T) {
 	t.Parallel()
 	doc, err := loadDoc()
@@ -187,11 +189,23 @@ func TestOpenAPIErrorResponses(t *testing.T) {
 		t.Fatal(err)
 	}
 	for path, item := range doc.Paths.Map() {
+		if path == "/healthz" || path == "/readyz" {
+			continue
+		}
 		if !strings.HasPrefix(path, "/api/") {
+			for method, op := range item.Operations() {
+				if resp := op.Responses.Value("421"); resp == nil || resp.Value.Content.Get("application/problem+json") == nil {
+					t.Errorf("%s %s does not document a problem+json 421", method, path)
+				}
+			}
 			continue
 		}
 		for method, op := range item.Operations() {
-			for _, code := range []string{"401", "500"} {
+			codes := []string{"401", "421", "500", "503"}
+			if method != http.MethodGet {
+				codes = append(codes, "403", "415", "429")
+			}
+			for _, code := range codes {
 				resp := op.Responses.Value(code)
 				if resp == nil || resp.Value.Content.Get("application/problem+json") == nil {
 					t.Errorf("%s %s does not document a problem+json %s", method, path, code)

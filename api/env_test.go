@@ -33,6 +33,12 @@ type env struct {
 func newEnv(t *testing.T, o Options) *env {
 	t.Helper()
 	store, _ := dbtest.NewStore(t)
+	return newEnvOn(t, store, o)
+}
+
+// newEnvOn is newEnv on store, which the caller closes.
+func newEnvOn(t *testing.T, store *db.Store, o Options) *env {
+	t.Helper()
 	o.Store = store
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -68,9 +74,13 @@ type call struct {
 	method, path string
 	// body is sent as is when it is a string or []byte, else as JSON.
 	body any
-	// contentType defaults to application/json when there is a body.
-	contentType string
-	header      map[string]string
+	// contentType defaults to application/json when there is a body, and
+	// for a mutating method (the API refuses one without a JSON or YAML
+	// type, even with an empty body) unless noContentType is set.
+	contentType   string
+	noContentType bool
+	// header is sent as given; "Host" sets the request's Host.
+	header map[string]string
 	// violates marks a request that deliberately breaks openapi.yaml.
 	violates bool
 }
@@ -103,6 +113,9 @@ func (e *env) do(c call) *response {
 			c.contentType = contentJSON
 		}
 	}
+	if c.contentType == "" && !c.noContentType && (c.method == "POST" || c.method == "PUT") {
+		c.contentType = contentJSON
+	}
 	req, err := http.NewRequestWithContext(e.t.Context(), c.method, e.url+c.path, body)
 	if err != nil {
 		e.t.Fatalf("new request: %v", err)
@@ -111,6 +124,10 @@ func (e *env) do(c call) *response {
 		req.Header.Set("Content-Type", c.contentType)
 	}
 	for k, v := range c.header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	if c.violates {

@@ -2,12 +2,14 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/dwara/dwara/api/apiv1"
@@ -15,8 +17,12 @@ import (
 	"github.com/dwara/dwara/gateway/config"
 )
 
-// checkMessage refuses a message over apiv1.MaxMessageLen characters.
+// checkMessage refuses a message over apiv1.MaxMessageLen characters, or
+// one that holds a NUL character or invalid UTF-8 (see textFault).
 func checkMessage(msg string) error {
+	if fault := textFault(msg); fault != "" {
+		return fieldProblem(http.StatusUnprocessableEntity, "message", "%s", fault)
+	}
 	if utf8.RuneCountInString(msg) > apiv1.MaxMessageLen {
 		return fieldProblem(http.StatusUnprocessableEntity, "message", "must be at most %d characters", apiv1.MaxMessageLen)
 	}
@@ -77,13 +83,30 @@ func readEnvelope(r *http.Request) (config.Envelope, error) {
 		return config.Envelope{}, err
 	}
 	format := config.FormatJSON
-	switch mt := mediaType(r); {
-	case len(bytes.TrimSpace(body)) == 0:
+	mt, err := mediaType(r)
+	switch {
+	case len(bytes.TrimSpace(bytes.TrimPrefix(body, utf8BOM))) == 0:
 		return config.Envelope{}, fieldProblem(http.StatusUnprocessableEntity, "body", "a JSON or YAML body is required")
+	case err != nil:
+		return config.Envelope{}, unsupported(r, append([]string{contentJSON}, yamlTypes...)...)
 	case slices.Contains(yamlTypes, mt):
 		format = config.FormatYAML
 	case mt != contentJSON:
-		return config.Envelope{}, unsupported(mt, append([]string{contentJSON}, yamlTypes...)...)
+		return config.Envelope{}, unsupported(r, append([]string{contentJSON}, yamlTypes...)...)
+	}
+	if format == config.FormatJSON {
+		// The JSON decoder would store invalid UTF-8 as U+FFFD without a
+		// word; YAML's refuses it, and a NUL is caught on the decoded
+		// values (checkMessage, the spec's validation, checkSpecText).
+		if errs := textErrors(bytes.TrimPrefix(body, utf8BOM)); len(errs) > 0 {
+			for i, e := range errs {
+				// The spec's own paths are relative to the spec.
+				if rest, ok := strings.CutPrefix(e.Path, "spec."); ok {
+					errs[i].Path = rest
+				}
+			}
+			return config.Envelope{}, textProblem(errs)
+		}
 	}
 	env, err := config.ParseEnvelope(body, format)
 	if err != nil {
@@ -115,6 +138,10 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request, spec *config.Sp
 	body, err := json.Marshal(spec)
 	if err != nil {
 		s.internalError(w, r, fmt.Errorf("encode spec: %w", err))
+		return
+	}
+	if err := checkSpecText(body); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	p.Spec = body
@@ -176,7 +203,11 @@ func (s *Server) created(w http.ResponseWriter, r *http.Request, g apiv1.Generat
 		return
 	}
 	if s.onPublish != nil {
-		if err := s.onPublish(r.Context(), g.ID, spec); err != nil {
+		// Not the call's database deadline, which a publish that waited
+		// for the publish lock may have all but used up.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.dbTimeout)
+		defer cancel()
+		if err := s.onPublish(ctx, g.ID, spec); err != nil {
 			s.log.Error("apply published generation", "generation", g.ID, "request_id", requestID(r.Context()), "err", err)
 		}
 	}
@@ -318,6 +349,20 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 		Message:  req.Message,
 		IfMatch:  want,
 	})
+}
+
+// checkSpecText is the 422 Problem of an encoded spec that holds a string
+// PostgreSQL cannot store (a NUL character), with the spec's own paths;
+// nil for one it can. The data plane's validation refuses such strings
+// already; this keeps a spec that slipped through from becoming a 500.
+func checkSpecText(body []byte) error {
+	if !bytes.Contains(body, []byte(`\u0000`)) {
+		return nil
+	}
+	if errs := textErrors(body); len(errs) > 0 {
+		return textProblem(errs)
+	}
+	return nil
 }
 
 // decodeSpec decodes a stored generation's spec. Stored specs were validated

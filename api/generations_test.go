@@ -50,7 +50,8 @@ func TestCreateGeneration(t *testing.T) {
 
 	a := e.lastAudit()
 	if a.Action != apiv1.ActionCreate || a.Outcome != "accepted" || a.Status != http.StatusCreated ||
-		a.Actor != "alice" || a.GenerationID == nil || *a.GenerationID != 1 || a.RequestID != "req-create-1" || a.RemoteAddr == "" {
+		a.Actor != "alice" || a.GenerationID == nil || *a.GenerationID != 1 || a.ClientRequestID != "req-create-1" ||
+		!apiv1.ValidRequestID(a.RequestID) || a.RequestID == "req-create-1" || a.RemoteAddr == "" || a.Count != 1 {
 		t.Errorf("audit entry = %+v", a)
 	}
 	if !strings.Contains(string(a.Detail), `"first"`) {
@@ -226,7 +227,7 @@ func TestCreateRefusals(t *testing.T) {
 	// Every refusal is in the audit log with its status.
 	byID := map[string]apiv1.AuditEntry{}
 	for _, a := range e.audit() {
-		byID[a.RequestID] = a
+		byID[a.ClientRequestID] = a
 	}
 	for _, tt := range tests {
 		a, ok := byID["refusal-"+strings.ReplaceAll(tt.name, " ", "-")]

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/dwara/dwara/openapi"
@@ -21,17 +22,20 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, http.StatusOK, health{Status: "ok"})
 }
 
-// readyz answers GET /readyz: 200 when the database answers and the Ready
-// condition holds, else 503.
+// readyz answers GET /readyz: 200 when the database answers (within the
+// smaller of readyTimeout and Options.DatabaseTimeout) and the Ready
+// condition holds, else 503 with Retry-After.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), min(readyTimeout, s.dbTimeout))
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
 		s.log.WarnContext(ctx, "not ready: database ping failed", "request_id", requestID(ctx), "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 		s.writeProblem(w, r, problemf(http.StatusServiceUnavailable, "the database does not answer"))
 		return
 	}
 	if !s.ready() {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 		s.writeProblem(w, r, problemf(http.StatusServiceUnavailable, "not ready yet: no generation has been applied"))
 		return
 	}

@@ -8,9 +8,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/dwara/dwara/api/apiv1"
+	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 )
 
@@ -123,13 +125,34 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	s.internalError(w, r, err)
 }
 
-// internalError logs err with the request id and answers a 500 that names
-// only the request id.
+// internalError answers err, which is not a Problem: 503 with Retry-After
+// when it means the database is unavailable (db.IsUnavailable), else a 500
+// that names only the request id. Either way the cause is logged.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	if db.IsUnavailable(err) {
+		s.unavailable(w, r, err)
+		return
+	}
 	id := requestID(r.Context())
 	s.log.ErrorContext(r.Context(), "request failed", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
 	s.writeProblem(w, r, problemf(http.StatusInternalServerError,
 		"the request failed; the server log has the details under request id %s", id))
+}
+
+// retryAfterSeconds is the Retry-After of a 503 answer.
+const retryAfterSeconds = 5
+
+// unavailable logs err and answers 503 with Retry-After: the database did
+// not answer (in time); the call may be made again later.
+func (s *Server) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	id := requestID(r.Context())
+	s.log.WarnContext(r.Context(), "database unavailable", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
+	if rec := auditFrom(r.Context()); rec != nil {
+		rec.unavailable = true
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+	s.writeProblem(w, r, problemf(http.StatusServiceUnavailable,
+		"the database is unavailable or did not answer within %s; retry in %d seconds", s.dbTimeout, retryAfterSeconds))
 }
 
 // readBody reads the whole (capped) request body. A body over apiv1.MaxBodyBytes
@@ -145,50 +168,77 @@ func readBody(r *http.Request) ([]byte, error) {
 	return body, nil
 }
 
-// mediaType returns the lowercased media type of the request's Content-Type
-// without parameters; "" when absent or malformed.
-func mediaType(r *http.Request) string {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil {
-		return ""
+// mediaType returns the lowercased media type of the request's
+// Content-Type without parameters: "" and no error when there is none, the
+// parser's error when it does not parse (a parameter included:
+// "application/json;;" is malformed, not JSON).
+func mediaType(r *http.Request) (string, error) {
+	v := r.Header.Get("Content-Type")
+	if strings.TrimSpace(v) == "" {
+		return "", nil
 	}
-	return strings.ToLower(mt)
+	mt, _, err := mime.ParseMediaType(v)
+	if err != nil {
+		return "", err
+	}
+	return strings.ToLower(mt), nil
 }
 
-// unsupported returns the 415 Problem for a body of media type mt where only
-// the accepted types may be sent.
-func unsupported(mt string, accepted ...string) *apiv1.Problem {
-	if mt == "" {
-		mt = "(none)"
+// maxQuotedType caps how much of a refused Content-Type a problem repeats.
+const maxQuotedType = 100
+
+// unsupported returns the 415 Problem for the Content-Type of r, as it was
+// sent, where only the accepted types may be sent.
+func unsupported(r *http.Request, accepted ...string) *apiv1.Problem {
+	send := strings.Join(accepted, " or ")
+	raw := r.Header.Get("Content-Type")
+	if strings.TrimSpace(raw) == "" {
+		return problemf(http.StatusUnsupportedMediaType,
+			"the request has no Content-Type; send %s (an empty body too)", send)
 	}
-	return problemf(http.StatusUnsupportedMediaType, "Content-Type %s is not accepted here; send %s", mt, strings.Join(accepted, " or "))
+	quoted := strconv.Quote(raw)
+	if len(raw) > maxQuotedType {
+		quoted = strconv.Quote(strings.ToValidUTF8(raw[:maxQuotedType], "\uFFFD")) + "..."
+	}
+	if _, err := mediaType(r); err != nil {
+		return problemf(http.StatusUnsupportedMediaType,
+			"Content-Type %s is malformed (%s); send %s", quoted, strings.TrimPrefix(err.Error(), "mime: "), send)
+	}
+	return problemf(http.StatusUnsupportedMediaType, "Content-Type %s is not accepted here; send %s", quoted, send)
 }
 
 // readJSON decodes the request body, which must be application/json, into
 // v: unknown fields and trailing data are refused. When optional is true an
 // empty body leaves v as it is. The error is always a *apiv1.Problem: 413 for a
 // body over the cap, 415 for another Content-Type, 400 for malformed JSON,
-// 422 for a well-formed body of the wrong shape.
+// 422 for a well-formed body of the wrong shape or with text PostgreSQL
+// cannot store (see textErrors).
 func readJSON(r *http.Request, v any, optional bool) error {
 	body, err := readBody(r)
 	if err != nil {
 		return err
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
+	if len(bytes.TrimSpace(bytes.TrimPrefix(body, utf8BOM))) == 0 {
 		if optional {
 			return nil
 		}
 		return fieldProblem(http.StatusUnprocessableEntity, "body", "a JSON body is required")
 	}
-	if mt := mediaType(r); mt != contentJSON {
-		return unsupported(mt, contentJSON)
+	if mt, err := mediaType(r); err != nil || mt != contentJSON {
+		return unsupported(r, contentJSON)
 	}
 	return decodeJSON(body, v)
 }
 
+// utf8BOM is the UTF-8 byte order mark, which some editors and tools write
+// at the start of a document; RFC 8259 section 8.1 lets a parser ignore it.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
 // decodeJSON strictly decodes one JSON value from body into v, translating
-// errors to Problems (400 syntax, 422 shape).
+// errors to Problems (400 syntax, 422 shape or text). A leading UTF-8 byte
+// order mark is ignored.
 func decodeJSON(body []byte, v any) error {
+	body = bytes.TrimPrefix(body, utf8BOM)
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -202,6 +252,11 @@ func decodeJSON(body []byte, v any) error {
 	// nesting deeper than encoding/json's limit, which bounds the recursion.)
 	if path, _ := duplicateKey(json.NewDecoder(bytes.NewReader(body)), ""); path != "" {
 		return fieldProblem(http.StatusUnprocessableEntity, path, "duplicate field")
+	}
+	// encoding/json turns invalid UTF-8 into U+FFFD without a word, and
+	// PostgreSQL refuses NUL: both are refused with their paths.
+	if errs := textErrors(body); len(errs) > 0 {
+		return textProblem(errs)
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ type ctxKey int
 
 const (
 	requestIDKey ctxKey = iota
+	clientRequestIDKey
 	auditKey
 	actorKey
 )
@@ -31,28 +32,43 @@ const (
 const (
 	actorAnonymous       = "anonymous"
 	actorUnauthenticated = "unauthenticated"
+	// actorReadToken is the actor of a mutating call refused because it
+	// presented the read token.
+	actorReadToken = "read-token"
 )
 
 // maxActorLen is the longest accepted X-Dwara-Actor, in characters.
 const maxActorLen = 64
 
-// requestID returns the request id stored by withRequestID; "" outside a
-// request.
+// requestID returns the server's own id of the request, stored by
+// withRequestID; "" outside a request.
 func requestID(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey).(string)
 	return id
 }
 
-// withRequestID keeps a well-formed client X-Request-Id or mints a fresh one,
-// stores it in the request context and echoes it in the response.
+// clientRequestID returns the well-formed X-Request-Id the client sent,
+// stored by withRequestID; "" when it sent none (or a malformed one).
+func clientRequestID(ctx context.Context) string {
+	id, _ := ctx.Value(clientRequestIDKey).(string)
+	return id
+}
+
+// withRequestID mints the server's own id of the request (the one its
+// problems, the log and its audit entry name) and keeps a well-formed
+// client X-Request-Id apart; the response's X-Request-Id echoes the
+// client's id when it sent one, else the server's.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(apiv1.RequestIDHeader)
-		if !apiv1.ValidRequestID(id) {
-			id = rand.Text()
+		id := rand.Text()
+		ctx := context.WithValue(r.Context(), requestIDKey, id)
+		echo := id
+		if client := r.Header.Get(apiv1.RequestIDHeader); apiv1.ValidRequestID(client) {
+			ctx = context.WithValue(ctx, clientRequestIDKey, client)
+			echo = client
 		}
-		w.Header().Set(apiv1.RequestIDHeader, id)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+		w.Header().Set(apiv1.RequestIDHeader, echo)
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
@@ -77,6 +93,7 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		}
 		s.log.Log(r.Context(), level, "http request",
 			"request_id", requestID(r.Context()),
+			"client_request_id", clientRequestID(r.Context()),
 			"method", r.Method,
 			"path", r.URL.Path,
 			"status", status,
@@ -114,38 +131,102 @@ func limitBodies(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate requires "Authorization: Bearer <token>" when the server has a
-// token; the comparison takes constant time (over digests, so not even the
-// token's length leaks). A refusal is a 401 problem with a WWW-Authenticate
-// challenge, and a mutation's audit record gets the actor "unauthenticated".
-func (s *Server) authenticate(next http.Handler) http.Handler {
-	if !s.hasToken {
-		return next
+// role is what a caller's bearer token lets it do.
+type role int
+
+const (
+	roleNone  role = iota // no token, or a wrong one
+	roleRead              // the read token: GET calls only
+	roleAdmin             // the admin token: everything
+)
+
+// roleOf returns the role of a bearer token. Both digests are compared
+// in constant time (over digests, so not even a token's length leaks), and
+// both comparisons always run.
+func (s *Server) roleOf(token string) role {
+	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	admin := subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) == 1 && s.hasToken
+	read := subtle.ConstantTimeCompare(got[:], s.readTokenSum[:]) == 1 && s.hasReadToken
+	switch {
+	case admin:
+		return roleAdmin
+	case read:
+		return roleRead
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		challenge := `Bearer realm="dwara"`
-		var p *apiv1.Problem
-		switch {
-		case scheme == "":
-			p = problemf(http.StatusUnauthorized, "this call needs an Authorization: Bearer <token> header")
-		case !strings.EqualFold(scheme, "Bearer"):
-			p = problemf(http.StatusUnauthorized, "the Authorization scheme must be Bearer")
-			challenge += `, error="invalid_request"`
-		default:
-			got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-			if subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) == 1 {
-				next.ServeHTTP(w, r)
-				return
+	return roleNone
+}
+
+// authenticate requires "Authorization: Bearer <token>" when the server has
+// a token: the admin token for every call, or, when mutating is false, the
+// read token too. A refusal is a 401 problem with a WWW-Authenticate
+// challenge (the audit actor stays "unauthenticated"); a mutating call
+// with the read token is a 403 problem, audited with the actor
+// "read-token" (in a read-only API, one with a read token and no admin
+// token, that is every mutating call that gets past the 401).
+func (s *Server) authenticate(mutating bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		if !s.hasToken && !s.hasReadToken {
+			return next
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			challenge := `Bearer realm="dwara"`
+			var p *apiv1.Problem
+			switch {
+			case scheme == "":
+				p = problemf(http.StatusUnauthorized, "this call needs an Authorization: Bearer <token> header")
+			case !strings.EqualFold(scheme, "Bearer"):
+				p = problemf(http.StatusUnauthorized, "the Authorization scheme must be Bearer")
+				challenge += `, error="invalid_request"`
+			default:
+				switch s.roleOf(token) {
+				case roleAdmin:
+					next.ServeHTTP(w, r)
+					return
+				case roleRead:
+					if !mutating {
+						next.ServeHTTP(w, r)
+						return
+					}
+					if rec := auditFrom(r.Context()); rec != nil {
+						rec.actor = actorReadToken
+					}
+					detail := "the read token may only read; this call changes the configuration and needs the admin token"
+					if !s.hasToken {
+						detail = "this API is read-only (it has a read token and no admin token); no call may change the configuration"
+					}
+					s.writeProblem(w, r, problemf(http.StatusForbidden, "%s", detail))
+					return
+				}
+				p = problemf(http.StatusUnauthorized, "the bearer token is not valid")
+				challenge += `, error="invalid_token"`
 			}
-			p = problemf(http.StatusUnauthorized, "the bearer token is not valid")
-			challenge += `, error="invalid_token"`
-		}
+			w.Header().Set("WWW-Authenticate", challenge)
+			s.writeProblem(w, r, p)
+		})
+	}
+}
+
+// noteClientRequestID keeps the client's X-Request-Id on the audit record
+// of a call that got this far (past the Host check and authentication), as
+// the entry's client_request_id; a caller refused before cannot put its
+// choice into the audit log.
+func noteClientRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rec := auditFrom(r.Context()); rec != nil {
-			rec.actor = actorUnauthenticated
+			rec.clientRequestID = clientRequestID(r.Context())
 		}
-		w.Header().Set("WWW-Authenticate", challenge)
-		s.writeProblem(w, r, p)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// withDeadline bounds the rest of the call, its database work above all,
+// by Options.DatabaseTimeout.
+func (s *Server) withDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.dbTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
@@ -169,6 +250,9 @@ func (s *Server) withActor(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		actor, err := parseActor(r)
 		if err != nil {
+			if rec := auditFrom(r.Context()); rec != nil {
+				rec.actor = actorAnonymous // authenticated, but it did not say who it is
+			}
 			s.writeError(w, r, err)
 			return
 		}

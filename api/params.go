@@ -118,11 +118,26 @@ func (s *Server) precondition(ctx context.Context, m ifMatch) (*int64, error) {
 // preconditionFailed builds the 412 Problem for an If-Match of want, naming
 // the active generation when it can be read.
 func (s *Server) preconditionFailed(ctx context.Context, want int64) *apiv1.Problem {
-	active := "there is no generation yet"
-	if cur, err := s.store.Current(ctx); err == nil {
+	active := "the active generation differs"
+	cur, err := s.store.Current(ctx)
+	switch {
+	case err == nil:
 		active = "the active generation is " + strconv.FormatInt(cur.ID, 10)
+	case errors.Is(err, db.ErrNotFound):
+		active = "there is no generation yet"
 	}
 	return problemf(http.StatusPreconditionFailed, "If-Match asks for generation %d but %s", want, active)
+}
+
+// serviceName reads the {name} path parameter: a 400 Problem naming it when
+// it holds a NUL character or bytes that are not UTF-8 (no service can
+// have such a name, and no such text can be stored).
+func serviceName(r *http.Request) (string, error) {
+	name := chi.URLParam(r, "name")
+	if fault := textFault(name); fault != "" {
+		return "", fieldProblem(http.StatusBadRequest, "name", "%s", fault)
+	}
+	return name, nil
 }
 
 // etag is the ETag of generation id.

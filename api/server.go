@@ -4,9 +4,16 @@
 //
 // Every answer carries X-Request-Id; every error is an RFC 9457
 // application/problem+json body, and a 5xx never shows its cause (the log has
-// it under the request id). Every /api/ call needs the bearer token when the
-// server has one. Every mutating call, accepted or refused, is written to the
-// audit log before it is answered. Spec validation is the data plane's own
+// it under the request id). Every call but /healthz and /readyz must be
+// addressed to a Host the API answers to (421 otherwise, against DNS
+// rebinding). Every /api/ call needs a bearer token when the server has one
+// (the read token only reads). A mutating call must be JSON or YAML (even
+// with an empty body) and not cross-site (Origin, Sec-Fetch-Site), so no web
+// page can post to the API. Every mutating call, accepted or refused, is
+// written to the audit log before it is answered; refusals are rate-limited
+// per remote address and a burst of identical ones is one entry. Database
+// work has a deadline: an unreachable or hung database is a 503 with
+// Retry-After, never a hang. Spec validation is the data plane's own
 // (gateway/config), so whatever the API accepts the proxy can serve.
 package api
 
@@ -16,12 +23,16 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/web"
 )
+
+// DefaultDatabaseTimeout is the Options.DatabaseTimeout of a zero Options.
+const DefaultDatabaseTimeout = 5 * time.Second
 
 // Options configures a Server. Store is required; every other zero value is
 // documented on its field.
@@ -31,8 +42,35 @@ type Options struct {
 	Store *db.Store
 	// Token is the admin token (DWARA_ADMIN_TOKEN) every /api/ call must
 	// present as "Authorization: Bearer <token>"; "" means no auth (bind the
-	// listener to loopback then).
+	// listener to loopback then), unless ReadToken is set.
 	Token string
+	// ReadToken is a second token (DWARA_READ_TOKEN) that may make every
+	// GET call of /api/ but no change: a mutating call that presents it is
+	// refused with 403 and audited with the actor "read-token". Both
+	// tokens are compared in constant time. "" means no read token. With
+	// a ReadToken and no Token, every /api/ call needs the read token and
+	// every mutating call is refused (401 without it, 403 with it): a
+	// read-only API.
+	ReadToken string
+	// AllowedHosts are the names the API answers to besides loopback
+	// ones, as a Host header names them: "name" (any port) or "name:port",
+	// an IPv6 literal in brackets ("[fd00::1]:9090"). A request whose Host
+	// is none of them, nor a loopback name (localhost, 127.0.0.0/8, [::1],
+	// any port), nor the IP address the listener was reached on, is
+	// answered 421 (all but /healthz and /readyz), so a DNS-rebinding page
+	// (Host: evil.example:9090) cannot reach the API; a mutating call's
+	// Origin must be the listener's own origin or one of these names.
+	// Set it to the names an operator or a load balancer reaches the API
+	// by. nil or empty means loopback names only. Validate entries with
+	// CheckAllowedHost: New panics on one it refuses.
+	AllowedHosts []string
+	// DatabaseTimeout bounds the database work of each call (the pool
+	// acquire, connecting, every query) and, separately, the write of its
+	// audit entry: a call whose database is away or hung answers 503 with
+	// Retry-After within about this long, never hangs. Zero or negative
+	// means DefaultDatabaseTimeout (5 s). GET /readyz uses the smaller of
+	// this and 2 s; the event stream is not bounded by it.
+	DatabaseTimeout time.Duration
 	// Logger receives request logs and the causes of 5xx answers; nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -48,7 +86,8 @@ type Options struct {
 	// there, so the next request after the 201 is served by it. An error is
 	// logged and does not change the answer: the generation is stored, and
 	// the proxy's database source applies it in any case. It is not called
-	// for a change that stored nothing (unchanged).
+	// for a change that stored nothing (unchanged). Its ctx ends
+	// DatabaseTimeout after the generation was stored.
 	OnPublish func(ctx context.Context, generation int64, spec *config.Spec) error
 }
 
@@ -58,14 +97,25 @@ type Options struct {
 // copied.
 type Server struct {
 	store          *db.Store
-	hasToken       bool
+	hasToken       bool // an admin token is set
+	hasReadToken   bool // a read token is set
 	tokenSum       [sha256.Size]byte
+	readTokenSum   [sha256.Size]byte
+	hosts          []hostRule // Options.AllowedHosts
+	dbTimeout      time.Duration
 	log            *slog.Logger
 	metricsHandler http.Handler
 	ready          func() bool
 	onPublish      func(ctx context.Context, generation int64, spec *config.Spec) error
 	docsHandler    http.Handler
 	handler        http.Handler
+
+	// Audit flood control: refusals are rate-limited per remote address,
+	// and a burst of identical ones is collapsed into one entry.
+	refusals        *limiterSet
+	bursts          *collapser
+	droppedRefusals atomic.Uint64
+	now             func() time.Time // the clock of both; time.Now
 
 	hub       *hub
 	queue     chan notification // from Notify to Run
@@ -74,25 +124,44 @@ type Server struct {
 	closeOnce sync.Once
 }
 
-// New returns a Server for o. It panics when o.Store is nil, a programming
-// error.
+// New returns a Server for o. It panics when o.Store is nil or an entry of
+// o.AllowedHosts is refused by CheckAllowedHost, both programming errors
+// (validate configuration before).
 func New(o Options) *Server {
 	if o.Store == nil {
 		panic("api: New with nil Options.Store")
 	}
+	hosts := make([]hostRule, 0, len(o.AllowedHosts))
+	for _, h := range o.AllowedHosts {
+		rule, err := parseHostRule(h)
+		if err != nil {
+			panic("api: New: Options.AllowedHosts: " + err.Error())
+		}
+		hosts = append(hosts, rule)
+	}
 	s := &Server{
 		store:          o.Store,
 		hasToken:       o.Token != "",
+		hasReadToken:   o.ReadToken != "",
 		tokenSum:       sha256.Sum256([]byte(o.Token)),
+		readTokenSum:   sha256.Sum256([]byte(o.ReadToken)),
+		hosts:          hosts,
+		dbTimeout:      o.DatabaseTimeout,
 		log:            o.Logger,
 		metricsHandler: o.Metrics,
 		ready:          o.Ready,
 		onPublish:      o.OnPublish,
 		docsHandler:    web.Docs("/openapi.yaml", "/docs/"),
+		refusals:       newLimiterSet(refusalRate, refusalBurst, maxLimiters),
+		bursts:         newCollapser(burstWindow, maxBursts),
+		now:            time.Now,
 		hub:            newHub(),
 		queue:          make(chan notification, notifyQueue),
 		pingEvery:      pingInterval,
 		closing:        make(chan struct{}),
+	}
+	if s.dbTimeout <= 0 {
+		s.dbTimeout = DefaultDatabaseTimeout
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -102,6 +171,13 @@ func New(o Options) *Server {
 	}
 	s.handler = s.routes()
 	return s
+}
+
+// RefusalsDropped returns how many refused mutating calls were answered
+// 429 without an audit entry since New, because their remote address
+// exceeded its rate of refusals (a counter for a metric).
+func (s *Server) RefusalsDropped() uint64 {
+	return s.droppedRefusals.Load()
 }
 
 // Handler returns the HTTP handler of the whole admin listener: /api/v1,

@@ -6,16 +6,10 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 )
-
-// editRetries is how many times a service edit without If-Match starts over
-// from a fresh read when another publish got in first.
-const editRetries = 3
 
 // specEdit is one of the config edits, bound to its arguments.
 type specEdit func(s *config.Spec, service string) (*config.Spec, error)
@@ -59,13 +53,18 @@ func (s *Server) setWeights(w http.ResponseWriter, r *http.Request) {
 }
 
 // editService applies edit to the service {name} of the active generation and
-// publishes the result as a new generation with action. The publish is
-// conditional on the generation that was read; when another publish got in
-// first it starts over from a fresh read (up to editRetries times), unless the
-// client pinned the generation with If-Match, which then fails with 412.
+// publishes the result as a new generation with action. The edit runs under
+// the publish lock (db.Store.Edit), on the generation that is still the
+// newest when the result is stored, so concurrent edits serialise: none is
+// lost and none fails for another's sake. An If-Match that names another
+// generation than the active one fails with 412.
 func (s *Server) editService(w http.ResponseWriter, r *http.Request, action, message string, edit specEdit) {
 	ctx := r.Context()
-	name := chi.URLParam(r, "name")
+	name, err := serviceName(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	note(r, "service", name)
 	if message != "" {
 		note(r, "message", message)
@@ -82,68 +81,54 @@ func (s *Server) editService(w http.ResponseWriter, r *http.Request, action, mes
 	if message == "" {
 		message = fmt.Sprintf("%s %s", action, name)
 	}
-	for attempt := 0; ; attempt++ {
-		cur, err := s.store.Current(ctx)
-		switch {
-		case errors.Is(err, db.ErrNotFound) && match.any:
-			s.writeProblem(w, r, problemf(http.StatusPreconditionFailed, "If-Match: * but there is no generation yet"))
-			return
-		case errors.Is(err, db.ErrNotFound) && match.set && match.id != 0:
-			s.writeProblem(w, r, s.preconditionFailed(ctx, match.id))
-			return
-		case errors.Is(err, db.ErrNotFound):
-			s.writeProblem(w, r, problemf(http.StatusNotFound, "service %q does not exist: no generation has been published yet", name))
-			return
-		case err != nil:
-			s.internalError(w, r, err)
-			return
-		}
-		if match.set && !match.any && match.id != cur.ID {
-			note(r, "if_match", match.id)
-			s.writeProblem(w, r, problemf(http.StatusPreconditionFailed,
-				"If-Match asks for generation %d but the active generation is %d", match.id, cur.ID))
-			return
+	var next *config.Spec
+	g, err := s.store.Edit(ctx, func(cur apiv1.Generation) (db.PublishParams, error) {
+		if err := matchActive(r, match, cur.ID, name); err != nil {
+			return db.PublishParams{}, err
 		}
 		spec, err := decodeSpec(cur)
 		if err != nil {
-			s.internalError(w, r, err)
-			return
+			return db.PublishParams{}, err
 		}
-		next, err := edit(spec, name)
+		edited, err := edit(spec, name)
 		if err != nil {
-			s.writeError(w, r, editProblem(err, name, cur.ID))
-			return
+			return db.PublishParams{}, editProblem(err, name, cur.ID)
 		}
-		body, err := json.Marshal(next)
+		body, err := json.Marshal(edited)
 		if err != nil {
-			s.internalError(w, r, fmt.Errorf("encode spec: %w", err))
-			return
+			return db.PublishParams{}, fmt.Errorf("encode spec: %w", err)
 		}
-		g, err := s.store.Publish(ctx, db.PublishParams{
-			Spec:    body,
-			Action:  action,
-			Author:  actorFrom(ctx),
-			Message: message,
-			IfMatch: &cur.ID,
-		})
-		switch {
-		case err == nil:
-			s.created(w, r, g, next)
-			return
-		case !errors.Is(err, db.ErrPreconditionFailed):
-			s.internalError(w, r, err)
-			return
-		case match.set:
-			s.writeProblem(w, r, s.preconditionFailed(ctx, cur.ID))
-			return
-		case attempt >= editRetries:
-			s.writeProblem(w, r, problemf(http.StatusConflict,
-				"the active generation kept changing under concurrent publishes (%d attempts); retry", attempt+1))
-			return
+		if err := checkSpecText(body); err != nil {
+			return db.PublishParams{}, err
 		}
-		s.log.DebugContext(ctx, "service edit lost a publish race; retrying",
-			"request_id", requestID(ctx), "service", name, "read_generation", cur.ID, "attempt", attempt+1)
+		next = edited
+		return db.PublishParams{Spec: body, Action: action, Author: actorFrom(ctx), Message: message}, nil
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
+	s.created(w, r, g, next)
+}
+
+// matchActive checks the If-Match of an edit of service against the active
+// generation (0: none yet): a 412 Problem when it names another, a 404
+// Problem when there is no generation to edit.
+func matchActive(r *http.Request, match ifMatch, active int64, service string) error {
+	switch {
+	case active == 0 && match.any:
+		return problemf(http.StatusPreconditionFailed, "If-Match: * but there is no generation yet")
+	case active == 0 && match.set && match.id != 0:
+		note(r, "if_match", match.id)
+		return problemf(http.StatusPreconditionFailed, "If-Match asks for generation %d but there is no generation yet", match.id)
+	case active == 0:
+		return noGenerationYet(service)
+	case match.set && !match.any && match.id != active:
+		note(r, "if_match", match.id)
+		return problemf(http.StatusPreconditionFailed,
+			"If-Match asks for generation %d but the active generation is %d", match.id, active)
+	}
+	return nil
 }
 
 // editProblem maps a config edit error to its Problem: 404 unknown service,

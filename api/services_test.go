@@ -1,12 +1,14 @@
 package api
 
 import (
+	"encoding/json"
 	"math"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/gateway/config"
@@ -94,7 +96,7 @@ func TestServiceEditRefusals(t *testing.T) {
 	}
 	byID := map[string]apiv1.AuditEntry{}
 	for _, a := range e.audit() {
-		byID[a.RequestID] = a
+		byID[a.ClientRequestID] = a
 	}
 	for _, tt := range tests {
 		a, ok := byID["edit-"+strings.ReplaceAll(tt.name, " ", "-")]
@@ -157,18 +159,26 @@ func TestServiceEditIfMatch(t *testing.T) {
 	}
 }
 
-// Concurrent edits without If-Match never lose an update: each retries from
-// a fresh read, so four flips leave the weights where they started.
-func TestServiceEditConcurrentRetries(t *testing.T) {
+// Concurrent edits without If-Match serialise: none is lost and none fails
+// for another's sake. 50 parallel flips all answer 201, their generations
+// are 50 consecutive ids, each the flip of its parent, and the weights end
+// where they started (an even number of flips).
+func TestServiceEditConcurrentFlipsSerialise(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Options{})
+	e := newEnv(t, Options{DatabaseTimeout: time.Minute})
 	e.publish(specWith(90, 10), "")
-	const n = editRetries + 1 // each failed attempt means another edit succeeded
+	const n = 50
 	statuses := make([]int, n)
+	ids := make([]int64, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			statuses[i] = e.do(call{method: "POST", path: "/api/v1/services/api/flip"}).status
+			r := e.do(call{method: "POST", path: "/api/v1/services/api/flip"})
+			statuses[i] = r.status
+			var g apiv1.Generation
+			if json.Unmarshal(r.body, &g) == nil {
+				ids[i] = g.ID
+			}
 		})
 	}
 	wg.Wait()
@@ -177,8 +187,28 @@ func TestServiceEditConcurrentRetries(t *testing.T) {
 			t.Fatalf("statuses %v, want all 201", statuses)
 		}
 	}
-	if cur := e.current(); cur.ID != n+1 || !slices.Equal(weightsOf(t, cur, "api"), []int{90, 10}) {
-		t.Errorf("current = generation %d with weights %v, want %d with [90 10]", cur.ID, weightsOf(t, cur, "api"), n+1)
+	slices.Sort(ids)
+	for i, id := range ids {
+		if id != int64(i+2) {
+			t.Fatalf("generation ids %v, want 2..%d", ids, n+1)
+		}
+	}
+	gens, err := e.store.List(t.Context(), n+1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gens[:n] {
+		g, err := e.store.Get(t.Context(), g.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []int{10, 90}
+		if g.ID%2 == 1 {
+			want = []int{90, 10}
+		}
+		if ws := weightsOf(t, g, "api"); g.Action != apiv1.ActionFlip || *g.ParentID != g.ID-1 || !slices.Equal(ws, want) {
+			t.Errorf("generation %d: action %s, parent %d, weights %v; want a flip of %d to %v", g.ID, g.Action, *g.ParentID, ws, g.ID-1, want)
+		}
 	}
 }
 

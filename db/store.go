@@ -11,8 +11,8 @@
 // disconnected is never a missed generation.
 //
 // Errors from PostgreSQL are translated to the sentinels of this package
-// (ErrNotFound, ErrPreconditionFailed) at the boundary; anything else is
-// returned wrapped with the operation that failed.
+// (ErrNotFound, ErrPreconditionFailed, ErrUnavailable) at the boundary;
+// anything else is returned wrapped with the operation that failed.
 package db
 
 import (
@@ -20,6 +20,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,13 +55,71 @@ type Store struct {
 	connStr string
 }
 
+// Pool settings that bound a call when the database is away or hung; each
+// applies unless the database URL sets its own (connect_timeout=,
+// statement_timeout=, idle_in_transaction_session_timeout=).
+const (
+	// DefaultConnectTimeout bounds opening one connection, TCP and TLS
+	// handshakes and authentication included, so that a server that
+	// accepts connections and never answers (a hung or stopped process)
+	// costs a caller at most this long, even one whose context has no
+	// deadline.
+	DefaultConnectTimeout = 5 * time.Second
+	// DefaultStatementTimeout is the server-side statement_timeout of the
+	// pool's sessions: the server cancels a statement that runs longer, so
+	// a statement whose caller gave up (or died) does not run on. It is
+	// far above any caller's deadline, and it is not a lock_timeout: a
+	// publish waiting for the publish lock behind other publishes is
+	// ordinary contention, never refused for its wait alone.
+	DefaultStatementTimeout = 30 * time.Second
+	// DefaultIdleInTransactionTimeout is the server-side
+	// idle_in_transaction_session_timeout: a session that holds a
+	// transaction open without running anything (its process hung or
+	// partitioned mid-publish) is ended, which releases the publish lock
+	// it holds.
+	DefaultIdleInTransactionTimeout = time.Minute
+)
+
 // Open returns a Store for the database at databaseURL (a postgres:// URL or
 // a key=value connection string). The pool connects lazily: Open fails only
 // on a malformed URL; use Ping to check that the database answers.
+//
+// Each connection is opened within DefaultConnectTimeout and its session
+// runs with DefaultStatementTimeout and DefaultIdleInTransactionTimeout,
+// unless the URL sets connect_timeout, statement_timeout or
+// idle_in_transaction_session_timeout itself. Acquiring a connection from
+// the pool is bounded by the caller's context only: callers that must
+// answer in bounded time (the API) give every call a deadline. An error
+// that means the database is away or did not answer in time wraps
+// ErrUnavailable.
 func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if cfg.ConnConfig.ConnectTimeout <= 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	// Set with SET on each new session rather than as startup parameters,
+	// which a connection pooler in front of PostgreSQL (PgBouncer) may
+	// refuse.
+	var set []string
+	for name, d := range map[string]time.Duration{
+		"statement_timeout":                   DefaultStatementTimeout,
+		"idle_in_transaction_session_timeout": DefaultIdleInTransactionTimeout,
+	} {
+		if _, own := cfg.ConnConfig.RuntimeParams[name]; !own {
+			set = append(set, "SET "+name+" = "+strconv.FormatInt(d.Milliseconds(), 10))
+		}
+	}
+	if len(set) > 0 {
+		sql := strings.Join(set, "; ")
+		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("set session timeouts: %w", err)
+			}
+			return nil
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -77,7 +137,7 @@ func (s *Store) Close() {
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("ping database: %w", err)
+		return fmt.Errorf("ping database: %w", translate(err))
 	}
 	return nil
 }
@@ -107,65 +167,136 @@ func (s *Store) ConnString() string {
 // publish lock, so it is never made against a generation that is no longer
 // the newest.
 func (s *Store) Publish(ctx context.Context, p PublishParams) (apiv1.Generation, error) {
+	if err := checkParams(&p); err != nil {
+		return apiv1.Generation{}, fmt.Errorf("publish generation: %w", err)
+	}
+	var g apiv1.Generation
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		newest, err := lockPublish(ctx, tx)
+		if err != nil {
+			return err
+		}
+		g, err = publishLocked(ctx, tx, newest, p)
+		return err
+	})
+	if err != nil {
+		return apiv1.Generation{}, fmt.Errorf("publish generation: %w", translate(err))
+	}
+	return g, nil
+}
+
+// Edit publishes what edit makes of the active generation, in one
+// transaction under the publish lock: edit reads the generation that is
+// still the newest when its result is stored, so concurrent edits
+// serialise (each one edits the result of the one before) and none of them
+// is lost or has to retry. What edit returns is published as by Publish:
+// its IfMatch, when set, is checked against the active generation's id (0
+// when there is none); a result equal to the active spec stores nothing
+// and returns the active generation with Unchanged set. An error of edit
+// aborts the transaction and is returned wrapped.
+func (s *Store) Edit(ctx context.Context, edit EditFunc) (apiv1.Generation, error) {
+	var g apiv1.Generation
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		newest, err := lockPublish(ctx, tx)
+		if err != nil {
+			return err
+		}
+		var active apiv1.Generation
+		if newest > 0 {
+			row := tx.QueryRow(ctx, `SELECT `+generationColumns+` FROM generations WHERE id = $1`, newest)
+			if active, err = scanGeneration(row, true); err != nil {
+				return fmt.Errorf("load generation %d: %w", newest, err)
+			}
+		}
+		p, err := edit(active)
+		if err != nil {
+			return editError{err}
+		}
+		if err := checkParams(&p); err != nil {
+			return err
+		}
+		g, err = publishLocked(ctx, tx, newest, p)
+		return err
+	})
+	if e, ok := errors.AsType[editError](err); ok {
+		return apiv1.Generation{}, fmt.Errorf("edit generation: %w", e.err)
+	}
+	if err != nil {
+		return apiv1.Generation{}, fmt.Errorf("edit generation: %w", translate(err))
+	}
+	return g, nil
+}
+
+// editError carries an EditFunc's own error through the transaction, so
+// that it is returned as it is, never translated.
+type editError struct{ err error }
+
+func (e editError) Error() string { return e.err.Error() }
+
+// checkParams fills in p's default action and checks what Publish needs.
+func checkParams(p *PublishParams) error {
 	if p.Action == "" {
 		p.Action = apiv1.ActionCreate
 	}
 	if !validAction(p.Action) {
-		return apiv1.Generation{}, fmt.Errorf("publish generation: unknown action %q", p.Action)
+		return fmt.Errorf("unknown action %q", p.Action)
 	}
 	if len(p.Spec) == 0 {
-		return apiv1.Generation{}, errors.New("publish generation: empty spec")
+		return errors.New("empty spec")
 	}
+	return nil
+}
 
-	var g apiv1.Generation
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, publishLockKey); err != nil {
-			return fmt.Errorf("take publish lock: %w", err)
+// lockPublish takes the publish lock for tx's transaction and returns the
+// newest generation id (0 when there is none).
+func lockPublish(ctx context.Context, tx pgx.Tx) (int64, error) {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, publishLockKey); err != nil {
+		return 0, fmt.Errorf("take publish lock: %w", err)
+	}
+	var newest int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM generations`).Scan(&newest); err != nil {
+		return 0, fmt.Errorf("load newest id: %w", err)
+	}
+	return newest, nil
+}
+
+// publishLocked stores p as the generation after newest, under the publish
+// lock that tx holds, and notifies NotifyChannel (see Publish).
+func publishLocked(ctx context.Context, tx pgx.Tx, newest int64, p PublishParams) (apiv1.Generation, error) {
+	if p.IfMatch != nil && *p.IfMatch != newest {
+		return apiv1.Generation{}, fmt.Errorf("if-match %d, active %d: %w", *p.IfMatch, newest, ErrPreconditionFailed)
+	}
+	if newest > 0 {
+		// jsonb equality ignores key order and white space, so a spec
+		// that only looks different is still the same spec.
+		row := tx.QueryRow(ctx, `SELECT `+generationColumns+` FROM generations WHERE id = $1 AND spec = $2::jsonb`, newest, []byte(p.Spec))
+		active, err := scanGeneration(row, true)
+		switch {
+		case err == nil:
+			active.Unchanged = true
+			return active, nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return apiv1.Generation{}, fmt.Errorf("compare with generation %d: %w", newest, err)
 		}
-		var newest int64
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM generations`).Scan(&newest); err != nil {
-			return fmt.Errorf("load newest id: %w", err)
-		}
-		if p.IfMatch != nil && *p.IfMatch != newest {
-			return fmt.Errorf("if-match %d, active %d: %w", *p.IfMatch, newest, ErrPreconditionFailed)
-		}
-		if newest > 0 {
-			// jsonb equality ignores key order and white space, so a spec
-			// that only looks different is still the same spec.
-			row := tx.QueryRow(ctx, `SELECT `+generationColumns+` FROM generations WHERE id = $1 AND spec = $2::jsonb`, newest, []byte(p.Spec))
-			active, err := scanGeneration(row, true)
-			switch {
-			case err == nil:
-				active.Unchanged = true
-				g = active
-				return nil
-			case !errors.Is(err, pgx.ErrNoRows):
-				return fmt.Errorf("compare with generation %d: %w", newest, err)
-			}
-		}
-		var parent *int64
-		if newest > 0 {
-			parent = &newest
-		}
-		row := tx.QueryRow(ctx, `
-			INSERT INTO generations (id, spec, parent_id, action, source_id, author, message)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)
-			RETURNING `+generationColumns,
-			newest+1, []byte(p.Spec), parent, p.Action, p.SourceID, p.Author, p.Message)
-		var err error
-		if g, err = scanGeneration(row, true); err != nil {
-			if isCode(err, codeForeignKeyViolation) && p.SourceID != nil {
-				return fmt.Errorf("source generation %d: %w", *p.SourceID, ErrNotFound)
-			}
-			return fmt.Errorf("insert generation %d: %w", newest+1, err)
-		}
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprint(g.ID)); err != nil {
-			return fmt.Errorf("notify generation %d: %w", g.ID, err)
-		}
-		return nil
-	})
+	}
+	var parent *int64
+	if newest > 0 {
+		parent = &newest
+	}
+	row := tx.QueryRow(ctx, `
+		INSERT INTO generations (id, spec, parent_id, action, source_id, author, message)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		RETURNING `+generationColumns,
+		newest+1, []byte(p.Spec), parent, p.Action, p.SourceID, p.Author, p.Message)
+	g, err := scanGeneration(row, true)
 	if err != nil {
-		return apiv1.Generation{}, fmt.Errorf("publish generation: %w", err)
+		if isCode(err, codeForeignKeyViolation) && p.SourceID != nil {
+			return apiv1.Generation{}, fmt.Errorf("source generation %d: %w", *p.SourceID, ErrNotFound)
+		}
+		return apiv1.Generation{}, fmt.Errorf("insert generation %d: %w", newest+1, err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprint(g.ID)); err != nil {
+		return apiv1.Generation{}, fmt.Errorf("notify generation %d: %w", g.ID, err)
 	}
 	return g, nil
 }
@@ -176,7 +307,7 @@ func (s *Store) Current(ctx context.Context) (apiv1.Generation, error) {
 	row := s.pool.QueryRow(ctx, `SELECT `+generationColumns+` FROM generations ORDER BY id DESC LIMIT 1`)
 	g, err := scanGeneration(row, true)
 	if err != nil {
-		return apiv1.Generation{}, fmt.Errorf("load current generation: %w", notFound(err))
+		return apiv1.Generation{}, fmt.Errorf("load current generation: %w", translate(err))
 	}
 	return g, nil
 }
@@ -186,7 +317,7 @@ func (s *Store) Get(ctx context.Context, id int64) (apiv1.Generation, error) {
 	row := s.pool.QueryRow(ctx, `SELECT `+generationColumns+` FROM generations WHERE id = $1`, id)
 	g, err := scanGeneration(row, true)
 	if err != nil {
-		return apiv1.Generation{}, fmt.Errorf("load generation %d: %w", id, notFound(err))
+		return apiv1.Generation{}, fmt.Errorf("load generation %d: %w", id, translate(err))
 	}
 	return g, nil
 }
@@ -205,13 +336,13 @@ func (s *Store) List(ctx context.Context, limit int, beforeID int64) ([]apiv1.Ge
 		ORDER BY id DESC
 		LIMIT $2`, beforeID, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list generations: %w", err)
+		return nil, fmt.Errorf("list generations: %w", translate(err))
 	}
 	gens, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apiv1.Generation, error) {
 		return scanGeneration(row, false)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list generations: %w", err)
+		return nil, fmt.Errorf("list generations: %w", translate(err))
 	}
 	return gens, nil
 }
@@ -238,29 +369,57 @@ func scanGeneration(row pgx.Row, withSpec bool) (apiv1.Generation, error) {
 	return g, nil
 }
 
-// RecordAudit appends e to the audit log and returns it with ID and At
-// filled in (At is the database's time unless e.At is set). e.Outcome must be
-// "accepted" or "refused"; a nil e.Detail is stored as SQL NULL.
+// RecordAudit appends e to the audit log and returns it as stored, with ID
+// and At filled in (At is the database's time unless e.At is set).
+// e.Outcome must be one of the apiv1.Outcome* constants; e.Count 0 means
+// 1; a nil e.Detail is stored as SQL NULL.
+//
+// Whatever a caller sent, its refusal must be recordable, so the entry is
+// sanitised first: every text field goes through SanitizeText (NUL
+// characters and invalid UTF-8 replaced, at most 256 characters), and
+// e.Detail must be JSON (a value that is not an object is wrapped as
+// {"value": ...}) whose strings and keys are sanitised alike, with at
+// most 100 members per object or array, 8 levels and 64 KiB in all.
 func (s *Store) RecordAudit(ctx context.Context, e apiv1.AuditEntry) (apiv1.AuditEntry, error) {
 	var at *time.Time
 	if !e.At.IsZero() {
 		at = &e.At
 	}
-	var detail []byte
-	if len(e.Detail) > 0 {
-		detail = e.Detail
+	if e.Count <= 0 {
+		e.Count = 1
 	}
+	for _, f := range []*string{&e.Actor, &e.Action, &e.Outcome, &e.RequestID, &e.ClientRequestID, &e.RemoteAddr} {
+		*f = SanitizeText(*f, maxAuditText)
+	}
+	detail := sanitizeDetail(e.Detail)
 	err := s.pool.QueryRow(ctx, `
-		INSERT INTO audit_log (at, actor, action, outcome, status, generation_id, request_id, remote_addr, detail)
-		VALUES (coalesce($1, now()), $2, $3, $4, $5, $6, $7, $8, $9)
+		INSERT INTO audit_log (at, actor, action, outcome, status, generation_id, request_id, client_request_id, remote_addr, detail, count)
+		VALUES (coalesce($1, now()), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		RETURNING id, at, detail`,
-		at, e.Actor, e.Action, e.Outcome, e.Status, e.GenerationID, e.RequestID, e.RemoteAddr, detail,
+		at, e.Actor, e.Action, e.Outcome, e.Status, e.GenerationID, e.RequestID, e.ClientRequestID, e.RemoteAddr, detail, e.Count,
 	).Scan(&e.ID, &e.At, &detail)
 	if err != nil {
-		return apiv1.AuditEntry{}, fmt.Errorf("record audit %s %s: %w", e.Action, e.Outcome, err)
+		return apiv1.AuditEntry{}, fmt.Errorf("record audit %s %s: %w", e.Action, e.Outcome, translate(err))
 	}
 	e.Detail = nullableJSON(detail)
 	return e, nil
+}
+
+// AddAuditCount adds n (> 0) to the count of audit entry id: n more calls
+// that the entry stands for (a burst of identical refusals is one entry).
+// An id that names no entry gives ErrNotFound.
+func (s *Store) AddAuditCount(ctx context.Context, id int64, n int) error {
+	if n <= 0 {
+		return fmt.Errorf("add to the count of audit entry %d: n = %d, want > 0", id, n)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE audit_log SET count = count + $2 WHERE id = $1`, id, n)
+	if err != nil {
+		return fmt.Errorf("add to the count of audit entry %d: %w", id, translate(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("add to the count of audit entry %d: %w", id, ErrNotFound)
+	}
+	return nil
 }
 
 // ListAudit returns up to limit audit entries, newest first. beforeID > 0
@@ -271,24 +430,24 @@ func (s *Store) ListAudit(ctx context.Context, limit int, beforeID int64) ([]api
 		return []apiv1.AuditEntry{}, nil
 	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT id, at, actor, action, outcome, status, generation_id, request_id, remote_addr, detail
+		SELECT id, at, actor, action, outcome, status, generation_id, request_id, client_request_id, remote_addr, detail, count
 		FROM audit_log
 		WHERE $1::bigint = 0 OR id < $1
 		ORDER BY id DESC
 		LIMIT $2`, beforeID, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list audit: %w", err)
+		return nil, fmt.Errorf("list audit: %w", translate(err))
 	}
 	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apiv1.AuditEntry, error) {
 		var e apiv1.AuditEntry
 		var detail []byte
 		err := row.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Outcome, &e.Status,
-			&e.GenerationID, &e.RequestID, &e.RemoteAddr, &detail)
+			&e.GenerationID, &e.RequestID, &e.ClientRequestID, &e.RemoteAddr, &detail, &e.Count)
 		e.Detail = nullableJSON(detail)
 		return e, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list audit: %w", err)
+		return nil, fmt.Errorf("list audit: %w", translate(err))
 	}
 	return entries, nil
 }
@@ -357,7 +516,7 @@ func (s *Store) UpsertGateway(ctx context.Context, g apiv1.GatewayInstance) erro
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("upsert gateway %q: %w", g.ID, err)
+		return fmt.Errorf("upsert gateway %q: %w", g.ID, translate(err))
 	}
 	return nil
 }
@@ -383,13 +542,13 @@ func gatewayPayload(g apiv1.GatewayInstance) (string, error) {
 func (s *Store) ListGateways(ctx context.Context) ([]apiv1.GatewayInstance, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+gatewayColumns+` FROM gateway_instances ORDER BY id`)
 	if err != nil {
-		return nil, fmt.Errorf("list gateways: %w", err)
+		return nil, fmt.Errorf("list gateways: %w", translate(err))
 	}
 	gws, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apiv1.GatewayInstance, error) {
 		return scanGateway(row)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list gateways: %w", err)
+		return nil, fmt.Errorf("list gateways: %w", translate(err))
 	}
 	return gws, nil
 }
@@ -419,14 +578,6 @@ func validAction(a string) bool {
 		return true
 	}
 	return false
-}
-
-// notFound translates pgx.ErrNoRows to ErrNotFound.
-func notFound(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
-	}
-	return err
 }
 
 func isCode(err error, code string) bool {

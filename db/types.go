@@ -3,6 +3,8 @@ package db
 import (
 	"encoding/json"
 	"errors"
+
+	"github.com/dwara/dwara/api/apiv1"
 )
 
 // Sentinel errors returned by the Store; callers test them with errors.Is.
@@ -12,6 +14,12 @@ var (
 	// ErrPreconditionFailed: Publish was given IfMatch and the active
 	// generation differs.
 	ErrPreconditionFailed = errors.New("precondition failed: active generation differs")
+	// ErrUnavailable: the database could not be reached or did not answer
+	// in time (connection refused or reset, a connect or query timeout,
+	// the caller's deadline, the server shutting down, starting up or out
+	// of connections). The operation may succeed when retried later; see
+	// IsUnavailable.
+	ErrUnavailable = errors.New("database unavailable")
 )
 
 // NotifyChannel is the PostgreSQL channel on which Publish announces a new
@@ -22,6 +30,9 @@ const NotifyChannel = "dwara_generation"
 // constants ("" means create). IfMatch, when non-nil, makes Publish fail
 // with ErrPreconditionFailed unless the active generation's id equals
 // *IfMatch (0 meaning "no generation yet").
+//
+// Message and Author are stored as text, which cannot hold a NUL character
+// or invalid UTF-8: the caller refuses such input (Publish would fail).
 type PublishParams struct {
 	Spec     json.RawMessage
 	Action   string
@@ -30,3 +41,11 @@ type PublishParams struct {
 	Message  string
 	IfMatch  *int64
 }
+
+// EditFunc computes what Edit publishes from the active generation, which
+// carries its spec; the zero Generation (ID 0) when none has been
+// published. It runs inside Edit's transaction while the publish lock is
+// held, so every other publisher waits for it: it must be quick and must
+// not use the Store. A non-nil error aborts the edit; Edit returns it
+// wrapped, so errors.Is and errors.As see it.
+type EditFunc func(active apiv1.Generation) (PublishParams, error)

@@ -32,6 +32,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/dwara/dwara/api"
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
@@ -215,6 +216,10 @@ type ServeConfig struct {
 	// which defeats DNS rebinding. Set it to the names an operator or a
 	// load balancer reaches the API by.
 	AdminHosts HostList
+	// DatabaseTimeout bounds the database work of each API call; past it
+	// the call answers 503 with Retry-After. 0 means
+	// api.DefaultDatabaseTimeout.
+	DatabaseTimeout time.Duration
 	// Demo starts the built-in demo upstreams and seeds an example
 	// generation into an empty database; false starts neither.
 	Demo bool
@@ -226,12 +231,14 @@ type HostList []string
 // String returns the names, comma-separated.
 func (h *HostList) String() string { return strings.Join(*h, ",") }
 
-// Set appends one name.
+// Set appends one name: host or host:port ([v6]:port), as
+// api.CheckAllowedHost accepts.
 func (h *HostList) Set(v string) error {
-	if strings.TrimSpace(v) == "" {
-		return errors.New("empty host name")
+	v = strings.TrimSpace(v)
+	if err := api.CheckAllowedHost(v); err != nil {
+		return err
 	}
-	*h = append(*h, strings.TrimSpace(v))
+	*h = append(*h, v)
 	return nil
 }
 

@@ -32,6 +32,14 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		c.AdminListen = DefaultAdminListen
 	}
 	log := c.Logger
+	if c.ReadToken != "" && c.ReadToken == c.AdminToken {
+		return errors.New("the read token equals the admin token: it would not be read-only")
+	}
+	for _, h := range c.AdminHosts {
+		if err := api.CheckAllowedHost(h); err != nil {
+			return fmt.Errorf("admin host %q: %w", h, err)
+		}
+	}
 	if c.AdminToken == "" && !isLoopback(c.AdminListen) {
 		return fmt.Errorf("admin listener %s is not loopback: set DWARA_ADMIN_TOKEN to expose the API beyond this machine", c.AdminListen)
 	}
@@ -70,11 +78,14 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		OnPublish: func(ctx context.Context, generation int64, spec *config.Spec) error {
 			return apply(ctx, spec, generation)
 		},
-		Store:   store,
-		Token:   c.AdminToken,
-		Logger:  log,
-		Metrics: metricsHandler(reg),
-		Ready:   func() bool { return px.Generation() > 0 },
+		Store:           store,
+		Token:           c.AdminToken,
+		ReadToken:       c.ReadToken,
+		AllowedHosts:    c.AdminHosts,
+		DatabaseTimeout: c.DatabaseTimeout,
+		Logger:          log,
+		Metrics:         metricsHandler(reg),
+		Ready:           func() bool { return px.Generation() > 0 },
 	})
 	proxyL, err := listenProxy(c.Listen, px, c.Limits)
 	if err != nil {

@@ -17,8 +17,20 @@ import (
 // when the test ends.
 func Start(t *testing.T, token string) (string, *db.Store) {
 	t.Helper()
+	return StartWith(t, api.Options{Token: token})
+}
+
+// StartWith is Start with the API's options o (a read token, allowed
+// hosts, a database timeout...). o.Store is replaced by the fresh
+// database's store; a nil o.Logger discards the logs.
+func StartWith(t *testing.T, o api.Options) (string, *db.Store) {
+	t.Helper()
 	store, _ := dbtest.NewStore(t)
-	srv := api.New(api.Options{Store: store, Token: token, Logger: slog.New(slog.DiscardHandler)})
+	o.Store = store
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	srv := api.New(o)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	return ts.URL, store

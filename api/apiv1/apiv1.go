@@ -84,20 +84,30 @@ type GenerationList struct {
 }
 
 // AuditEntry is one row of the audit log: every mutating call, accepted,
-// unchanged or refused.
+// unchanged or refused. A burst of identical refusals (same remote
+// address, actor, action, status, client request id and detail within
+// seconds) is one entry whose Count says how many calls it stands for.
 type AuditEntry struct {
 	ID           int64     `json:"id"`
-	At           time.Time `json:"at"`
+	At           time.Time `json:"at"` // when the (first) call was answered
 	Actor        string    `json:"actor"`
 	Action       string    `json:"action"`
 	Outcome      string    `json:"outcome"` // one of the Outcome* constants
 	Status       int       `json:"status"`  // HTTP status answered
 	GenerationID *int64    `json:"generation_id"`
-	RequestID    string    `json:"request_id"`
-	RemoteAddr   string    `json:"remote_addr"`
+	// RequestID is the server's own id of the (first) call, the one in
+	// the problem answered and in the server log; never the client's.
+	RequestID string `json:"request_id"`
+	// ClientRequestID is the X-Request-Id the client sent, kept only for
+	// a call that got past authentication; "" otherwise.
+	ClientRequestID string `json:"client_request_id"`
+	RemoteAddr      string `json:"remote_addr"`
 	// Detail is a JSON object of what the call asked and why it was
 	// refused; null when there is nothing to say.
 	Detail json.RawMessage `json:"detail"`
+	// Count is how many calls the entry stands for: 1, or more for a burst
+	// of identical refusals. 0 (in Go, before storing) means 1.
+	Count int `json:"count"`
 }
 
 // AuditList is one page of the audit log, newest first.

@@ -43,6 +43,7 @@ var allowedImports = map[string][]string{
 	"bench/upstream":          {},
 	"web/webtest":             {},
 	"deploy/grafana":          {},
+	"faults":                  {},
 }
 
 // TestArchitecture checks every package's imports against allowedImports.

@@ -165,6 +165,7 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	tokenFile := fs.String("admin-token-file", "", "read the admin token from this file instead of $DWARA_ADMIN_TOKEN (keeps it out of the environment)")
 	readTokenFile := fs.String("read-token-file", "", "read the read-only token from this file instead of $DWARA_READ_TOKEN")
 	fs.Var(&c.AdminHosts, "admin-host", "a host name (or host:port) the API answers to besides loopback addresses; repeat for more")
+	fs.DurationVar(&c.DatabaseTimeout, "database-timeout", 5*time.Second, "bound on the database work of each API call; past it the call answers 503 with Retry-After")
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen address")
 	fs.StringVar(&c.AdminListen, "admin-listen", node.DefaultAdminListen, "API, docs and metrics listen address (loopback only unless DWARA_ADMIN_TOKEN is set)")
 	fs.StringVar(&c.DatabaseURL, "database-url", os.Getenv("DWARA_DATABASE_URL"), "PostgreSQL URL (default $DWARA_DATABASE_URL)")
@@ -281,7 +282,7 @@ func banner(w io.Writer, a node.Addrs, demo bool) {
 		fmt.Fprintf(w, `
   demo: web-stable (127.0.0.1:9001, :9002) and web-canary (127.0.0.1:9101) split 90/10
     try   curl -si http://%[1]s/            (a new sticky session each time)
-          curl -s -X POST http://%[2]s/api/v1/services/web/flip
+          curl -s -X POST -H 'Content-Type: application/json' http://%[2]s/api/v1/services/web/flip
   canary: /shop splits the same pools 90/10 under the canary controller
     try   curl -s -X POST 'http://127.0.0.1:9101/fail?rate=0.2'   (the canary fails 20%%)
           for i in $(seq 600); do curl -so /dev/null http://%[1]s/shop/; sleep 0.05; done

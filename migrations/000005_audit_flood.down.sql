@@ -1,0 +1,3 @@
+ALTER TABLE audit_log
+    DROP COLUMN client_request_id,
+    DROP COLUMN count;
