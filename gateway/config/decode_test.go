@@ -585,3 +585,24 @@ func TestByteOrderMarkIgnored(t *testing.T) {
 		t.Error("a BOM inside the document was accepted")
 	}
 }
+
+// TestInvalidTextRefused: a spec string with invalid UTF-8 or a lone
+// surrogate escape is refused with its path, not stored as U+FFFD; a
+// real U+FFFD and a proper surrogate pair are text like any other.
+func TestInvalidTextRefused(t *testing.T) {
+	t.Parallel()
+	spec := func(basePath string) []byte {
+		return []byte(`{"upstreams":[{"name":"a","endpoints":["10.0.0.1:80"]}],"services":[{"name":"web","base_path":"` + basePath + `","upstream":"a"}]}`)
+	}
+	for _, bad := range []string{"/v1\xff", `/v1\ud800`, `/v1\udc00x`, `/v1\ud800\u0041`} {
+		_, err := ParseAs(spec(bad), FormatJSON)
+		if err == nil || !strings.Contains(err.Error(), "services[0].base_path: must be valid UTF-8 text") {
+			t.Errorf("base_path %q: %v, want refused at services[0].base_path", bad, err)
+		}
+	}
+	for _, good := range []string{`/v1\ufffd`, "/v1\xef\xbf\xbd", `/v1\ud83d\ude00`, `/v1\\ud800`} {
+		if _, err := ParseAs(spec(good), FormatJSON); err != nil && strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("base_path %q refused: %v", good, err)
+		}
+	}
+}

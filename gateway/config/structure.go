@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // The structural check walks the JSON token stream against the shape of the
@@ -198,6 +199,41 @@ func (c *checker) end(what string) {
 	c.fail("", "unexpected data after %s at line %d, column %d", what, line, col)
 }
 
+// badText reports whether raw, the JSON text of a string (with what
+// precedes it), holds invalid UTF-8 or a \u escape of a lone surrogate.
+func badText(raw []byte) bool {
+	if !utf8.Valid(raw) {
+		return true
+	}
+	for i := 0; i+5 < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if raw[i+1] != 'u' {
+			i++ // an escaped character, a backslash included
+			continue
+		}
+		u, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		if err != nil {
+			continue
+		}
+		switch {
+		case u >= 0xD800 && u < 0xDC00: // a high surrogate: a low one must follow
+			if i+11 < len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+				if lo, err := strconv.ParseUint(string(raw[i+8:i+12]), 16, 16); err == nil && lo >= 0xDC00 && lo < 0xE000 {
+					i += 11
+					continue
+				}
+			}
+			return true
+		case u >= 0xDC00 && u < 0xE000:
+			return true
+		}
+		i += 5
+	}
+	return false
+}
+
 func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\n' }
 
 // position converts a byte offset to a 1-based line and column.
@@ -214,6 +250,7 @@ func position(data []byte, off int64) (line, col int) {
 // and errSyntax when the walk cannot continue. element is true for array
 // elements and the document itself, where null is not allowed.
 func (c *checker) value(sh *shape, path string, element bool) (any, error) {
+	start := c.dec.InputOffset()
 	tok, err := c.token(path)
 	if err != nil {
 		return nil, err
@@ -238,6 +275,13 @@ func (c *checker) value(sh *shape, path string, element bool) (any, error) {
 		}
 		return nil, nil
 	case string:
+		if strings.ContainsRune(t, utf8.RuneError) && badText(c.data[start:c.dec.InputOffset()]) {
+			// The decoder made U+FFFD of invalid UTF-8 or of a lone
+			// surrogate escape: refuse it rather than store what was not
+			// sent.
+			c.fail(path, "must be valid UTF-8 text (invalid bytes or a lone \\u surrogate escape)")
+			return nil, nil
+		}
 		if sh.kind == kindString {
 			return t, nil
 		}
