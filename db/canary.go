@@ -379,7 +379,7 @@ const CanaryRunnerApplicationName = "dwara-canary-runner"
 // TryCanaryLock opens a connection and tries to take the runner lock on
 // it. It returns nil and no error when another session holds the lock.
 func (s *Store) TryCanaryLock(ctx context.Context) (*CanaryLock, error) {
-	cfg, err := pgx.ParseConfig(s.connStr)
+	cfg, err := pgx.ParseConfig(s.sessionConnString())
 	if err != nil {
 		return nil, fmt.Errorf("canary lock: %w", err)
 	}

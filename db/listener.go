@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +28,13 @@ const (
 	pingTimeout    = 5 * time.Second
 	connectTimeout = 10 * time.Second
 )
+
+// ProbeChannel is the channel of a Listener's own probe notifications.
+const ProbeChannel = "dwara_probe"
+
+// MsgDeaf is the message a Listener logs (at ERROR) when its probe
+// notification did not come back.
+const MsgDeaf = "listener: a notification this process sent itself did not come back"
 
 // Listener LISTENs on Channels over one dedicated connection (not a pooled
 // one) and reconnects, with exponential backoff and jitter, whenever that
@@ -54,7 +63,23 @@ type Listener struct {
 	// Logger receives connection losses and retries; nil means
 	// slog.Default().
 	Logger *slog.Logger
+
+	// probeChannel is where the idle probe is sent; "" means
+	// ProbeChannel. Tests send it where nothing listens.
+	probeChannel string
+	// idle is the quiet time before a probe; 0 means idlePing.
+	idle time.Duration
+	// deaf is true from a probe that did not come back until one does.
+	deaf atomic.Bool
 }
+
+// Deaf reports whether the last probe notification the Listener sent
+// itself did not come back although its connection worked: the path to
+// PostgreSQL drops notifications (a pooler in transaction mode, say), so
+// no publish would reach this process. It is false again once a probe
+// comes back. A database that is merely unreachable does not make it
+// deaf. Safe for concurrent use.
+func (l *Listener) Deaf() bool { return l.deaf.Load() }
 
 // Run connects, listens and delivers notifications until ctx is done, then
 // returns nil. While the database is unreachable it keeps retrying. It
@@ -70,6 +95,12 @@ func (l *Listener) Run(ctx context.Context) error {
 		log = slog.Default()
 	}
 
+	if l.probeChannel == "" {
+		l.probeChannel = ProbeChannel
+	}
+	if l.idle == 0 {
+		l.idle = idlePing
+	}
 	backoff := minBackoff
 	for {
 		connected, err := l.session(ctx, cfg)
@@ -126,7 +157,7 @@ func (l *Listener) session(ctx context.Context, cfg *pgx.ConnConfig) (connected 
 		_ = conn.Close(closeCtx)
 	}()
 
-	for _, ch := range l.Channels {
+	for _, ch := range append(l.Channels[:len(l.Channels):len(l.Channels)], ProbeChannel) {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return false, fmt.Errorf("listen %s: %w", ch, err)
 		}
@@ -137,28 +168,61 @@ func (l *Listener) session(ctx context.Context, cfg *pgx.ConnConfig) (connected 
 		}
 	}
 
+	// While idle, the connection sends itself a probe notification that
+	// must come back within pingTimeout: that proves the connection works
+	// and that notifications reach it.
+	probe := ""
+	var probeDeadline time.Time
 	for {
-		waitCtx, cancel := context.WithTimeout(ctx, idlePing)
+		wait := l.idle
+		if probe != "" {
+			wait = time.Until(probeDeadline)
+		}
+		waitCtx, cancel := context.WithTimeout(ctx, wait)
 		n, err := conn.WaitForNotification(waitCtx)
 		cancel()
 		switch {
+		case err == nil && n != nil && n.Channel == ProbeChannel:
+			if n.Payload == probe {
+				probe = ""
+				if l.deaf.Swap(false) {
+					l.logger().Info("listener hears notifications again")
+				}
+			}
 		case err == nil:
 			if n != nil {
 				l.OnNotify(n.Channel, n.Payload)
 			}
 		case ctx.Err() != nil:
 			return true, ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded) && probe != "":
+			// The connection answers but the probe did not come back.
+			if !l.deaf.Swap(true) {
+				l.logger().Error(MsgDeaf, "channel", l.probeChannel,
+					"hint", "publishes will not reach this process; is the listener's connection going through a pooler "+
+						"in transaction mode? Set DWARA_LISTEN_DATABASE_URL to a direct (session) connection")
+			}
+			return true, errors.New("probe notification lost")
 		case errors.Is(err, context.DeadlineExceeded):
+			probe = strconv.FormatUint(rand.Uint64(), 36)
+			probeDeadline = time.Now().Add(pingTimeout)
 			pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
-			err := conn.Ping(pingCtx)
+			_, err := conn.Exec(pingCtx, "SELECT pg_notify($1, $2)", l.probeChannel, probe)
 			cancel()
 			if err != nil {
-				return true, fmt.Errorf("ping: %w", err)
+				return true, fmt.Errorf("probe: %w", err)
 			}
 		default:
 			return true, fmt.Errorf("wait for notification: %w", err)
 		}
 	}
+}
+
+func (l *Listener) logger() *slog.Logger {
+	if l.Logger == nil {
+		return slog.Default()
+	}
+	return l.Logger
 }
 
 // jitter returns d randomised to [d/2, d).

@@ -112,11 +112,11 @@ func TestListenerMisconfigured(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		l    db.Listener
+		l    *db.Listener
 	}{
-		{name: "no channels", l: db.Listener{ConnString: "postgres://127.0.0.1/x", OnNotify: func(string, string) {}}},
-		{name: "nil OnNotify", l: db.Listener{ConnString: "postgres://127.0.0.1/x", Channels: []string{"c"}}},
-		{name: "bad conn string", l: db.Listener{ConnString: "postgres://%zz", Channels: []string{"c"}, OnNotify: func(string, string) {}}},
+		{name: "no channels", l: &db.Listener{ConnString: "postgres://127.0.0.1/x", OnNotify: func(string, string) {}}},
+		{name: "nil OnNotify", l: &db.Listener{ConnString: "postgres://127.0.0.1/x", Channels: []string{"c"}}},
+		{name: "bad conn string", l: &db.Listener{ConnString: "postgres://%zz", Channels: []string{"c"}, OnNotify: func(string, string) {}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,5 +131,40 @@ func TestListenerMisconfigured(t *testing.T) {
 				t.Fatalf("Run returned only after %v, want at once", time.Since(start))
 			}
 		})
+	}
+}
+
+// TestListenerNoticesLostNotifications: a listener whose probe does not
+// come back (as through a pooler in transaction mode) says so once, is
+// Deaf, and reconnects; a working one probes while idle and stays hearing.
+func TestListenerNoticesLostNotifications(t *testing.T) {
+	t.Parallel()
+	url := dbtest.New(t)
+	msgs := make(chan string, 100)
+	log := testlog.New(t, msgs)
+	l := &db.Listener{ConnString: url, Channels: []string{"c"}, OnNotify: func(string, string) {}, Logger: log}
+	db.ProbeElsewhere(l, 50*time.Millisecond, "nobody_listens_here")
+	stop := testrun.Background(t, l.Run)
+	testlog.Wait(t, msgs, db.MsgDeaf)
+	if !l.Deaf() {
+		t.Fatal("Deaf() = false after a lost probe")
+	}
+	stop()
+
+	heard := &db.Listener{ConnString: url, Channels: []string{"c"}, OnNotify: func(string, string) {}, Logger: log}
+	db.ProbeElsewhere(heard, 20*time.Millisecond, db.ProbeChannel)
+	connected := make(chan struct{}, 10)
+	heard.OnConnect = func(context.Context) error { connected <- struct{}{}; return nil }
+	testrun.Background(t, heard.Run)
+	testrun.Recv(t, connected, "connect")
+	// Many probe rounds pass (each 20 ms idle); none may lose the
+	// connection, which would connect again.
+	select {
+	case <-connected:
+		t.Fatal("a working listener reconnected: its probe was lost")
+	case <-time.After(500 * time.Millisecond): // a bounded look for something that must not happen
+	}
+	if heard.Deaf() {
+		t.Fatal("a working listener is Deaf")
 	}
 }

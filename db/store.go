@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,6 +54,26 @@ const (
 type Store struct {
 	pool    *pgxpool.Pool
 	connStr string
+	// sessionConnStr, when set, is where connections that need a session
+	// of their own (the canary runner's lock) connect.
+	sessionConnStr atomic.Pointer[string]
+}
+
+// SetSessionConnString makes the connections that need a session of their
+// own (the canary runner's advisory lock) connect to cs rather than to the
+// pool's database URL: set it to a direct connection when the pool goes
+// through a pooler in transaction mode. "" goes back to the pool's URL.
+// Safe for concurrent use.
+func (s *Store) SetSessionConnString(cs string) {
+	s.sessionConnStr.Store(&cs)
+}
+
+// sessionConnString is the connection string of session connections.
+func (s *Store) sessionConnString() string {
+	if cs := s.sessionConnStr.Load(); cs != nil && *cs != "" {
+		return *cs
+	}
+	return s.connStr
 }
 
 // Pool settings that bound a call when the database is away or hung; each

@@ -33,7 +33,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	var store *db.Store
 	if c.ConfigFile == "" {
 		var err error
-		if store, err = openStore(ctx, c.DatabaseURL); err != nil {
+		if store, err = c.openProcessStore(ctx, c.DatabaseURL); err != nil {
 			return err
 		}
 		// Runs after g.Wait below, once every goroutine has stopped.
@@ -65,13 +65,17 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeStatus(w, http.StatusOK, "ok", px.Generation())
 	})
+	var lsn *db.Listener // with a database: set below, before anything serves
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		gen := px.Generation()
-		if gen == 0 {
+		switch {
+		case gen == 0:
 			writeStatus(w, http.StatusServiceUnavailable, "no generation applied", 0)
-			return
+		case lsn != nil && lsn.Deaf():
+			writeStatus(w, http.StatusServiceUnavailable, "notifications do not reach this process (see the log)", gen)
+		default:
+			writeStatus(w, http.StatusOK, "ready", gen)
 		}
-		writeStatus(w, http.StatusOK, "ready", gen)
 	})
 
 	var proxyL *server
@@ -105,7 +109,8 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		src := c.databaseSource(store, proxyL.addr(), px, apply)
 		cp := c.canaryParts(store, src.Instance.ID, px, reg)
 		follower = cp.follower
-		l := listener(store.ConnString(), log, follows(src), weights(follower))
+		l := listener(c.listenURL(store), log, follows(src), weights(follower))
+		lsn = l
 		cp.run(gctx, g)
 		g.Go(func() error { return l.Run(gctx) })
 		g.Go(func() error { return src.Run(gctx) })

@@ -77,6 +77,11 @@ type Process struct {
 	// groups; 0 means every second. Tests shorten it. Ignored with
 	// GatewayConfig.ConfigFile.
 	CanaryInterval time.Duration
+	// ListenDatabaseURL is the database URL of the process's LISTEN
+	// connection, which needs a session of its own: a direct one when
+	// DatabaseURL goes through a pooler in transaction mode (PgBouncer).
+	// "" means DatabaseURL. Ignored with GatewayConfig.ConfigFile.
+	ListenDatabaseURL string
 	// CanaryLockRetry is how often a process that does not hold the
 	// canary runner lock tries to take it; 0 means fleet.DefaultLockRetry.
 	CanaryLockRetry time.Duration
@@ -346,6 +351,26 @@ func (p *Process) databaseSource(store *db.Store, proxyAddr string, px *proxy.Pr
 		Resync:    p.Resync,
 		Logger:    p.Logger,
 	}
+}
+
+// listenURL is the connection string of the process's LISTEN connection.
+func (p *Process) listenURL(store *db.Store) string {
+	if p.ListenDatabaseURL != "" {
+		return p.ListenDatabaseURL
+	}
+	return store.ConnString()
+}
+
+// openProcessStore opens the store of a process fed from the database: the
+// pool on DatabaseURL; sessions (the canary runner's lock) on
+// ListenDatabaseURL when set.
+func (p *Process) openProcessStore(ctx context.Context, url string) (*db.Store, error) {
+	store, err := openStore(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	store.SetSessionConnString(p.ListenDatabaseURL)
+	return store, nil
 }
 
 // canary is the canary side of a process fed from the database: the

@@ -44,7 +44,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		return fmt.Errorf("admin listener %s is not loopback: set DWARA_ADMIN_TOKEN to expose the API beyond this machine", c.AdminListen)
 	}
 
-	store, err := openStore(ctx, c.DatabaseURL)
+	store, err := c.openProcessStore(ctx, c.DatabaseURL)
 	if err != nil {
 		return err
 	}
@@ -67,6 +67,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	px := proxy.New(c.proxyOptions(reg))
 	defer px.Close()             // after every part has stopped: the pooled upstream connections
 	var follower *fleet.Follower // set below, before any apply
+	var lsn *db.Listener         // set below, before anything serves
 	apply := applier(px, func(generation int64) {
 		follower.Notify() // transient weights of the applied generation, if any
 		if c.Applied != nil {
@@ -85,7 +86,9 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		DatabaseTimeout: c.DatabaseTimeout,
 		Logger:          log,
 		Metrics:         metricsHandler(reg),
-		Ready:           func() bool { return px.Generation() > 0 },
+		// Ready once a generation is applied, and while publishes can reach
+		// this process (its listener hears notifications).
+		Ready: func() bool { return px.Generation() > 0 && (lsn == nil || !lsn.Deaf()) },
 	})
 	proxyL, err := listenProxy(c.Listen, px, c.Limits)
 	if err != nil {
@@ -99,7 +102,8 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	src := c.databaseSource(store, proxyL.addr(), px, apply)
 	cp := c.canaryParts(store, src.Instance.ID, px, reg)
 	follower = cp.follower
-	l := listener(store.ConnString(), log, follows(src), weights(follower), events(apiSrv))
+	l := listener(c.listenURL(store), log, follows(src), weights(follower), events(apiSrv))
+	lsn = l
 
 	g, gctx := errgroup.WithContext(ctx)
 	if err := c.serveTLS(gctx, g, proxyL, adminL); err != nil {
