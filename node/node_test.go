@@ -94,6 +94,9 @@ func startServe(t testing.TB, c ServeConfig) *proc {
 
 func startGateway(t testing.TB, c GatewayConfig) *proc {
 	t.Helper()
+	if c.Front == "" && c.Process.TLS == nil {
+		c.Front = os.Getenv("DWARA_TEST_FRONT") // the whole suite may run on the fasthttp front
+	}
 	c.MetricsListen = "127.0.0.1:0"
 	return start(t, &c.Process, func(ctx context.Context) error { return Gateway(ctx, c) })
 }

@@ -58,9 +58,6 @@ func TestAbortedAnswersLeaveStateBalanced(t *testing.T) {
 	for _, balancer := range []string{"least_conn", "peak_ewma"} {
 		for _, kind := range []string{"download", "upgrade"} {
 			t.Run(balancer+"/"+kind, func(t *testing.T) {
-				if kind == "upgrade" && testFront == "fasthttp" {
-					t.Skip("the fasthttp front answers Upgrade requests 501")
-				}
 				t.Parallel()
 				var shortA, shortB atomic.Int64
 				a := startUpstream(t, streamingHandler(&shortA))

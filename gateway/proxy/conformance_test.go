@@ -305,9 +305,6 @@ func TestConformanceStreamingFlush(t *testing.T) {
 }
 
 func TestConformanceUpgrade(t *testing.T) {
-	if testFront == "fasthttp" {
-		t.Skip("the fasthttp front answers Upgrade requests 501")
-	}
 	t.Parallel()
 	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !listsToken(r.Header, "Connection", "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
@@ -613,9 +610,6 @@ func TestConformanceTimeouts(t *testing.T) {
 		recvWithin(t, up.requests, "request at the hung upstream")
 	})
 	t.Run("hung upstream answers an upgrade request 504", func(t *testing.T) {
-		if testFront == "fasthttp" {
-			t.Skip("the fasthttp front answers Upgrade requests 501")
-		}
 		t.Parallel()
 		// Upgrades take the standard library path; the upstream's header
 		// timeout holds there too.

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -21,27 +23,66 @@ import (
 
 // The fasthttp front: an alternative HTTP/1.1 server side for the same
 // routing, pick and bookkeeping as ServeHTTP. It parses requests with
-// fasthttp (the server must set StreamRequestBody, see NewFastServer),
-// builds the same view, calls route, and forwards over the same
-// per-endpoint connection pools as the net/http front, so the upstream's
-// connect, response-header and idle timeouts apply alike. The response is
-// parsed with fasthttp too and streamed back to the client.
+// fasthttp (the server must be NewFastServer's, or have its settings:
+// StreamRequestBody, the ConnState hook), builds the same view (the
+// method, and the path as it came, percent-decoded, so that route refuses
+// what it refuses on the net/http front: CONNECT, TRACE, PRI, dot
+// segments), calls route, and forwards over the same per-endpoint
+// connection pools as the net/http front, so the upstream's connect,
+// response-header and idle timeouts apply alike. The response is parsed
+// with fasthttp too and streamed back to the client.
 //
 // Forwarding is shared with the net/http front through exchangeRetrying
-// and transmit (forward.go): the same pools, connect, response-header and
-// idle timeouts, retries and their budget (retry.go), and passive checks
-// (passive.go); the bookkeeping is serveEndpoint's (fastExchange). What is
-// the front's own: the answer header is parsed with fasthttp's response
-// parser (so the answer streams through fasthttp without an http.Header
-// per request), and the bookkeeping ends when fasthttp closes the body
-// stream instead of in a deferred function.
+// (forward.go): the same pools, timeouts, retries and their budget
+// (retry.go), and passive checks (passive.go). The bookkeeping is
+// serveEndpoint's (fastExchange, ended by target.endRequest: in-flight
+// counts, retry budget, dwara_requests_total, duration, and the canary
+// recorder unless the client went away). What is the front's own: the
+// answer header is parsed with fasthttp's response parser (so the answer
+// streams through fasthttp without an http.Header per request), the
+// bookkeeping ends when fasthttp closes the body stream instead of in a
+// deferred function, and the wait for the answer header is cut in slices
+// between which the client's connection is looked at (fastTransmit).
 //
-// What it does not do (yet): Upgrade requests are answered 501 and https
-// endpoints 502 (the net/http front serves both through the standard
-// reverse proxy, whose transport reports to the passive checks; there is
-// no such path here). There is no per-request context: a client that goes
-// away while the endpoint has not answered yet is noticed only at the
-// response-header timeout, and its request is then counted 504, not 499.
+// Upgrade requests (websockets; fastupgrade.go) are routed as any other.
+// To an http endpoint the request head goes on a connection of the
+// endpoint's pool, with the header rules of writeFastHead plus Connection:
+// Upgrade and the client's Upgrade; to an https endpoint it goes through
+// the endpoint's standard library transport. An answer other than 101 is
+// relayed as a normal response; a 101 switching to the protocol asked for
+// is written on the client's connection, which fasthttp hands over once
+// the handler has returned, and bytes are copied both ways until either
+// side closes, then both are closed. As on the net/http front, upgrades
+// are not retried, their failures count for the passive checks, and a
+// tunnel is counted 101 when it ends, with its whole duration.
+//
+// https endpoints (fasthttps.go) are served through the transport of the
+// endpoint's standard reverse proxy (ep.rp.Transport, which reports to the
+// passive checks), with this front's header rules; the request body and
+// the answer stream through, and are not retried, as on the net/http
+// front.
+//
+// A client that goes away while the endpoint has not answered yet is
+// noticed within fastClientCheckInterval: the wait for the answer header
+// is cut in slices of that length (no extra work for an answer that comes
+// within the first), and between two the client's socket is peeked at
+// without reading (fastPeerGone: an end of file or a reset is a client
+// gone, as for the net/http server; Linux and the BSDs only, elsewhere
+// such a client is noticed at the response-header timeout). Such a
+// request, and one whose client went away in the middle of its body, is
+// counted 499, is not the endpoint's failure, is not retried, and its
+// connection is closed without an answer.
+//
+// What it does not do: HTTP/2, with or without TLS; the client stall
+// timeout and the access log (Options.ClientStallTimeout, AccessLog: the
+// net/http front's). A client that goes away while an answer's body is
+// relayed is noticed at the next write to it, so one whose endpoint sends
+// nothing more of a body begun holds it until the endpoint does. A TLS client's clean close (close_notify) is data to
+// fastPeerGone, so before the answer only a reset shows such a client
+// gone. fasthttp reads up to 8 KiB of a request body before the handler
+// runs: a client that goes away within those is no request (no count). It
+// recovers no panic: one ends the process (the bookkeeping is in deferred
+// functions all the same).
 //
 // Request framing: fasthttp refuses on its own (400, or 431 for a head
 // over ReadBufferSize, connection closed) duplicate Content-Length fields,
@@ -63,7 +104,11 @@ const fastReadHeaderTimeout = 10 * time.Second
 // NewFastServer returns a fasthttp server that serves p with the settings
 // the fasthttp front relies on: request bodies streamed as they arrive, no
 // default Server or Content-Type fields (the endpoint's pass through; Date
-// is the gateway's), no multipart pre-parsing. idle bounds a keep-alive connection
+// is the gateway's), no multipart pre-parsing, problem+json answers to
+// requests it cannot parse (fastErrorHandler), and the ConnState hook that
+// ends the bookkeeping of an upgrade whose connection fasthttp closed
+// instead of handing it over (a caller that sets its own ConnState must
+// keep calling the one set here). idle bounds a keep-alive connection
 // between requests; 0 means fasthttp's default (none).
 func NewFastServer(p *Proxy, idle time.Duration) *fasthttp.Server {
 	return &fasthttp.Server{
@@ -82,6 +127,8 @@ func NewFastServer(p *Proxy, idle time.Duration) *fasthttp.Server {
 		WriteBufferSize: 16 << 10,
 		CloseOnShutdown: true,
 		Logger:          p.errorLog,
+		ErrorHandler:    fastErrorHandler,
+		ConnState:       fastConnState,
 	}
 }
 
@@ -115,11 +162,6 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		// net/http front.
 		_ = ctx.Conn().SetReadDeadline(time.Time{})
 	}
-	if fastIsUpgrade(h) {
-		fastProblem(ctx, http.StatusNotImplemented, "Upgrade not supported", "this front does not pass protocol upgrades through")
-		ctx.SetConnectionClose()
-		return
-	}
 	var ipBuf [64]byte
 	ip := peerIP(ipBuf[:0], ctx.RemoteAddr())
 	var cookieLines [1]string
@@ -129,19 +171,35 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		cookies = cookieLines[:]
 	}
 	rid := fastRequestID(h)
+	path, ok := fastRoutePath(fastTarget(h))
+	if !ok && !h.IsConnect() { // CONNECT's authority-form: route refuses the method
+		// As net/http refuses a target that url.ParseRequestURI does not
+		// take, before any handler.
+		ctx.SetConnectionClose()
+		fastProblem(ctx, http.StatusBadRequest, "Bad request target", "the request target is not a path, or has a bad percent-escape")
+		return
+	}
 	rt := p.route(t, view{
+		method:    b2s(h.Method()),
 		host:      b2s(ctx.Host()),
-		path:      b2s(ctx.Path()),
+		path:      path,
 		cookies:   cookies,
 		requestID: rid,
 		clientIP:  b2s(ip),
 		tls:       ctx.IsTLS(),
 	})
 	if rt.status != 0 {
+		if rt.status == http.StatusMethodNotAllowed {
+			ctx.Response.Header.Set("Allow", allowedMethods[0])
+		}
 		fastProblem(ctx, rt.status, rt.title, rt.detail)
 		return
 	}
-	p.fastServeEndpoint(ctx, rt, rid, ip, start)
+	var upgrade []byte
+	if fastIsUpgrade(h) {
+		upgrade = h.Peek(fasthttp.HeaderUpgrade)
+	}
+	p.fastServeEndpoint(ctx, rt, rid, ip, upgrade, start)
 }
 
 // fastExchange is the bookkeeping of one proxied request on the fasthttp
@@ -149,17 +207,28 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 // and finished exactly once: by the handler's defer, or, when the answer
 // has a body to stream, by the body's CloseWithError after fasthttp has
 // written it (or failed to).
+//
+// It is also the context.Context the forwarding path runs under (see Err).
 type fastExchange struct {
 	p     *Proxy
 	tg    *target
 	a     attempt // the endpoint serving the request, retries included
 	start time.Time
 	code  int
+	// ctx is the request's, while the handler runs.
+	ctx *fasthttp.RequestCtx
+	// gone: the client went away before the answer header (fastTransmit).
+	gone bool
 
-	conn *upConn
+	conn *upConn // forwarding path: the connection the answer comes on
 	up   *fasthttp.Response
-	body io.Reader // the endpoint's body stream
-	out  *fasthttp.ResponseHeader
+	resp *http.Response // https endpoint: the transport's answer
+	// cancel ends the context of an https endpoint's request, and reqBody
+	// is its body, let go of when the exchange ends.
+	cancel  context.CancelFunc
+	reqBody *fastRequestBody
+	body    io.Reader // the endpoint's body stream
+	out     *fasthttp.ResponseHeader
 	// remaining is what a Content-Length body still owes; -1 when the body
 	// ends at its last chunk or at the end of the connection.
 	remaining int64
@@ -169,47 +238,98 @@ type fastExchange struct {
 
 var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
 
-// fastServeEndpoint forwards the request to rt.ep through the forwarding
-// path shared with the net/http front (exchangeRetrying: the same pools,
-// timeouts, retries and passive checks) and does the bookkeeping of
-// serveEndpoint: begun here, finished in a defer unless the response body
-// took it over.
-func (p *Proxy) fastServeEndpoint(ctx *fasthttp.RequestCtx, rt route, rid string, ip []byte, start time.Time) {
+// fastServeEndpoint forwards the request to rt.ep and does the bookkeeping
+// of serveEndpoint: begun here, finished in a defer unless the response
+// body or an upgraded tunnel took it over. A request to an http endpoint
+// takes the forwarding path shared with the net/http front
+// (exchangeRetrying: the same pools, timeouts, retries and passive
+// checks); an upgrade (upgrade is the client's Upgrade value, nil for any
+// other request) and a request to an https endpoint take their own paths
+// (fastupgrade.go, fasthttps.go).
+func (p *Proxy) fastServeEndpoint(ctx *fasthttp.RequestCtx, rt route, rid string, ip, upgrade []byte, start time.Time) {
 	x := fastExchanges.Get().(*fastExchange)
-	*x = fastExchange{p: p, tg: rt.tg, a: newAttempt(rt.ep), start: start}
-	handedOver := false
+	*x = fastExchange{p: p, tg: rt.tg, a: newAttempt(rt.ep), start: start, ctx: ctx}
+	handedOver, completed := false, false
 	defer func() {
-		if !handedOver {
-			x.finish(nil)
+		if handedOver {
+			return
 		}
+		if !completed { // a panic: as serveEndpoint counts an aborted answer
+			x.code = http.StatusBadGateway
+			if x.gone {
+				x.code = statusClientGone
+			}
+		}
+		x.finish(nil)
 	}()
 	if rt.setCookie != "" {
 		ctx.Response.Header.Add(fasthttp.HeaderSetCookie, rt.setCookie)
 	}
-	if rt.ep.pool == nil {
-		x.code = p.fastForwardError(ctx, rt, rid, errors.New("https endpoints are not served by this front"))
-		return
+	switch {
+	case rt.ep.pool == nil:
+		handedOver = p.fastServeTLS(ctx, x, rt, rid, ip, upgrade)
+	case upgrade != nil:
+		handedOver = p.fastUpgrade(ctx, x, rt, rid, ip, upgrade)
+	default:
+		handedOver = p.fastForward(ctx, x, rt, rid, ip)
 	}
+	completed = true
+}
+
+// fastForward forwards the request on the forwarding path and answers it,
+// reporting whether the answer's body took the exchange over.
+func (p *Proxy) fastForward(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, ip []byte) bool {
 	h := &ctx.Request.Header
 	cl := h.ContentLength()
 	u := rt.tg.up
-	xc, err := p.exchangeRetrying(ctx, u, &x.a, outbound{
+	xc, err := p.exchangeRetrying(x, u, &x.a, outbound{
 		method: b2s(h.Method()), body: cl > 0 || cl == -1,
 		requestID: rid, service: rt.tg.hdrService[0],
 	}, func(c *upConn, ep *endpoint) (bool, error) {
-		return p.fastSend(ctx, c, ep, x, rt.tg, rid, ip, cl)
+		return p.fastSend(ctx, c, ep, x, rt.tg, rid, ip, cl, nil)
 	})
 	if err != nil {
 		x.releaseUp()
 		rt.ep = x.a.ep
-		x.code = p.fastForwardError(ctx, rt, rid, err)
-		return
+		x.code = p.fastForwardError(ctx, x, rt, rid, err)
+		return false
 	}
 	x.conn = xc.conn
 	x.code = x.up.StatusCode()
 	p.answered(u, x.a.ep, x.code)
-	handedOver = x.respond(ctx, rid)
+	return x.respond(ctx, rid)
 }
+
+// The forwarding path runs under the exchange as its context. Its Err
+// reports the client gone once fastTransmit has seen it go, and the
+// shared path (exchangeRetrying, roundTrip) then gives up at once, without
+// counting a failure against the endpoint or retrying. Its Done is nil:
+// nothing closes when the client goes, since the client is only looked at,
+// so Err may be non-nil while Done never closes, which the context
+// contract does not foresee. That is safe here because the path waits on
+// Done only while dialling, and the client is looked at only after that;
+// and a nil Done spares every dial the goroutine that context.WithDeadline
+// starts to follow a parent it cannot see into (which would also read the
+// exchange after it is recycled). The server's shutdown does not cancel
+// a request: those in flight finish, as on the net/http front.
+
+// Deadline reports no deadline.
+func (x *fastExchange) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done is nil: see above.
+func (x *fastExchange) Done() <-chan struct{} { return nil }
+
+// Err is context.Canceled once the client went away before the answer
+// header, else nil.
+func (x *fastExchange) Err() error {
+	if x.gone {
+		return context.Canceled
+	}
+	return nil
+}
+
+// Value is nil: the forwarding path carries no values.
+func (x *fastExchange) Value(any) any { return nil }
 
 // releaseUp gives back the endpoint's parsed answer, if any.
 func (x *fastExchange) releaseUp() {
@@ -223,13 +343,16 @@ func (x *fastExchange) releaseUp() {
 }
 
 // finish ends the exchange: the connection goes back to the pool when its
-// answer was read to the end and the endpoint keeps it open, and the
-// endpoint state and metrics are updated. werr is the error that ended
-// writing the answer to the client (nil: it all went out): an answer the
-// endpoint cut is counted as 502 and is the endpoint's failure, one the
-// client did not take to its end as 499 and is not, as in serveEndpoint.
+// answer was read to the end and the endpoint keeps it open (an https
+// endpoint's answer body is closed, which lets its transport do the same),
+// and the endpoint state and metrics are updated. werr is the error that
+// ended writing the answer to the client (nil: it all went out): an
+// answer the endpoint cut is counted as 502 and is the endpoint's failure,
+// one the client did not take to its end as 499 and is not, as in
+// serveEndpoint.
 func (x *fastExchange) finish(werr error) {
 	complete := x.done && werr == nil && !x.cut
+	relayed := x.conn != nil || x.resp != nil
 	if c := x.conn; c != nil {
 		if complete && !x.up.ConnectionClose() {
 			x.a.ep.pool.put(c)
@@ -237,35 +360,44 @@ func (x *fastExchange) finish(werr error) {
 			c.nc.Close()
 		}
 	}
+	if x.resp != nil {
+		x.resp.Body.Close()
+	}
+	if x.reqBody != nil {
+		x.reqBody.detach()
+	}
 	x.releaseUp()
+	if x.cancel != nil {
+		x.cancel()
+	}
 	code := x.code
 	switch {
 	case x.cut:
 		code = http.StatusBadGateway
-	case x.conn != nil && !complete:
+	case relayed && !complete:
 		code = statusClientGone
 	}
-	x.a.end(x.tg.up, code >= 500)
-	x.tg.codes.inc(code)
-	x.tg.duration.Observe(time.Since(x.start).Seconds())
+	x.tg.endRequest(&x.a, code, x.start)
 	*x = fastExchange{}
 	fastExchanges.Put(x)
 }
 
 // fastSend is the fasthttp front's sendFunc: it writes the request on c,
-// a connection to ep, through transmit and reads the answer header with
-// fasthttp's response parser into x.up.
-func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *fastExchange, tg *target, rid string, ip []byte, cl int) (sent bool, err error) {
+// a connection to ep, through fastTransmit and reads the answer header
+// with fasthttp's response parser into x.up. upgrade is the client's
+// Upgrade value for an upgrade request (nil otherwise): only then is a 101
+// answer taken.
+func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *fastExchange, tg *target, rid string, ip []byte, cl int, upgrade []byte) (sent bool, err error) {
 	x.releaseUp() // a failed earlier attempt's
 	h := &ctx.Request.Header
-	writeFastHead(c.bw, ctx, ep, tg, rid, ip, cl)
+	writeFastHead(c.bw, ctx, ep, tg, rid, ip, cl, upgrade)
 	var body io.Reader
 	if cl > 0 || cl == -1 {
 		if body = ctx.RequestBodyStream(); body == nil {
 			body = bytes.NewReader(ctx.Request.Body())
 		}
 	}
-	sent, err = p.transmit(c, ep, body, int64(cl), func(bw *bufio.Writer) {
+	sent, err = p.fastTransmit(x, c, ep, body, int64(cl), func(bw *bufio.Writer) {
 		// The client's trailers, read from its last chunk; the field block
 		// ends with the empty line.
 		bw.Write(ctx.Request.Header.TrailerHeader())
@@ -277,6 +409,8 @@ func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *f
 	x.up = up
 	up.StreamBody = true
 	up.SkipBody = h.IsHead()
+	// The endpoint's fields as it sent them: no Content-Type it did not.
+	up.Header.SetNoDefaultContentType(true)
 	if err := up.ReadLimitBody(c.br, 0); err != nil {
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			err = errUpstreamTimeout
@@ -285,25 +419,98 @@ func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *f
 	}
 	// The header is in: a slow body streams for as long as it takes.
 	_ = c.nc.SetReadDeadline(time.Time{})
-	if up.StatusCode() == http.StatusSwitchingProtocols {
+	if up.StatusCode() == http.StatusSwitchingProtocols && upgrade == nil {
 		return sent, errors.New("upstream switched protocols without an upgrade request")
 	}
 	return sent, nil
 }
 
+// fastClientCheckInterval is how long the wait for an answer header goes
+// on between two looks at the client's connection (fastTransmit).
+const fastClientCheckInterval = 500 * time.Millisecond
+
+// errClientGone is a wait for an answer header given up because the
+// client went away.
+var errClientGone = errors.New("the client went away before the answer")
+
+// fastTransmit is transmit with the wait for the answer's first byte cut
+// in slices of fastClientCheckInterval: between two, the client's
+// connection is looked at (fastPeerGone), and a client gone ends the wait
+// with errClientGone and x.gone set. The slices cost nothing more than
+// transmit's one deadline while the answer comes within the first; when
+// the whole head is not in yet at the end of a wait, the response-header
+// deadline is set again for the rest of it. The client's body has been
+// read to its end before the client is looked at, so the look never
+// competes with a read of the body.
+func (p *Proxy) fastTransmit(x *fastExchange, c *upConn, ep *endpoint, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
+	if body != nil {
+		sent = true
+		if err := p.writeBody(c, body, length, trailer); err != nil {
+			return sent, err
+		}
+	}
+	if err := c.bw.Flush(); err != nil {
+		return sent, err
+	}
+	d := ep.pool.responseHeaderTimeout()
+	now := time.Now()
+	var end time.Time // the response-header deadline; zero: none
+	if d > 0 {
+		end = now.Add(d)
+	}
+	sliced := d <= 0 || d > fastClientCheckInterval
+	for {
+		step := end
+		if sliced {
+			step = now.Add(fastClientCheckInterval)
+			if !end.IsZero() && end.Before(step) {
+				step = end
+			}
+		}
+		_ = c.nc.SetReadDeadline(step)
+		_, err := c.br.Peek(1)
+		if err == nil {
+			break
+		}
+		if ne, ok := errors.AsType[net.Error](err); !ok || !ne.Timeout() {
+			return sent, staleError{err}
+		}
+		now = time.Now()
+		if !end.IsZero() && !now.Before(end) {
+			return sent, errUpstreamTimeout
+		}
+		if fastPeerGone(x.ctx.Conn()) {
+			x.gone = true
+			return sent, errClientGone
+		}
+	}
+	if sliced && !fastHeadBuffered(c.br) {
+		_ = c.nc.SetReadDeadline(end)
+	}
+	return sent, nil
+}
+
+// fastHeadBuffered reports whether br holds a whole answer head that is
+// not an interim one, so that parsing it reads nothing more.
+func fastHeadBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	if len(b) < 13 || b[9] == '1' { // "HTTP/1.1 1xx": more heads follow
+		return false
+	}
+	return bytes.Index(b, []byte("\r\n\r\n")) >= 0
+}
+
 // writeFastHead writes the request line and header for the endpoint: the
 // client's fields without the hop-by-hop ones (with those named in
 // Connection), its X-Dwara-*, X-Request-Id and X-Forwarded-* fields, then
-// the gateway's set and the body framing. Errors surface at Flush.
-func writeFastHead(bw *bufio.Writer, ctx *fasthttp.RequestCtx, ep *endpoint, tg *target, rid string, ip []byte, cl int) {
+// the gateway's set, for an upgrade request (upgrade not nil: the client's
+// Upgrade value) Connection: Upgrade and the Upgrade field, and the body
+// framing. Errors surface at Flush.
+func writeFastHead(bw *bufio.Writer, ctx *fasthttp.RequestCtx, ep *endpoint, tg *target, rid string, ip []byte, cl int, upgrade []byte) {
 	h := &ctx.Request.Header
 	bw.Write(h.Method())
 	bw.WriteByte(' ')
-	if u := h.RequestURI(); len(u) > 0 && (u[0] == '/' || string(u) == "*") {
-		bw.Write(u)
-	} else {
-		bw.Write(ctx.URI().RequestURI())
-	}
+	bw.Write(fastTarget(h))
 	bw.WriteString(" HTTP/1.1\r\nHost: ")
 	bw.WriteString(ep.hostHeader)
 	bw.WriteString("\r\n")
@@ -339,6 +546,11 @@ func writeFastHead(bw *bufio.Writer, ctx *fasthttp.RequestCtx, ep *endpoint, tg 
 		bw.WriteString("\r\nX-Forwarded-Proto: https\r\n")
 	} else {
 		bw.WriteString("\r\nX-Forwarded-Proto: http\r\n")
+	}
+	if upgrade != nil {
+		bw.WriteString("Connection: Upgrade\r\nUpgrade: ")
+		bw.Write(cleanBytes(upgrade))
+		bw.WriteString("\r\n")
 	}
 	switch {
 	case cl > 0:
@@ -450,6 +662,10 @@ func (b *fastBody) Read(p []byte) (int, error) {
 // the endpoint did not announce (the client's Trailer field is written
 // already; the values still follow the last chunk).
 func (b *fastBody) copyTrailers() {
+	if b.resp != nil {
+		b.copyStdTrailers()
+		return
+	}
 	for _, k := range b.up.Header.PeekTrailerKeys() {
 		if !slices.ContainsFunc(b.out.PeekTrailerKeys(), func(d []byte) bool { return bytes.Equal(d, k) }) {
 			if b.out.AddTrailerBytes(k) != nil {
@@ -470,17 +686,27 @@ func (b *fastBody) CloseWithError(err error) error {
 }
 
 // fastForwardError answers a request whose exchange failed before anything
-// was written to the client, like forwardError: 504 for a timeout, 400 for
-// a request body that cannot be read from the client, else 502; the cause
-// of a 502 or 504 is logged, never sent.
-func (p *Proxy) fastForwardError(ctx *fasthttp.RequestCtx, rt route, rid string, err error) int {
-	if _, ok := errors.AsType[clientBodyError](err); ok {
+// was written to the client, like forwardError: 499 and the connection
+// closed without an answer when the client went away (x.gone, or a body
+// that could not be read from a client now gone), 400 for a request body
+// that cannot be read from a client still there, 504 for a timeout, else
+// 502; the cause of a 502 or 504 is logged, never sent.
+func (p *Proxy) fastForwardError(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, err error) int {
+	if _, ok := errors.AsType[clientBodyError](err); ok && !x.gone {
 		// Not the endpoint's failure: the client sent a body that does not
-		// parse, or went away while sending it.
-		ctx.SetConnectionClose()
-		ctx.Response.Header.Set("X-Request-Id", rid)
-		fastProblem(ctx, http.StatusBadRequest, "Bad request body", "the request body could not be read")
-		return http.StatusBadRequest
+		// parse, or went away while sending it (as forwardError, counted
+		// 499 then).
+		x.gone = fastPeerGone(ctx.Conn())
+		if !x.gone {
+			ctx.SetConnectionClose()
+			ctx.Response.Header.Set("X-Request-Id", rid)
+			fastProblem(ctx, http.StatusBadRequest, "Bad request body", "the request body could not be read")
+			return http.StatusBadRequest
+		}
+	}
+	if x.gone {
+		fastHangUp(ctx)
+		return statusClientGone
 	}
 	p.log.Warn("upstream request failed",
 		"request_id", rid,
@@ -493,12 +719,119 @@ func (p *Proxy) fastForwardError(ctx *fasthttp.RequestCtx, rt route, rid string,
 	return status
 }
 
+// fastHangUp closes the client's connection without an answer (nginx's
+// 499): fasthttp hands it over to a hijack handler that does nothing, after
+// which it closes it.
+func fastHangUp(ctx *fasthttp.RequestCtx) {
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(net.Conn) {})
+}
+
 // fastProblem writes an RFC 9457 problem+json answer, as writeProblem.
 func fastProblem(ctx *fasthttp.RequestCtx, status int, title, detail string) {
 	ctx.Response.Header.SetContentType("application/problem+json")
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	ctx.Response.SetStatusCode(status)
 	ctx.Response.SetBodyString(problemJSON(status, title, detail))
+}
+
+// fastTarget returns the request target as it is forwarded: the client's,
+// byte for byte, in origin form. An absolute-form target (RFC 9112 section
+// 3.2.2: routed on its authority, which fasthttp's Host is then) loses its
+// scheme and authority and keeps its path and query as they came, "/"
+// standing for an empty path, as the net/http front forwards it.
+func fastTarget(h *fasthttp.RequestHeader) []byte {
+	u := h.RequestURI()
+	if len(u) == 0 || u[0] == '/' || string(u) == "*" {
+		return u
+	}
+	i := bytes.Index(u, []byte("://"))
+	if i < 0 {
+		return u // no scheme: fastRoutePath refuses it
+	}
+	rest := u[i+3:]
+	j := bytes.IndexAny(rest, "/?")
+	switch {
+	case j < 0:
+		return []byte{'/'}
+	case rest[j] == '?':
+		return append([]byte{'/'}, rest[j:]...)
+	}
+	return rest[j:]
+}
+
+// fastRoutePath returns the path a request with the target fastTarget
+// returned is routed on, as the net/http front's r.URL.Path
+// (url.ParseRequestURI's): the target up to a "?", percent-decoded, with
+// its dot segments, repeated slashes and any "#" (fasthttp's ctx.Path()
+// has none of them: it resolves the first two and drops what follows a
+// "#"), so that route refuses the dot segments and matches the service on
+// the path the endpoint gets. It reports false, as url.ParseRequestURI
+// fails, for a target that is neither a path nor "*", or that has a "%"
+// not followed by two hex digits. It allocates only to decode.
+func fastRoutePath(target []byte) (string, bool) {
+	raw, _, _ := bytes.Cut(target, []byte{'?'})
+	if string(raw) == "*" {
+		return "*", true
+	}
+	if len(raw) == 0 || raw[0] != '/' {
+		return "", false
+	}
+	n := bytes.IndexByte(raw, '%')
+	if n < 0 {
+		return b2s(raw), true
+	}
+	dst := make([]byte, n, len(raw))
+	copy(dst, raw[:n])
+	for i := n; i < len(raw); i++ {
+		c := raw[i]
+		if c == '%' {
+			if i+2 >= len(raw) || !isHex(raw[i+1]) || !isHex(raw[i+2]) {
+				return "", false
+			}
+			c = unhex(raw[i+1])<<4 | unhex(raw[i+2])
+			i += 2
+		}
+		dst = append(dst, c)
+	}
+	return b2s(dst), true
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
+// fastErrorHandler answers a request fasthttp could not parse, with its
+// default handler's statuses as problem+json: 431 for a head over the read
+// buffer, 408 for a head that did not arrive in time, else 400; but 501
+// for HTTP/2's connection preface (PRI * HTTP/2.0), as route answers a PRI
+// request: fasthttp refuses the preface's target before the handler, and
+// its error quotes the input, which is how the preface is known (not with
+// the server's SecureErrorLogMessage, which leaves it 400).
+func fastErrorHandler(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var op *net.OpError
+	switch {
+	case errors.As(err, &small):
+		fastProblem(ctx, http.StatusRequestHeaderFieldsTooLarge, "Request header too large", "the request head is larger than the gateway reads")
+	case errors.As(err, &op) && op.Timeout():
+		fastProblem(ctx, http.StatusRequestTimeout, "Request timeout", "the request head did not arrive in time")
+	case strings.Contains(err.Error(), `"PRI * HTTP/2.0`):
+		rt, _ := refuse(view{method: "PRI"})
+		fastProblem(ctx, rt.status, rt.title, rt.detail)
+	default:
+		fastProblem(ctx, http.StatusBadRequest, "Bad request", "the request could not be parsed")
+	}
 }
 
 // fastBadHead checks the header block of a request as it came on the wire

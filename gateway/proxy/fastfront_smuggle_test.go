@@ -298,6 +298,9 @@ func FuzzFastFrontRequest(f *testing.F) {
 		"GET /bare HTTP/1.1\nHost: x\n\n",
 		"HEAD / HTTP/1.1\r\nHost: x\r\n\r\nOPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
 		"GET http://x/abs?q=1 HTTP/1.1\r\nHost: y\r\nExpect: 100-continue\r\n\r\n",
+		// An upgrade the endpoint does not take (answered as any request).
+		"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n" + pipelined,
+		"GET /v1/%2e%2e/x HTTP/1.1\r\nHost: x\r\n\r\nGET /%zz#/../ HTTP/1.1\r\nHost: x\r\n\r\n",
 	} {
 		f.Add([]byte(s))
 	}

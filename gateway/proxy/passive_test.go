@@ -222,9 +222,6 @@ func TestPassiveConsecutive5xx(t *testing.T) {
 // take the standard library's reverse proxy, count for the passive checks
 // as well (they are not retried).
 func TestPassiveStandardLibraryPath(t *testing.T) {
-	if testFront == "fasthttp" {
-		t.Skip("the fasthttp front answers Upgrade requests 501: it has no standard library path")
-	}
 	t.Parallel()
 	good := startPool(t, "good", 1)
 	dead := testnet.ClosedAddr(t)

@@ -433,6 +433,22 @@ func (p *Proxy) route(t *table, v view) route {
 	return rt
 }
 
+// endRequest ends the bookkeeping of one request that reached tg, served
+// (after any retries) by a.ep since start, with code: the endpoint's
+// in-flight count and latency (a failure for a 5xx), the retry budget,
+// dwara_requests_total and the duration, and the canary recorder unless
+// the client went away (it is neither a request nor an error of the
+// version it reached). It is serveEndpoint's deferred bookkeeping.
+func (tg *target) endRequest(a *attempt, code int, start time.Time) {
+	a.end(tg.up, code >= 500)
+	tg.codes.inc(code)
+	d := time.Since(start)
+	tg.duration.Observe(d.Seconds())
+	if tg.rec != nil && code != statusClientGone {
+		tg.rec.Observe(d, code >= 500)
+	}
+}
+
 // allowedMethods is the Allow field of a 405 answer.
 var allowedMethods = []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}
 
@@ -500,15 +516,7 @@ func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target
 			code = sw.code
 		}
 		putStatusWriter(sw)
-		a.end(tg.up, code >= 500)
-		tg.codes.inc(code)
-		d := time.Since(start)
-		tg.duration.Observe(d.Seconds())
-		if tg.rec != nil && code != statusClientGone {
-			// A client that went away is neither a request nor an error
-			// of the version it reached.
-			tg.rec.Observe(d, code >= 500)
-		}
+		tg.endRequest(&a, code, start)
 		if p.access != nil {
 			p.logAccess(r, code, tg, a.ep, start)
 		}

@@ -1,0 +1,69 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
+
+package proxy
+
+import (
+	"net"
+	"syscall"
+	"time"
+)
+
+// fastPeerGone reports whether the peer of c has gone away: its side of
+// the connection has ended (an end of file: closed, or shut down for
+// writing, which the net/http server takes for gone as well) or was
+// reset. It peeks at the socket without waiting and without reading
+// (MSG_PEEK), so pending data stays for the server; with pending data
+// (a pipelined request, or a TLS close_notify) it cannot see past it and
+// reports false. A connection it cannot peek at (not a socket, nor one
+// wrapped by a TLS connection or a type with an Unwrap method, as a
+// listener's connection limit wraps them) is not gone. The caller must
+// not be reading c meanwhile.
+func fastPeerGone(c net.Conn) bool {
+	sc, ok := socketOf(c)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	peek := func(fd uintptr) bool {
+		var b [1]byte
+		for {
+			n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			if err == syscall.EINTR {
+				continue
+			}
+			gone = err == nil && n == 0 || err != nil && err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
+			return true // never wait
+		}
+	}
+	if rc.Read(peek) != nil {
+		// The server's request-head deadline has passed: the request is
+		// long in, and the deadline is the server's to set again.
+		_ = c.SetReadDeadline(time.Time{})
+		if rc.Read(peek) != nil {
+			return false
+		}
+	}
+	return gone
+}
+
+// socketOf returns the socket under c: c itself, or what the wrappers
+// around it (a TLS connection's NetConn, an Unwrap method) give.
+func socketOf(c net.Conn) (syscall.Conn, bool) {
+	for range 8 {
+		switch w := c.(type) {
+		case syscall.Conn:
+			return w, true
+		case interface{ NetConn() net.Conn }:
+			c = w.NetConn()
+		case interface{ Unwrap() net.Conn }:
+			c = w.Unwrap()
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
