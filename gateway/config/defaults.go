@@ -110,6 +110,7 @@ func (s *Spec) Clone() *Spec {
 	for i := range c.Services {
 		svc := &c.Services[i]
 		svc.Sticky = clonePtr(svc.Sticky)
+		svc.Override = clonePtr(svc.Override)
 		if svc.Split != nil {
 			sp := *svc.Split
 			sp.Targets = cloneSlice(sp.Targets)

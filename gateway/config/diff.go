@@ -149,6 +149,14 @@ func diffService(o, n *Service) ServiceDiff {
 			add("sticky ttl_s %d->%d", os.TTLSeconds, ns.TTLSeconds)
 		}
 	}
+	switch oo, no := o.Override, n.Override; {
+	case oo == nil && no != nil:
+		add("override added (header %s)", no.Header)
+	case oo != nil && no == nil:
+		add("override removed (header %s)", oo.Header)
+	case oo != nil && oo.Header != no.Header:
+		add("override header %s->%s", oo.Header, no.Header)
+	}
 
 	d := ServiceDiff{Name: n.Name, Change: ChangeUnchanged, Details: []string{}}
 	if len(details) > 0 {

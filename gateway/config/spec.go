@@ -112,6 +112,22 @@ type Service struct {
 	Upstream string  `json:"upstream,omitempty"`
 	Split    *Split  `json:"split,omitempty"`
 	Sticky   *Sticky `json:"sticky,omitempty"`
+	// Override, when non-nil, lets a request pick its target by name (see
+	// Override); nil ignores such headers.
+	Override *Override `json:"override,omitempty"`
+}
+
+// Override lets a request name the target that serves it: a request whose
+// Header holds the upstream name of one of the service's targets is served
+// by that target whatever the weights (a target at weight 0 included),
+// never mints or changes the sticky cookie, and is counted in
+// dwara_split_forced_total; a name that is not a target is refused with
+// 400. Use it to test a branch on purpose, a parked canary included.
+type Override struct {
+	// Header is the request header field that names the target, e.g.
+	// X-Dwara-Branch; an HTTP token, not a field the gateway sets or the
+	// connection needs.
+	Header string `json:"header"`
 }
 
 // Split is a deterministic weighted split over 2..8 targets.

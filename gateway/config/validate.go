@@ -324,6 +324,36 @@ func isHexNumber(s string) bool {
 	return true
 }
 
+// reservedOverrideHeaders are the fields an override may not use: the
+// gateway sets them, or the connection and the routing need them.
+var reservedOverrideHeaders = []string{"host", "cookie", "connection", "content-length", "transfer-encoding",
+	"te", "trailer", "upgrade", "keep-alive", "proxy-connection", "x-request-id", "x-forwarded-for",
+	"x-forwarded-host", "x-forwarded-proto", "x-dwara-service", "x-dwara-upstream", "x-dwara-generation"}
+
+// override checks a service's override header.
+func (v *validator) override(ov *Override, path string) {
+	h := member(path, "header")
+	switch {
+	case ov.Header == "":
+		v.probs.add(h, "is required: the request header that names the target, e.g. X-Dwara-Branch")
+	case len(ov.Header) > 64 || !isToken(ov.Header):
+		v.probs.add(h, "must be an HTTP field name (a token of at most 64 characters), got %s", quote(ov.Header))
+	case slices.Contains(reservedOverrideHeaders, strings.ToLower(ov.Header)):
+		v.probs.add(h, "%s is a field the gateway sets or the connection needs; choose another, e.g. X-Dwara-Branch", quote(ov.Header))
+	}
+}
+
+// isToken reports whether s is an RFC 9110 token.
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
+}
+
 func isDigits(s string) bool {
 	for _, r := range s {
 		if r < '0' || r > '9' {
@@ -344,6 +374,9 @@ func (v *validator) service(svc *Service, path string) {
 	}
 	if svc.Split != nil {
 		v.split(svc.Split, member(path, "split"))
+	}
+	if ov := svc.Override; ov != nil {
+		v.override(ov, member(path, "override"))
 	}
 	if svc.Sticky != nil {
 		v.sticky(svc.Sticky, member(path, "sticky"))

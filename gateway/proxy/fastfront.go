@@ -187,6 +187,7 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		requestID: rid,
 		clientIP:  b2s(ip),
 		tls:       ctx.IsTLS(),
+		headers:   (*fastFields)(h),
 	})
 	if rt.status != 0 {
 		if rt.status == http.StatusMethodNotAllowed {
@@ -725,6 +726,18 @@ func (p *Proxy) fastForwardError(ctx *fasthttp.RequestCtx, x *fastExchange, rt r
 func fastHangUp(ctx *fasthttp.RequestCtx) {
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(net.Conn) {})
+}
+
+// fastFields reads request header fields for route (a service's
+// override header); converting the header's pointer to it allocates
+// nothing.
+type fastFields fasthttp.RequestHeader
+
+// Get returns the first value of field name, "" when absent. The string
+// aliases the header's buffer: route uses it only while the request is
+// served.
+func (f *fastFields) Get(name string) string {
+	return b2s((*fasthttp.RequestHeader)(f).Peek(name))
 }
 
 // fastProblem writes an RFC 9457 problem+json answer, as writeProblem.

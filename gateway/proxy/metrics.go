@@ -12,6 +12,7 @@ import (
 // from the live endpoint states at each scrape.
 type metrics struct {
 	picks      *prometheus.CounterVec
+	forced     *prometheus.CounterVec
 	failovers  *prometheus.CounterVec
 	sticky     prometheus.Counter
 	requests   *prometheus.CounterVec
@@ -27,6 +28,10 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 		picks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dwara_split_picks_total",
 			Help: "Requests routed to each target of a service, by the split pick.",
+		}, []string{"service", "upstream"}),
+		forced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dwara_split_forced_total",
+			Help: "Requests that named their target in the service's override header and were served by it, whatever the weights.",
 		}, []string{"service", "upstream"}),
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dwara_split_failovers_total",
@@ -60,7 +65,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 		}, []string{"group"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.picks, m.failovers, m.sticky, m.requests, m.duration,
+		reg.MustRegister(m.picks, m.forced, m.failovers, m.sticky, m.requests, m.duration,
 			m.generation, m.applySecs, m.canaryWeight, endpointCollector{p})
 	}
 	return m
@@ -71,6 +76,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 // hot path touches them with no label lookup. Safe for concurrent use.
 type targetMetrics struct {
 	picks     prometheus.Counter
+	forced    prometheus.Counter
 	failovers prometheus.Counter
 	duration  prometheus.Observer
 	codes     codeCounters
@@ -125,6 +131,7 @@ func (p *Proxy) targetMetrics(service, upstream string) *targetMetrics {
 	if tm == nil {
 		tm = &targetMetrics{
 			picks:     p.m.picks.WithLabelValues(service, upstream),
+			forced:    p.m.forced.WithLabelValues(service, upstream),
 			failovers: p.m.failovers.WithLabelValues(service, upstream),
 			duration:  p.m.duration.WithLabelValues(service, upstream),
 		}
@@ -150,6 +157,7 @@ func (p *Proxy) retainTargetMetrics(t *table) {
 		delete(p.children, key)
 		s, u := tm.codes.service, tm.codes.upstream
 		p.m.picks.DeleteLabelValues(s, u)
+		p.m.forced.DeleteLabelValues(s, u)
 		p.m.failovers.DeleteLabelValues(s, u)
 		p.m.duration.DeleteLabelValues(s, u)
 		p.m.requests.DeletePartialMatch(prometheus.Labels{"service": s, "upstream": u})

@@ -35,6 +35,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -313,13 +314,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, "No generation loaded", "the gateway has not applied a configuration generation yet")
 		return
 	}
-	// Remove every X-Dwara-* header the client sent: only the gateway speaks
-	// them. Deleting during range is allowed by the language.
-	for k := range r.Header {
-		if len(k) > 8 && strings.EqualFold(k[:8], "X-Dwara-") {
-			delete(r.Header, k)
-		}
-	}
 	rt := p.route(t, view{
 		method:    r.Method,
 		host:      r.Host,
@@ -328,7 +322,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		requestID: requestID(r),
 		clientIP:  clientIP(r),
 		tls:       r.TLS != nil,
+		headers:   r.Header,
 	})
+	// Remove every X-Dwara-* header the client sent (an override header
+	// was read by route): only the gateway speaks them upstream. Deleting
+	// during range is allowed by the language.
+	for k := range r.Header {
+		if len(k) > 8 && strings.EqualFold(k[:8], "X-Dwara-") {
+			delete(r.Header, k)
+		}
+	}
 	if rt.status != 0 {
 		if rt.status == http.StatusMethodNotAllowed {
 			w.Header()["Allow"] = allowedMethods
@@ -360,6 +363,15 @@ type view struct {
 	requestID  string   // well-formed: the client's, or a fresh one
 	clientIP   string   // the peer, never a header
 	tls        bool
+	// headers reads a request field by its canonical name, for a
+	// service's override header; nil reads none.
+	headers fieldReader
+}
+
+// fieldReader reads one request header field by its canonical name
+// (http.Header does; so does the fasthttp front's adapter).
+type fieldReader interface {
+	Get(canonicalName string) string
 }
 
 // route is where a request goes: its target and endpoint, and the cookie
@@ -385,6 +397,11 @@ func (p *Proxy) route(t *table, v view) route {
 	svc := t.match(v.host, v.path)
 	if svc == nil {
 		return route{status: http.StatusNotFound, title: "No service matches", detail: "no service of the active generation matches this host and path"}
+	}
+	if svc.override != "" && v.headers != nil {
+		if name := v.headers.Get(svc.override); name != "" {
+			return p.forcedRoute(svc, v, name)
+		}
 	}
 	var rt route
 	key := v.requestID
@@ -447,6 +464,33 @@ func (tg *target) endRequest(a *attempt, code int, start time.Time) {
 	if tg.rec != nil && code != statusClientGone {
 		tg.rec.Observe(d, code >= 500)
 	}
+}
+
+// forcedRoute routes a request that names its target in svc's override
+// header: that target serves it whatever its weight, with no failover to
+// another target and no sticky cookie minted; an existing valid cookie
+// still keys the endpoint balancer. A name that is not a target is 400.
+func (p *Proxy) forcedRoute(svc *service, v view, name string) route {
+	for _, tg := range svc.targets {
+		if tg.up.name != name {
+			continue
+		}
+		affinityKey := v.clientIP
+		if st := svc.sticky; st != nil {
+			if c, ok := affinity.ReadCookieLines(v.cookies, st.cookie); ok && affinity.Valid(c) {
+				affinityKey = c
+			}
+		}
+		ei := tg.up.balancer.Pick(affinityKey)
+		if ei < 0 {
+			return route{status: http.StatusBadGateway, title: "No healthy upstream",
+				detail: "every endpoint of the forced target " + name + " of service " + svc.name + " is down"}
+		}
+		tg.forced.Inc()
+		return route{tg: tg, ep: tg.up.endpoints[ei]}
+	}
+	return route{status: http.StatusBadRequest, title: "Unknown branch",
+		detail: svc.override + " names " + strconv.Quote(name[:min(len(name), 64)]) + ", which is not a target of service " + svc.name + "; allowed: " + svc.branches}
 }
 
 // allowedMethods is the Allow field of a 405 answer.

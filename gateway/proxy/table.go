@@ -47,6 +47,12 @@ type service struct {
 	sticky  *sticky
 	// canary is the service's canary group; nil without canary_analysis.
 	canary *canaryGroup
+	// override is the canonical name of the header that forces a target;
+	// "" when the service has none.
+	override string
+	// branches lists the targets' upstream names, for the 400 of an
+	// unknown forced branch.
+	branches string
 }
 
 // canaryGroup is a compiled canary group: a 2-target split with canary
@@ -176,6 +182,14 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 				cookie: s.Sticky.Cookie,
 				attrs:  "; Max-Age=" + strconv.Itoa(ttl) + "; Path=/; HttpOnly; SameSite=Lax",
 			}
+		}
+		if s.Override != nil {
+			cs.override = http.CanonicalHeaderKey(s.Override.Header)
+			names := make([]string, len(cs.targets))
+			for i, tg := range cs.targets {
+				names[i] = tg.up.name
+			}
+			cs.branches = strings.Join(names, ", ")
 		}
 		if s.Host == "" {
 			t.hostless = append(t.hostless, cs)
