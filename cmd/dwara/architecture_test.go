@@ -43,6 +43,10 @@ var allowedImports = map[string][]string{
 	"bench/upstream":          {},
 	"web/webtest":             {},
 	"deploy/grafana":          {},
+	"deploy/compose":          {},
+	"deploy/kubernetes":       {},
+	"demos":                   {},
+	"demos/upstream":          {"demo"},
 	"faults":                  {},
 }
 
