@@ -1,20 +1,33 @@
 # Dwara — make targets. `make run` and `make test` work on a fresh machine:
 # scripts/postgres.sh finds PostgreSQL on 127.0.0.1:5432 or starts a private
-# cluster under .dwara/pg (DESIGN.md section 7).
+# cluster under .dwara/pg (README.md, "Start here").
 
 GO      ?= go
-BIN     := bin/dwara
+BIN     ?= bin/dwara
 PKGS    := ./...
 # Flags for `make run`; override with e.g. make run RUN_FLAGS=
 RUN_FLAGS ?= --demo
+# The version linked into the binary: `dwara version`, /healthz and the
+# dwara_build_info metric report it (README.md, "The commands").
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build run test bench lint fmt fuzz clean
+.PHONY: build install run demo-reset test bench lint fmt fuzz clean
 
 build:
-	$(GO) build -o $(BIN) ./cmd/dwara
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/dwara
+
+# go install puts dwara in $(go env GOBIN), else $(go env GOPATH)/bin.
+install:
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/dwara
 
 run: build
 	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" ./$(BIN) serve $(RUN_FLAGS)
+
+# `make run` with the demo started afresh: the demo spec is published again
+# as a new generation, whatever the database holds (its history is kept).
+demo-reset: build
+	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" ./$(BIN) serve --demo --reset $(filter-out --demo,$(RUN_FLAGS))
 
 test:
 	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -race -count=1 -timeout 15m $(PKGS)
@@ -60,3 +73,11 @@ bench-compare: build
 	$(GO) build -o bin/bench-compare ./bench/compare
 	$(GO) build -o bin/bench-upstream ./bench/upstream
 	./bin/bench-compare
+
+# The runnable demos (demos/README.md): one script per scenario, each
+# checking its property end to end on loopback (07-09 on a database of
+# their own); about 20 s after the build. The test in demos/, part of
+# make test, also runs each one against a deliberately wrong setup.
+.PHONY: demos
+demos: build
+	DWARA_BIN=$(abspath $(BIN)) demos/run-all

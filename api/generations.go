@@ -194,6 +194,11 @@ func (s *Server) publishError(w http.ResponseWriter, r *http.Request, err error,
 // the generation is noted on the audit record.
 func (s *Server) created(w http.ResponseWriter, r *http.Request, g apiv1.Generation, spec *config.Spec) {
 	noteGeneration(r, g.ID)
+	g, err := inSchemaOrder(g)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
 	w.Header().Set("ETag", etag(g.ID))
 	if g.Unchanged {
 		if rec := auditFrom(r.Context()); rec != nil {
@@ -222,6 +227,11 @@ func (s *Server) writeGeneration(w http.ResponseWriter, r *http.Request, g apiv1
 	w.Header().Set("ETag", tag)
 	if noneMatch(r, tag) {
 		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	g, err := inSchemaOrder(g)
+	if err != nil {
+		s.internalError(w, r, err)
 		return
 	}
 	s.writeJSON(w, r, http.StatusOK, g)
@@ -373,4 +383,26 @@ func decodeSpec(g apiv1.Generation) (*config.Spec, error) {
 		return nil, fmt.Errorf("decode spec of generation %d: %w", g.ID, err)
 	}
 	return &spec, nil
+}
+
+// inSchemaOrder returns g with its spec re-encoded from config.Spec, so that
+// an answer lists the spec's fields in the schema's order (upstreams before
+// services, name before endpoints, upstream before weight) rather than in
+// the order PostgreSQL's jsonb keeps them (shortest key first). Stored specs
+// are encoded config.Specs, so nothing but the order changes. A generation
+// without a spec (a list item) is returned as it is.
+func inSchemaOrder(g apiv1.Generation) (apiv1.Generation, error) {
+	if len(g.Spec) == 0 {
+		return g, nil
+	}
+	spec, err := decodeSpec(g)
+	if err != nil {
+		return g, err
+	}
+	body, err := marshal(spec) // as the answer around it: <, > and & unescaped
+	if err != nil {
+		return g, fmt.Errorf("encode spec of generation %d: %w", g.ID, err)
+	}
+	g.Spec = bytes.TrimSuffix(body, []byte("\n"))
+	return g, nil
 }

@@ -15,11 +15,15 @@ const readyTimeout = 2 * time.Second
 // health is the body of a positive health or readiness answer.
 type health struct {
 	Status string `json:"status"`
+	// Version is the build's version (Options.Version), in /healthz
+	// answers only.
+	Version string `json:"version,omitempty"`
 }
 
-// healthz answers GET /healthz: the process is alive.
+// healthz answers GET /healthz: the process is alive, and which build it
+// runs.
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	s.writeJSON(w, r, http.StatusOK, health{Status: "ok"})
+	s.writeJSON(w, r, http.StatusOK, health{Status: "ok", Version: s.version})
 }
 
 // readyz answers GET /readyz: 200 when the database answers (within the

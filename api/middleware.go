@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
@@ -60,7 +59,7 @@ func clientRequestID(ctx context.Context) string {
 // client's id when it sent one, else the server's.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := rand.Text()
+		id := apiv1.NewRequestID()
 		ctx := context.WithValue(r.Context(), requestIDKey, id)
 		echo := id
 		if client := r.Header.Get(apiv1.RequestIDHeader); apiv1.ValidRequestID(client) {

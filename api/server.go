@@ -89,6 +89,9 @@ type Options struct {
 	// for a change that stored nothing (unchanged). Its ctx ends
 	// DatabaseTimeout after the generation was stored.
 	OnPublish func(ctx context.Context, generation int64, spec *config.Spec) error
+	// Version is the build's version (`dwara version`), reported by GET
+	// /healthz as "version"; "" leaves it out.
+	Version string
 }
 
 // Server is the control-plane API. Create it with New; serve Handler, run
@@ -107,6 +110,7 @@ type Server struct {
 	metricsHandler http.Handler
 	ready          func() bool
 	onPublish      func(ctx context.Context, generation int64, spec *config.Spec) error
+	version        string // Options.Version
 	docsHandler    http.Handler
 	handler        http.Handler
 
@@ -151,6 +155,7 @@ func New(o Options) *Server {
 		metricsHandler: o.Metrics,
 		ready:          o.Ready,
 		onPublish:      o.OnPublish,
+		version:        o.Version,
 		docsHandler:    web.Docs("/openapi.yaml", "/docs/"),
 		refusals:       newLimiterSet(refusalRate, refusalBurst, maxLimiters),
 		bursts:         newCollapser(burstWindow, maxBursts),

@@ -40,7 +40,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		defer store.Close()
 	}
 
-	reg := newRegistry()
+	reg := newRegistry(c.Version)
 	px := proxy.New(c.proxyOptions(reg))
 	defer px.Close()             // after every part has stopped: the pooled upstream connections
 	var follower *fleet.Follower // with a database: set below, before any apply
@@ -63,7 +63,12 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeStatus(w, http.StatusOK, "ok", px.Generation())
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(struct {
+			Status     string `json:"status"`
+			Generation int64  `json:"generation"`
+			Version    string `json:"version,omitempty"`
+		}{"ok", px.Generation(), c.Version})
 	})
 	var lsn *db.Listener // with a database: set below, before anything serves
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -14,6 +14,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -105,6 +106,9 @@ type Process struct {
 	// TLSReload, when non-nil, reloads the TLS certificate on every
 	// receive (main feeds it SIGHUP).
 	TLSReload <-chan struct{}
+	// Version is the build's version (`dwara version`): /healthz reports
+	// it, and /metrics as dwara_build_info{version} 1. "" means "devel".
+	Version string
 }
 
 // serveTLS makes servers serve TLS when p.TLS is set, and starts the
@@ -301,10 +305,17 @@ func applier(p *proxy.Proxy, applied func(generation int64)) source.ApplyFunc {
 	}
 }
 
-// newRegistry returns a metrics registry with the Go and process collectors.
-func newRegistry() *prometheus.Registry {
+// newRegistry returns a metrics registry with the Go and process
+// collectors and dwara_build_info{version} 1 for the build's version ("":
+// "devel").
+func newRegistry(version string) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "dwara_build_info",
+		Help: "Always 1; the version label is the version of the running build.",
+	}, []string{"version"})
+	build.WithLabelValues(cmp.Or(version, "devel")).Set(1)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build)
 	return reg
 }
 

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,9 +9,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dwara/dwara/api"
-	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
-	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/fleet"
 	"github.com/dwara/dwara/gateway/proxy"
@@ -52,7 +49,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	// before the demo pools, the upstream connections and the store close.
 	defer store.Close()
 	if c.Demo {
-		pools, err := startDemo(ctx, store)
+		pools, err := startDemo(ctx, store, c.Listen)
 		defer func() {
 			for _, p := range pools {
 				p.Close()
@@ -63,7 +60,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		}
 	}
 
-	reg := newRegistry()
+	reg := newRegistry(c.Version)
 	px := proxy.New(c.proxyOptions(reg))
 	defer px.Close()             // after every part has stopped: the pooled upstream connections
 	var follower *fleet.Follower // set below, before any apply
@@ -75,6 +72,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		}
 	})
 	apiSrv := api.New(api.Options{
+		Version: c.Version,
 		// The API validated spec once; the proxy serves it before the 201.
 		OnPublish: func(ctx context.Context, generation int64, spec *config.Spec) error {
 			return apply(ctx, spec, generation)
@@ -130,88 +128,4 @@ func adminHandler(apiHandler http.Handler) http.Handler {
 	mux.Handle("GET /ui/", dash)
 	mux.Handle("/", apiHandler)
 	return mux
-}
-
-// Demo pool addresses: fixed, so that the seeded generation keeps pointing
-// at them across restarts.
-var (
-	demoStable = []string{"127.0.0.1:9001", "127.0.0.1:9002"}
-	demoCanary = []string{"127.0.0.1:9101"}
-)
-
-// DemoSpec is the example generation `serve --demo` seeds: service web, a
-// 90/10 split of web-stable and web-canary with a sticky cookie, and
-// service shop under /shop, a 90/10 split of the same pools judged by the
-// canary controller (promoted by 10 while the canary's error rate stays
-// under 1%, rolled back above 5%, straight to 0 above 10%).
-func DemoSpec(stable, canary []string) string {
-	q := func(addrs []string) string {
-		b, _ := json.Marshal(addrs)
-		return string(b)
-	}
-	return `upstreams:
-  - name: web-stable
-    endpoints: ` + q(stable) + `
-  - name: web-canary
-    endpoints: ` + q(canary) + `
-services:
-  - name: web
-    base_path: /
-    split:
-      targets:
-        - {upstream: web-stable, weight: 90}
-        - {upstream: web-canary, weight: 10}
-    sticky:
-      cookie: dwara_affinity
-      ttl_s: 3600
-  - name: shop
-    base_path: /shop
-    split:
-      targets:
-        - {upstream: web-stable, weight: 90}
-        - {upstream: web-canary, weight: 10}
-      canary_analysis:
-        enabled: true
-        window_seconds: 30
-        step: 10
-        min_requests: 50
-        cooldown_seconds: 10
-        promote: {metric: error_rate, threshold: 0.01}
-        rollback: {metric: error_rate, threshold: 0.05}
-`
-}
-
-// startDemo starts the demo pools and, when the database holds no
-// generation, publishes DemoSpec.
-func startDemo(ctx context.Context, store *db.Store) ([]*demo.Pool, error) {
-	stable, err := demo.StartPoolOn("web-stable", demoStable...)
-	if err != nil {
-		return nil, fmt.Errorf("demo: %w (the demo upstreams need ports 9001, 9002 and 9101 free)", err)
-	}
-	canary, err := demo.StartPoolOn("web-canary", demoCanary...)
-	if err != nil {
-		stable.Close()
-		return nil, fmt.Errorf("demo: %w (the demo upstreams need ports 9001, 9002 and 9101 free)", err)
-	}
-	pools := []*demo.Pool{stable, canary}
-	if _, err := store.Current(ctx); !errors.Is(err, db.ErrNotFound) {
-		return pools, err // nil when a generation exists: nothing to seed
-	}
-	spec, err := config.Parse([]byte(DemoSpec(demoStable, demoCanary)))
-	if err != nil {
-		return pools, fmt.Errorf("demo spec: %w", err)
-	}
-	js, err := json.Marshal(spec)
-	if err != nil {
-		return pools, err
-	}
-	zero := int64(0)
-	_, err = store.Publish(ctx, db.PublishParams{
-		Spec: js, Action: apiv1.ActionCreate, Author: "demo",
-		Message: "demo: web, a sticky 90/10 split; shop, a 90/10 canary judged by the controller", IfMatch: &zero,
-	})
-	if errors.Is(err, db.ErrPreconditionFailed) {
-		err = nil // another process seeded first
-	}
-	return pools, err
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prints the URL of a PostgreSQL server for database $1 (default "dwara"),
-# finding or starting one the way DESIGN.md section 7 says:
+# finding or starting one (README.md, "Start here"; make run and make test
+# call it):
 #   1. DWARA_DATABASE_URL, when set, is printed as it is;
 #   2. a server answering on 127.0.0.1:5432;
 #   3. a private cluster under .dwara/pg (127.0.0.1:54329) made and started
@@ -48,7 +49,7 @@ No PostgreSQL answers on 127.0.0.1:5432 and no PostgreSQL server binaries were
 found to start a private one. Any of these works:
   - set DWARA_DATABASE_URL=postgres://user@host:5432/dwara
   - apt-get install -y postgresql   (then run this again)
-  - docker compose up -d db         (PostgreSQL on 127.0.0.1:5432)
+  - docker run -d -p 127.0.0.1:5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:15.19-bookworm
 MSG
 	exit 1
 fi

@@ -10,6 +10,8 @@
 package apiv1
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -165,8 +167,8 @@ type GatewayList struct {
 type CreateRequest struct {
 	// Message says why; stored with the generation. Optional.
 	Message string `json:"message,omitempty"`
-	// Spec is the routing configuration (the generation spec of DESIGN.md
-	// section 2).
+	// Spec is the routing configuration (the generation spec of the
+	// README's "The generation spec").
 	Spec json.RawMessage `json:"spec"`
 }
 
@@ -290,6 +292,18 @@ func (p *Problem) Error() string {
 		s += "; " + e.String()
 	}
 	return s
+}
+
+// RequestIDLen is the length of a request id the server mints: 32 lowercase
+// hexadecimal digits (128 random bits), the same from the API and the proxy.
+const RequestIDLen = 32
+
+// NewRequestID returns a fresh random request id of RequestIDLen lowercase
+// hexadecimal digits, the form of every id the API mints.
+func NewRequestID() string {
+	var raw [RequestIDLen / 2]byte
+	_, _ = rand.Read(raw[:]) // never fails (crypto/rand.Read)
+	return hex.EncodeToString(raw[:])
 }
 
 // ValidRequestID reports whether v is a request id a client may choose:

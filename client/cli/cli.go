@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,7 +43,7 @@ const Usage = `Client verbs (they call the REST API of a running "dwara serve"):
                                                                    set split weights (the total must stay)
   dwara kill SERVICE [-m MESSAGE]                                  every target but the first to 0
   dwara rollback ID [-m MESSAGE]                                   publish the spec of generation ID again
-  dwara history [--limit N] [--cursor C]                           generations, newest first
+  dwara history [--limit N] [--cursor C]                           generations, newest first (N: 1..500)
   dwara diff [ID] [--against ID]                                   what generation ID (default: the active one)
                                                                    changed, and the share of keys it moves
   dwara canary [SERVICE]                                           canary groups: state, weights, the window's
@@ -51,30 +52,85 @@ const Usage = `Client verbs (they call the REST API of a running "dwara serve"):
   dwara pause SERVICE [-m MESSAGE]                                 hold the canary controller off a group
   dwara resume SERVICE [-m MESSAGE]                                let the canary controller act on it again
   Flags of every client verb: --api URL (default $DWARA_API_URL, else ` + client.DefaultURL + `),
-  --actor NAME (default $USER), --json (print the API's JSON answer), --timeout 30s.
-  The bearer token is read from DWARA_ADMIN_TOKEN.
+  --json (print the API's JSON answer), --timeout 30s; of the verbs that change something (all but
+  history, diff and canary): --actor NAME (default $USER). The bearer token is read from DWARA_ADMIN_TOKEN.
 `
 
-// clientVerb is one client verb: its argument synopsis, and the function that
+// clientVerb is one client verb: its argument synopsis, what it does, whether
+// it changes something (and so takes --actor), and the function that
 // registers its own flags and returns the action to run once they are
 // parsed.
 type clientVerb struct {
 	synopsis string
+	summary  string
+	mutating bool
 	setup    func(fs *flag.FlagSet) func(ctx context.Context, cc *clientCall, args []string) error
 }
 
 var clientVerbs = map[string]clientVerb{
-	"apply":    {"-f FILE [-m MESSAGE] [--dry-run] [--if-match ID]", setupApply},
-	"flip":     {"SERVICE [-m MESSAGE] [--if-match ID]", setupEdit("flip")},
-	"weights":  {"SERVICE UPSTREAM=WEIGHT... [--allow-reshuffle] [-m MESSAGE] [--if-match ID]", setupWeights},
-	"kill":     {"SERVICE [-m MESSAGE] [--if-match ID]", setupEdit("kill")},
-	"rollback": {"ID [-m MESSAGE] [--if-match ID]", setupRollback},
-	"history":  {"[--limit N] [--cursor C]", setupHistory},
-	"diff":     {"[ID] [--against ID]", setupDiff},
-	"canary":   {"[SERVICE]", setupCanary},
-	"adopt":    {"SERVICE [-m MESSAGE] [--if-match ID]", setupAdopt},
-	"pause":    {"SERVICE [-m MESSAGE]", setupHold(true)},
-	"resume":   {"SERVICE [-m MESSAGE]", setupHold(false)},
+	"apply": {"-f FILE [-m MESSAGE] [--dry-run] [--if-match ID]",
+		"Publish the spec in FILE (YAML or JSON; - reads stdin) as a new generation.", true, setupApply},
+	"flip": {"SERVICE [-m MESSAGE] [--if-match ID]",
+		"Swap the two weights of SERVICE's 2-target split (blue-green).", true, setupEdit("flip")},
+	"weights": {"SERVICE UPSTREAM=WEIGHT... [--allow-reshuffle] [-m MESSAGE] [--if-match ID]",
+		"Set the weights of SERVICE's split targets; the total must stay unless --allow-reshuffle.", true, setupWeights},
+	"kill": {"SERVICE [-m MESSAGE] [--if-match ID]",
+		"Send all of SERVICE's traffic to its first target (every other target to 0).", true, setupEdit("kill")},
+	"rollback": {"ID [-m MESSAGE] [--if-match ID]",
+		"Publish the spec of generation ID again, as a new generation.", true, setupRollback},
+	"history": {"[--limit N] [--cursor C]",
+		"List the generations, newest first, a page at a time.", false, setupHistory},
+	"diff": {"[ID] [--against ID]",
+		"Show what generation ID (default: the active one) changed, and the share of keys it moves.", false, setupDiff},
+	"canary": {"[SERVICE]",
+		"Show the canary groups (or SERVICE's) and the last 10 canary events.", false, setupCanary},
+	"adopt": {"SERVICE [-m MESSAGE] [--if-match ID]",
+		"Publish the canary weights in force for SERVICE as a generation.", true, setupAdopt},
+	"pause": {"SERVICE [-m MESSAGE]",
+		"Hold the canary controller off SERVICE's group until it is resumed.", true, setupHold(true)},
+	"resume": {"SERVICE [-m MESSAGE]",
+		"Let the canary controller act on SERVICE's group again.", true, setupHold(false)},
+}
+
+// Verbs returns the names of the client verbs, sorted.
+func Verbs() []string {
+	names := make([]string, 0, len(clientVerbs))
+	for name := range clientVerbs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// WriteUsage writes the usage text of `dwara verb` in the one style of
+// every dwara command: "usage: dwara VERB SYNOPSIS", the summary, and every
+// flag of fs, long names with two dashes (the flag package takes one or
+// two), one-letter names with one.
+func WriteUsage(w io.Writer, verb, synopsis, summary string, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: dwara %s %s\n", verb, synopsis)
+	if summary != "" {
+		fmt.Fprintf(w, "\n%s\n", summary)
+	}
+	first := true
+	fs.VisitAll(func(f *flag.Flag) {
+		if first {
+			fmt.Fprint(w, "\nFlags:\n")
+			first = false
+		}
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		arg, usage := flag.UnquoteUsage(f)
+		line := "  " + dash + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		if def := f.DefValue; def != "" && def != "false" && def != "0" && def != "0s" {
+			usage += " (default " + def + ")"
+		}
+		fmt.Fprintf(w, "%s\n        %s\n", line, strings.ReplaceAll(usage, "\n", "\n        "))
+	})
 }
 
 // IO is what a client verb reads and writes: the process's streams and
@@ -111,8 +167,9 @@ func usagef(format string, args ...any) error {
 }
 
 // Run runs the client verb args[0] with the arguments args[1:] and returns
-// the exit status: 0 done, 1 the call failed (the reason is on s.Err), 2 a
-// usage mistake.
+// the exit status: 0 done (or --help, whose usage text goes to s.Out), 1 the
+// call failed (the reason is on s.Err), 2 a usage mistake ("dwara VERB:
+// problem" and the verb's usage on s.Err).
 func Run(ctx context.Context, args []string, s IO) int {
 	if len(args) == 0 {
 		fmt.Fprintln(s.Err, "dwara: no command")
@@ -125,32 +182,39 @@ func Run(ctx context.Context, args []string, s IO) int {
 		return 2
 	}
 	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
-	fs.SetOutput(s.Err)
-	fs.Usage = func() {
-		fmt.Fprintf(s.Err, "usage: dwara %s %s [client flags]\n\n", verb, v.synopsis)
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard) // errors and usage are written below, in dwara's style
+	fs.Usage = func() {}
+	synopsis := v.synopsis + " [flags]"
+	usage := func(w io.Writer) { WriteUsage(w, verb, synopsis, v.summary, fs) }
 	apiURL := fs.String("api", "", "base `URL` of the API (default $DWARA_API_URL, else "+client.DefaultURL+")")
-	actor := fs.String("actor", "", "who makes the change, recorded as the author (default $USER)")
+	actor := new(string)
+	if v.mutating {
+		fs.StringVar(actor, "actor", "", "the `NAME` of who makes the change, recorded as its author (default $USER)")
+	}
 	asJSON := fs.Bool("json", false, "print the API's JSON answer instead of the summary")
 	timeout := fs.Duration("timeout", client.DefaultTimeout, "give up on the API after this long")
 	action := v.setup(fs)
 
+	misuse := func(msg string) int {
+		fmt.Fprintf(s.Err, "dwara %s: %s\n", verb, msg)
+		usage(s.Err)
+		return 2
+	}
 	rest, err := parseInterspersed(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
+		usage(s.Out)
 		return 0
 	}
 	if err != nil {
-		return 2 // the flag package printed the error and the usage
+		return misuse(err.Error())
 	}
 	if *timeout <= 0 {
-		fmt.Fprintf(s.Err, "dwara %s: --timeout must be positive\n", verb)
-		return 2
+		return misuse("--timeout must be positive")
 	}
 	if *apiURL == "" {
 		*apiURL = s.Getenv("DWARA_API_URL")
 	}
-	if *actor == "" {
+	if *actor == "" && v.mutating {
 		*actor = s.Getenv("USER")
 	}
 	cc := &clientCall{verb: verb, io: s, json: *asJSON}
@@ -162,8 +226,7 @@ func Run(ctx context.Context, args []string, s IO) int {
 		Answer:     func(_ int, body []byte) { cc.answer = body },
 	})
 	if err != nil {
-		fmt.Fprintf(s.Err, "dwara %s: %v\n", verb, err)
-		return 2
+		return misuse(err.Error())
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -172,9 +235,7 @@ func Run(ctx context.Context, args []string, s IO) int {
 		return 0
 	}
 	if ue, ok := errors.AsType[usageError](err); ok {
-		fmt.Fprintf(s.Err, "dwara %s: %s\n", verb, ue.msg)
-		fs.Usage()
-		return 2
+		return misuse(ue.msg)
 	}
 	cc.report(err, *timeout)
 	return 1
@@ -293,7 +354,7 @@ func readSpec(in io.Reader, name string) (json.RawMessage, string, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, "", fmt.Errorf("read spec: %s is empty", specName(name))
 	}
-	env, err := config.ParseDocument(data)
+	env, err := parseDocument(data)
 	if ve, ok := errors.AsType[*config.ValidationError](err); ok {
 		return nil, "", &specError{file: specName(name), errs: ve.Errors}
 	}
@@ -305,6 +366,58 @@ func readSpec(in io.Reader, name string) (json.RawMessage, string, error) {
 		return nil, "", fmt.Errorf("encode spec %s: %w", specName(name), err)
 	}
 	return js, env.Message, nil
+}
+
+// parseDocument reads a spec file with the one decoder: a spec, or a whole
+// request body (config.ParseDocument). A request body whose JSON does not
+// parse (a trailing comma, say) is read as a spec, so the decoder lists its
+// "message" and "spec" as unknown fields of a spec before the syntax error
+// with its line and column: only the syntax error is kept then.
+func parseDocument(data []byte) (config.Envelope, error) {
+	env, err := config.ParseDocument(data)
+	ve, ok := errors.AsType[*config.ValidationError](err)
+	if !ok || !ve.Malformed || !brokenEnvelope(data) {
+		return env, err
+	}
+	kept := &config.ValidationError{Malformed: true}
+	for _, fe := range ve.Errors {
+		if (fe.Path == "message" || fe.Path == "spec") && strings.HasPrefix(fe.Message, "unknown field") {
+			continue
+		}
+		kept.Errors = append(kept.Errors, fe)
+	}
+	return env, kept
+}
+
+// brokenEnvelope reports whether data is a JSON object whose top-level
+// fields before its first syntax error are only "message" and "spec", with
+// "spec" among them.
+func brokenEnvelope(data []byte) bool {
+	data = bytes.TrimLeft(bytes.TrimPrefix(data, []byte("\uFEFF")), " \t\r\n")
+	if len(data) == 0 || data[0] != '{' {
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	_, _ = dec.Token() // "{"
+	spec := false
+	for {
+		tok, err := dec.Token()
+		key, isKey := tok.(string)
+		if err != nil || !isKey {
+			return spec // the end of the object, or a syntax error
+		}
+		switch key {
+		case "spec":
+			spec = true
+		case "message":
+		default:
+			return false
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return spec
+		}
+	}
 }
 
 // specName names the spec file in messages: "stdin" for "-".
@@ -401,15 +514,21 @@ func setupRollback(fs *flag.FlagSet) func(context.Context, *clientCall, []string
 	}
 }
 
+// maxHistoryLimit is the largest page the API lists (its ?limit= takes
+// 1..500).
+const maxHistoryLimit = 500
+
 func setupHistory(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
-	limit := fs.Int("limit", 0, "at most `N` generations (1..500; default 50)")
+	limit := fs.Int("limit", 0, "at most `N` generations, 1..500 (default: the API's, 50)")
 	cursor := fs.String("cursor", "", "start after this cursor `C` (the hint printed under the previous page)")
 	return func(ctx context.Context, cc *clientCall, args []string) error {
 		if len(args) > 0 {
 			return usagef("unexpected argument %q", args[0])
 		}
-		if *limit < 0 {
-			return usagef("--limit must be positive")
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "limit" })
+		if given && (*limit < 1 || *limit > maxHistoryLimit) {
+			return usagef("--limit must be from 1 to %d, not %d", maxHistoryLimit, *limit)
 		}
 		page, err := cc.c.List(ctx, *limit, *cursor)
 		if err != nil {
@@ -743,6 +862,17 @@ func clean(s string) string {
 	}, s)
 }
 
+// reshuffleRefused reports whether p refuses a weights change because it
+// changes the total weight (the API's "weights" field error).
+func reshuffleRefused(p *apiv1.Problem) bool {
+	for _, fe := range p.Errors {
+		if fe.Path == "weights" && strings.HasPrefix(fe.Message, "total weight would change") {
+			return true
+		}
+	}
+	return false
+}
+
 // report prints why a call failed: a problem answer with every field error,
 // or an unreachable API with what to do about it. With --json a problem
 // answer is also printed to stdout as the API wrote it.
@@ -787,6 +917,10 @@ func (cc *clientCall) report(err error, timeout time.Duration) {
 			}
 		case 412:
 			fmt.Fprintln(w, "hint: another change was published first; see it with \"dwara history\" and \"dwara diff\", then retry")
+		case 422:
+			if cc.verb == "weights" && reshuffleRefused(p) {
+				fmt.Fprintln(w, "hint: keep the total, or add --allow-reshuffle to change it (every session may then move to another target)")
+			}
 		}
 		return
 	}

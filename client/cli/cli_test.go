@@ -331,6 +331,32 @@ services:
 			}
 		})
 	}
+	// A trailing comma, in a spec or in a whole request body, is named by
+	// its line and column, and nothing else is reported.
+	comma := []struct {
+		name, content, want string
+	}{
+		{"trailing comma in a JSON spec", "{\n  \"upstreams\": [{\"name\": \"a\", \"endpoints\": [\"127.0.0.1:1\"]}],\n" +
+			"  \"services\": [{\"name\": \"s\", \"upstream\": \"a\"},]\n}\n",
+			"  services[1]: invalid JSON at line 3, column 47: invalid character ']' looking for beginning of value\n"},
+		{"trailing comma in a request body's spec", "{\n  \"message\": \"m\",\n  \"spec\": {\n" +
+			"    \"upstreams\": [{\"name\": \"a\", \"endpoints\": [\"127.0.0.1:1\"]},],\n" +
+			"    \"services\": [{\"name\": \"s\", \"upstream\": \"a\"}]\n  }\n}\n",
+			"  spec: invalid JSON at line 4, column 63: invalid character ']' looking for beginning of value\n"},
+		{"trailing comma after a request body's spec", "{\n  \"message\": \"m\",\n" +
+			"  \"spec\": {\"upstreams\": [{\"name\": \"a\", \"endpoints\": [\"127.0.0.1:1\"]}], \"services\": [{\"name\": \"s\", \"upstream\": \"a\"}]},\n}\n",
+			"  invalid JSON at line 4, column 1: invalid character '}' looking for beginning of object key string\n"},
+	}
+	for _, tt := range comma {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeSpec(t, "gen.json", tt.content)
+			r := a.run(t, "apply", "-f", path)
+			if want := "dwara apply: the spec in " + path + " is invalid; nothing was sent\n" + tt.want; r.code != 1 || r.stderr != want {
+				t.Errorf("want exit 1 and stderr\n%s\ngot %s", want, r)
+			}
+		})
+	}
 	t.Run("missing file", func(t *testing.T) {
 		t.Parallel()
 		r := a.run(t, "apply", "-f", filepath.Join(t.TempDir(), "nope.yaml"))
@@ -393,7 +419,8 @@ func TestEdits(t *testing.T) {
 		{name: "weights reshuffle allowed", args: []string{"weights", "api", "api-canary=20", "--allow-reshuffle", "-m", "more"},
 			out: "generation 2 created (weights) by alice: more\n", action: apiv1.ActionWeights, weights: []int{95, 20}},
 		{name: "weights reshuffle refused", args: []string{"weights", "api", "api-canary=20"}, code: 1,
-			errLike: "\n  weights: total weight would change from 100 to 115"},
+			errLike: "\n  weights: total weight would change from 100 to 115, which reshuffles every key between targets; keep the total at 100 or allow reshuffling\n" +
+				"hint: keep the total, or add --allow-reshuffle to change it (every session may then move to another target)\n"},
 		{name: "weights of an unknown target", args: []string{"weights", "api", "stable=90", "canary=10"}, code: 1,
 			errLike: `weights: "canary" is not a target of service "api"; its targets are "api-stable", "api-canary"`},
 		{name: "kill", args: []string{"kill", "api", "-m", "errors"},
@@ -469,7 +496,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"rollback"}, "give exactly one generation ID"},
 		{[]string{"rollback", "x"}, `ID must be a generation id (a positive integer), not "x"`},
 		{[]string{"history", "x"}, `unexpected argument "x"`},
-		{[]string{"history", "--limit", "-1"}, "--limit must be positive"},
+		{[]string{"history", "--limit", "-1"}, "--limit must be from 1 to 500, not -1"},
+		{[]string{"history", "--limit", "0"}, "--limit must be from 1 to 500, not 0"},
+		{[]string{"history", "--limit", "501"}, "--limit must be from 1 to 500, not 501"},
+		{[]string{"history", "--actor", "bob"}, "flag provided but not defined: -actor"},
+		{[]string{"diff", "--actor", "bob"}, "flag provided but not defined: -actor"},
+		{[]string{"canary", "--actor", "bob"}, "flag provided but not defined: -actor"},
+		{[]string{"flip", "api", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"diff", "1", "2"}, "at most one generation ID"},
 		{[]string{"diff", "--against", "0", "2"}, "--against must be a generation id"},
 		{[]string{"flip", "--bogus", "api"}, "flag provided but not defined: -bogus"},
@@ -484,15 +517,36 @@ func TestUsageErrors(t *testing.T) {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			t.Parallel()
 			r := runVerb(t, env, "", tt.args...)
-			if r.code != 2 || !strings.Contains(r.stderr, tt.want) || r.stdout != "" {
-				t.Errorf("want exit 2 and %q: %s", tt.want, r)
+			// One style: "dwara VERB: problem", then the verb's usage.
+			first, rest, _ := strings.Cut(r.stderr, "\n")
+			if r.code != 2 || !strings.HasPrefix(first, "dwara "+tt.args[0]+": ") || !strings.Contains(first, tt.want) ||
+				!strings.HasPrefix(rest, "usage: dwara "+tt.args[0]+" ") || r.stdout != "" {
+				t.Errorf("want exit 2, \"dwara %s: ...%s\" and the usage: %s", tt.args[0], tt.want, r)
 			}
 		})
 	}
-	t.Run("help", func(t *testing.T) {
+	for _, verb := range Verbs() {
+		t.Run(verb+" --help", func(t *testing.T) {
+			t.Parallel()
+			r := runVerb(t, env, "", verb, "--help")
+			if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "usage: dwara "+verb+" "+clientVerbs[verb].synopsis+" [flags]\n\n") ||
+				!strings.Contains(r.stdout, "\nFlags:\n") || !strings.Contains(r.stdout, "\n  --api URL\n") || !strings.Contains(r.stdout, "\n  --timeout duration\n        give up on the API after this long (default 30s)\n") {
+				t.Errorf("%s --help: %s", verb, r)
+			}
+			// Only the verbs that change something take --actor.
+			if has := strings.Contains(r.stdout, "\n  --actor NAME\n"); has != clientVerbs[verb].mutating {
+				t.Errorf("%s --help lists --actor: %v, want %v:\n%s", verb, has, clientVerbs[verb].mutating, r.stdout)
+			}
+			if !strings.Contains(Usage, "dwara "+verb+" ") {
+				t.Errorf("Usage does not list %s", verb)
+			}
+		})
+	}
+	t.Run("weights -h", func(t *testing.T) {
 		t.Parallel()
 		r := runVerb(t, env, "", "weights", "-h")
-		if r.code != 0 || !strings.Contains(r.stderr, "usage: dwara weights SERVICE UPSTREAM=WEIGHT...") || !strings.Contains(r.stderr, "-allow-reshuffle") {
+		if r.code != 0 || !strings.Contains(r.stdout, "usage: dwara weights SERVICE UPSTREAM=WEIGHT...") ||
+			!strings.Contains(r.stdout, "\n  --allow-reshuffle\n") || !strings.Contains(r.stdout, "\n  -m MESSAGE\n") {
 			t.Errorf("weights -h: %s", r)
 		}
 	})
@@ -559,6 +613,9 @@ func TestHistory(t *testing.T) {
 	}
 	if rows, _ := table(a.must(t, "history")); len(rows) != 5 {
 		t.Errorf("history without --limit shows %d rows, want 5", len(rows))
+	}
+	if rows, more := table(a.must(t, "history", "--limit", "500")); len(rows) != 5 || more != "" {
+		t.Errorf("history --limit 500 shows %d rows and more %q, want 5 and none", len(rows), more)
 	}
 
 	var page apiv1.GenerationList

@@ -22,8 +22,13 @@ import (
 	"github.com/dwara/dwara/gateway/config/spectest"
 )
 
-// binary is the dwara executable built once by TestMain.
+// binary is the dwara executable built once by TestMain, with testVersion
+// as its version.
 var binary string
+
+// testVersion is the version TestMain builds the binary with, as make's
+// -ldflags "-X main.version=..." does.
+const testVersion = "v0.0.0-test"
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -37,7 +42,7 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binary = filepath.Join(dir, "dwara")
-	build := exec.Command("go", "build", "-o", binary, ".")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", binary, ".")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build dwara:", err)
@@ -403,9 +408,13 @@ func TestGatewayFromFile(t *testing.T) {
 
 	step("SIGTERM stops it with exit code 0", func(t *testing.T) {
 		c.CloseIdleConnections()
+		mark := p.log.mark()
 		p.signal(t, syscall.SIGTERM)
 		if code := p.exitCode(t); code != 0 {
 			t.Errorf("exit code after SIGTERM = %d, want 0; stderr:\n%s", code, p.log)
+		}
+		if !regexp.MustCompile(`(?m)^time=\S+ level=INFO msg="dwara stopped"$`).MatchString(p.log.since(mark)) {
+			t.Errorf("no \"dwara stopped\" line after a graceful shutdown; stderr:\n%s", p.log.since(mark))
 		}
 	})
 }
@@ -436,11 +445,6 @@ services:
 			content: &unknown,
 			args:    func(file string) []string { return []string{"gateway", "--config", file} },
 			want:    `path=services[0].upstream error="unknown upstream \"bleu\"; did you mean \"blue\"?"`,
-		},
-		{
-			name: "no source",
-			args: func(string) []string { return []string{"gateway"} },
-			want: "gateway needs --config FILE or --database-url URL",
 		},
 	}
 	for _, tt := range tests {

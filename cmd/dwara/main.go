@@ -1,16 +1,21 @@
 // Command dwara is the Dwara traffic-splitting gateway.
 //
-//	dwara serve   [--listen ADDR] [--admin-listen ADDR] [--database-url URL] [--demo]
+//	dwara serve   [--listen ADDR] [--admin-listen ADDR] [--database-url URL] [--demo [--reset]]
 //	dwara gateway --config FILE        [--listen ADDR] [--metrics-listen ADDR]
 //	dwara gateway --database-url URL   [--listen ADDR] [--metrics-listen ADDR]
 //	dwara migrate [--database-url URL]
-//	dwara apply | flip | weights | kill | rollback | history | diff  (client verbs, package client/cli)
+//	dwara health  [--url URL]
+//	dwara version
+//	dwara apply | flip | weights | kill | rollback | history | diff | ...  (client verbs, package client/cli)
 //
-// The database URL defaults to $DWARA_DATABASE_URL; the admin token is read
+// Every command takes --help (its usage on stdout, exit 0); a usage mistake
+// prints "dwara COMMAND: problem" and the usage on stderr and exits 2. The
+// database URL defaults to $DWARA_DATABASE_URL; the admin token is read
 // from $DWARA_ADMIN_TOKEN. The client verbs call the API at $DWARA_API_URL.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -34,46 +39,191 @@ Usage:
   dwara serve   [flags]   REST API + embedded proxy, configuration in PostgreSQL
   dwara gateway [flags]   data plane only: from --config FILE, or a replica of --database-url
   dwara migrate [flags]   apply the database migrations and exit
+  dwara health  [flags]   GET a /healthz and exit 0 when it answers 200 (container health checks)
+  dwara version           print the version
 
 ` + cli.Usage + `
-Run "dwara COMMAND -h" for the flags of a command.
+Run "dwara COMMAND --help" (or "dwara help COMMAND") for the flags of a command.
 Environment: DWARA_DATABASE_URL (database), DWARA_ADMIN_TOKEN (API bearer token), DWARA_READ_TOKEN (read-only
 API token), DWARA_API_URL (API of the client verbs), DWARA_LOG_LEVEL (debug|info|warn|error), DWARA_LOG_FORMAT (text|json).
 `
 
-func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	log := newLogger(os.Stderr, os.Getenv("DWARA_LOG_FORMAT"))
-	slog.SetDefault(log)
+// command is one of the process commands (the client verbs are client/cli's).
+type command struct {
+	synopsis string
+	summary  string
+	// setup registers the command's flags on fs and returns what runs once
+	// they are parsed, with the positional arguments.
+	setup func(fs *flag.FlagSet) func(ctx context.Context, args []string) error
+}
 
-	var err error
-	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
-	case "serve":
-		err = serve(ctx, args, log)
-	case "gateway":
-		err = gateway(ctx, args, log)
-	case "migrate":
-		err = migrate(ctx, args)
-	case "-h", "--help", "help":
-		fmt.Fprint(os.Stdout, usage)
-	default:
-		if cli.IsVerb(cmd) {
-			code := cli.Run(ctx, os.Args[1:], cli.IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv})
-			stop()
-			os.Exit(code)
+var commands = map[string]command{
+	"serve": {"[flags]", "Serve the REST API, its docs and metrics on --admin-listen and the proxy on --listen, with the\n" +
+		"configuration in PostgreSQL (created and migrated at start).", setupServe},
+	"gateway": {"--config FILE | --database-url URL [flags]", "Serve the proxy alone: from a spec file (reloaded on change and on SIGHUP), or as a replica\n" +
+		"that follows the generations of a database.", setupGateway},
+	"migrate": {"[--database-url URL]", "Create the database if needed, apply the migrations and exit.", setupMigrate},
+	"health": {"[--url URL] [--timeout 5s]", "GET the /healthz of a running dwara and exit 0 when it answers 200, else 1 (for container\n" +
+		"health checks: the image has no shell or curl).", setupHealth},
+	"version": {"", "Print the version of this build.", setupVersion},
+}
+
+// usageError is a mistake on the command line: exit status 2, no log line.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Sprintf(format, args...)}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// run runs the command line args (without the program name) and returns
+// the exit status.
+func run(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	slog.SetDefault(newLogger(os.Stderr, os.Getenv("DWARA_LOG_FORMAT")))
+	name, rest := args[0], args[1:]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		if len(rest) == 0 {
+			fmt.Fprint(os.Stdout, usage)
+			return 0
 		}
-		fmt.Fprintf(os.Stderr, "dwara: unknown command %q\n\n%s", cmd, usage)
-		os.Exit(2)
+		if _, ok := commands[rest[0]]; ok || cli.IsVerb(rest[0]) {
+			return run(ctx, []string{rest[0], "--help"})
+		}
+		return unknown(rest[0])
+	case "-version", "--version":
+		name = "version"
 	}
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		log.Error("dwara stopped", "err", err)
-		os.Exit(1)
+	if cli.IsVerb(name) {
+		return cli.Run(ctx, args, cli.IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv})
 	}
+	c, ok := commands[name]
+	if !ok {
+		return unknown(name)
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors and usage are written below, in dwara's style
+	fs.Usage = func() {}
+	action := c.setup(fs)
+	writeUsage := func(w io.Writer) { cli.WriteUsage(w, name, c.synopsis, c.summary, fs) }
+	misuse := func(msg string) int {
+		fmt.Fprintf(os.Stderr, "dwara %s: %s\n", name, msg)
+		writeUsage(os.Stderr)
+		return 2
+	}
+	err := fs.Parse(rest)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		writeUsage(os.Stdout)
+		return 0
+	case err != nil:
+		return misuse(err.Error())
+	}
+	err = action(ctx, fs.Args())
+	if ue, ok := errors.AsType[usageError](err); ok {
+		return misuse(ue.msg)
+	}
+	var exit exitError
+	if errors.As(err, &exit) {
+		return int(exit)
+	}
+	// serve and gateway log how they stopped; the default logger is the
+	// one of their --log-format by then.
+	if err != nil {
+		slog.Error("dwara stopped", "err", err)
+		return 1
+	}
+	if name == "serve" || name == "gateway" {
+		slog.Info("dwara stopped")
+	}
+	return 0
+}
+
+// exitError ends a command with its status after it said why itself (a
+// health check that failed).
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// unknown reports an unknown command, with the closest one when it is a
+// likely typo, and returns the exit status of a usage mistake.
+func unknown(name string) int {
+	msg := fmt.Sprintf("dwara: unknown command %q", name)
+	if s := suggest(name); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	fmt.Fprintln(os.Stderr, msg)
+	fmt.Fprintln(os.Stderr, `Run "dwara help" for the list of commands.`)
+	return 2
+}
+
+// suggest returns the command or client verb closest to name when it is
+// close enough to be a typo (at most 2 edits, and fewer than half the
+// letters), else "".
+func suggest(name string) string {
+	best, bestDist := "", 3
+	names := cli.Verbs()
+	for n := range commands {
+		names = append(names, n)
+	}
+	for _, n := range names {
+		d := editDistance(strings.ToLower(strings.TrimLeft(name, "-")), n)
+		if d < bestDist || d == bestDist && best != "" && n < best {
+			best, bestDist = n, d
+		}
+	}
+	if best == "" || bestDist*2 >= len(best) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance between a and b
+// (bytes): insertions, deletions, substitutions and transpositions of two
+// neighbours ("flpi" is 1 from "flip").
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// noArgs is the usage error of a command given positional arguments it
+// does not take, or nil.
+func noArgs(args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	return nil
 }
 
 // newLogger returns the process's logger: JSON lines when format is
@@ -87,9 +237,11 @@ func newLogger(w io.Writer, format string) *slog.Logger {
 }
 
 // processFlags registers the flags every serving command has on fs, into
-// p. Call finish after fs.Parse.
+// p. Call finish after fs.Parse; its errors are usage mistakes.
 func processFlags(fs *flag.FlagSet, p *node.Process) (finish func() (func(), error)) {
 	l := &p.Limits
+	fs.StringVar(&p.ListenDatabaseURL, "listen-database-url", os.Getenv("DWARA_LISTEN_DATABASE_URL"),
+		"a direct (session) PostgreSQL `URL` for the LISTEN connection and the canary runner's lock, when --database-url goes through a pooler in transaction mode (default $DWARA_LISTEN_DATABASE_URL, else --database-url)")
 	fs.IntVar(&l.MaxConns, "max-conns", node.DefaultMaxConns, "most open client connections of the proxy listener (-1: no cap); more wait in the kernel's queue")
 	fs.IntVar(&l.AdminMaxConns, "admin-max-conns", node.DefaultAdminMaxConns, "most open connections of the admin and metrics listeners each (-1: no cap)")
 	fs.DurationVar(&l.ReadHeaderTimeout, "read-header-timeout", node.DefaultReadHeaderTimeout, "longest wait for a request's head, every listener")
@@ -97,15 +249,18 @@ func processFlags(fs *flag.FlagSet, p *node.Process) (finish func() (func(), err
 	fs.DurationVar(&l.ClientStallTimeout, "stall-timeout", 60*time.Second, "end a proxied request whose client sends or takes nothing for this long (streams that keep moving are never cut)")
 	fs.DurationVar(&l.AdminReadTimeout, "admin-read-timeout", node.DefaultAdminReadTimeout, "longest read of a whole admin or metrics request, body included")
 	fs.DurationVar(&l.ShutdownTimeout, "shutdown-timeout", node.DefaultShutdownTimeout, "on SIGTERM, how long in-flight requests may finish before connections are closed")
-	logFormat := fs.String("log-format", envOr("DWARA_LOG_FORMAT", "text"), "log lines as text or json (default $DWARA_LOG_FORMAT, else text)")
+	logFormat := fs.String("log-format", "", "log lines as `text or json` (default $DWARA_LOG_FORMAT, else text)")
 	access := fs.Bool("access-log", false, "log one line per proxied request (request id, status, duration, service, upstream, endpoint)")
-	cert := fs.String("tls-cert", "", "serve the proxy (and serve's admin listener) over TLS 1.2+ with this PEM certificate; reloaded on SIGHUP and on change")
-	key := fs.String("tls-key", "", "the PEM key of --tls-cert")
+	cert := fs.String("tls-cert", "", "serve the proxy (and serve's admin listener) over TLS 1.2+ with this PEM certificate `FILE`; reloaded on SIGHUP and on change")
+	key := fs.String("tls-key", "", "the PEM key `FILE` of --tls-cert")
 	return func() (func(), error) {
+		if *logFormat == "" {
+			*logFormat = envOr("DWARA_LOG_FORMAT", "text")
+		}
 		switch *logFormat {
 		case "text", "json":
 		default:
-			return nil, fmt.Errorf("--log-format %q: want text or json", *logFormat)
+			return nil, usagef("--log-format %q: want text or json", *logFormat)
 		}
 		p.Logger = newLogger(os.Stderr, *logFormat)
 		slog.SetDefault(p.Logger)
@@ -113,7 +268,7 @@ func processFlags(fs *flag.FlagSet, p *node.Process) (finish func() (func(), err
 			p.AccessLog = p.Logger.With("log", "access")
 		}
 		if (*cert == "") != (*key == "") {
-			return nil, errors.New("--tls-cert and --tls-key go together")
+			return nil, usagef("--tls-cert and --tls-key go together")
 		}
 		if *cert == "" {
 			return func() {}, nil
@@ -158,67 +313,99 @@ func logLevel() slog.Level {
 	return l
 }
 
-func serve(ctx context.Context, args []string, log *slog.Logger) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	c := node.ServeConfig{Process: node.Process{Logger: log}}
+func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
+	c := node.ServeConfig{Process: node.Process{Version: buildVersion()}}
 	finish := processFlags(fs, &c.Process)
-	tokenFile := fs.String("admin-token-file", "", "read the admin token from this file instead of $DWARA_ADMIN_TOKEN (keeps it out of the environment)")
-	readTokenFile := fs.String("read-token-file", "", "read the read-only token from this file instead of $DWARA_READ_TOKEN")
-	fs.Var(&c.AdminHosts, "admin-host", "a host name (or host:port) the API answers to besides loopback addresses; repeat for more")
+	tokenFile := fs.String("admin-token-file", "", "read the admin token from this `FILE` instead of $DWARA_ADMIN_TOKEN (keeps it out of the environment)")
+	readTokenFile := fs.String("read-token-file", "", "read the read-only token from this `FILE` instead of $DWARA_READ_TOKEN")
+	fs.Var(&c.AdminHosts, "admin-host", "a host `NAME` (or NAME:PORT) the API answers to besides loopback addresses; repeat for more")
 	fs.DurationVar(&c.DatabaseTimeout, "database-timeout", 5*time.Second, "bound on the database work of each API call; past it the call answers 503 with Retry-After")
-	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen address")
-	fs.StringVar(&c.AdminListen, "admin-listen", node.DefaultAdminListen, "API, docs and metrics listen address (loopback only unless DWARA_ADMIN_TOKEN is set)")
-	fs.StringVar(&c.DatabaseURL, "database-url", os.Getenv("DWARA_DATABASE_URL"), "PostgreSQL URL (default $DWARA_DATABASE_URL)")
-	fs.BoolVar(&c.Demo, "demo", false, "start two demo upstream pools and seed an example 90/10 split into an empty database")
-	if err := fs.Parse(args); err != nil {
-		return err
+	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen `ADDR`")
+	fs.StringVar(&c.AdminListen, "admin-listen", node.DefaultAdminListen, "API, docs and metrics listen `ADDR` (loopback only unless DWARA_ADMIN_TOKEN is set)")
+	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL `URL` (default $DWARA_DATABASE_URL)")
+	fs.BoolVar(&c.Demo, "demo", false, "start the demo upstream pools (ports 9001, 9002, 9101) and seed the demo spec into an empty database")
+	reset := fs.Bool("reset", false, "with --demo: publish the demo spec as a new generation whatever is active (the history is kept)")
+	return func(ctx context.Context, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		c.DatabaseURL = cmp.Or(c.DatabaseURL, os.Getenv("DWARA_DATABASE_URL"))
+		if c.DatabaseURL == "" {
+			return usagef("no database: give --database-url URL or set DWARA_DATABASE_URL")
+		}
+		if *reset && !c.Demo {
+			return usagef("--reset goes with --demo")
+		}
+		stop, err := finish()
+		if err != nil {
+			return err
+		}
+		defer stop()
+		if c.AdminToken, err = readToken(*tokenFile, "DWARA_ADMIN_TOKEN"); err != nil {
+			return err
+		}
+		if c.ReadToken, err = readToken(*readTokenFile, "DWARA_READ_TOKEN"); err != nil {
+			return err
+		}
+		if *reset {
+			g, err := node.ResetDemo(ctx, c.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			if g.Unchanged {
+				c.Logger.Info("demo reset: the active generation already has the demo spec", "generation", g.ID)
+			} else {
+				c.Logger.Info("demo reset: the demo spec is published again", "generation", g.ID)
+			}
+		}
+		c.Started = func(a node.Addrs) {
+			b := bannerInfo{Addrs: a, TLS: c.TLS != nil, Demo: c.Demo, CLI: cliCommand(os.Args[0], a.Admin, c.TLS != nil),
+				Token: c.AdminToken != ""}
+			b.Active, b.Err = loadActive(ctx, c.DatabaseURL)
+			banner(os.Stderr, b)
+		}
+		return node.Serve(ctx, c)
 	}
-	stop, err := finish()
-	if err != nil {
-		return err
-	}
-	defer stop()
-	if c.AdminToken, err = readToken(*tokenFile, "DWARA_ADMIN_TOKEN"); err != nil {
-		return err
-	}
-	if c.ReadToken, err = readToken(*readTokenFile, "DWARA_READ_TOKEN"); err != nil {
-		return err
-	}
-	c.Started = func(a node.Addrs) { banner(os.Stderr, a, c.Demo) }
-	return node.Serve(ctx, c)
 }
 
-func gateway(ctx context.Context, args []string, log *slog.Logger) error {
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	c := node.GatewayConfig{Process: node.Process{Logger: log}}
+func setupGateway(fs *flag.FlagSet) func(context.Context, []string) error {
+	c := node.GatewayConfig{Process: node.Process{Version: buildVersion()}}
 	finish := processFlags(fs, &c.Process)
-	fs.StringVar(&c.ConfigFile, "config", "", "serve from this YAML/JSON spec file (reloaded on change and on SIGHUP)")
-	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen address")
-	fs.StringVar(&c.MetricsListen, "metrics-listen", node.DefaultMetricsListen, "/metrics, /healthz and /readyz listen address")
-	fs.StringVar(&c.Front, "front", node.FrontNetHTTP, "HTTP server of the proxy listener: net/http, or fasthttp (experimental: HTTP/1.1 only, upgrades answered 501)")
+	fs.StringVar(&c.ConfigFile, "config", "", "serve from this YAML/JSON spec `FILE` (reloaded on change and on SIGHUP)")
+	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen `ADDR`")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", node.DefaultMetricsListen, "/metrics, /healthz and /readyz listen `ADDR`")
+	fs.StringVar(&c.Front, "front", node.FrontNetHTTP, "HTTP server of the proxy listener: `net/http or fasthttp` (experimental: HTTP/1.1 only, no TLS)")
 	fs.BoolVar(&c.Profile, "pprof", false, "also serve Go runtime profiles under /debug/pprof/ on the metrics listener (keep it private)")
-	fs.StringVar(&c.DatabaseURL, "database-url", os.Getenv("DWARA_DATABASE_URL"), "follow the generations of this PostgreSQL database (default $DWARA_DATABASE_URL; ignored with --config)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	stop, err := finish()
-	if err != nil {
-		return err
-	}
-	defer stop()
-	log = c.Logger
-	if c.ConfigFile == "" && c.DatabaseURL == "" {
-		return errors.New("gateway needs --config FILE or --database-url URL")
-	}
-	if c.ConfigFile != "" {
-		reload, stop := notifyReload(syscall.SIGHUP)
+	fs.StringVar(&c.DatabaseURL, "database-url", "", "follow the generations of this PostgreSQL `URL` (default $DWARA_DATABASE_URL; ignored with --config)")
+	return func(ctx context.Context, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		c.DatabaseURL = cmp.Or(c.DatabaseURL, os.Getenv("DWARA_DATABASE_URL"))
+		if c.ConfigFile == "" && c.DatabaseURL == "" {
+			return usagef("give --config FILE or --database-url URL (or set DWARA_DATABASE_URL)")
+		}
+		switch c.Front {
+		case node.FrontNetHTTP, node.FrontFastHTTP:
+		default:
+			return usagef("--front %q: want %s or %s", c.Front, node.FrontNetHTTP, node.FrontFastHTTP)
+		}
+		stop, err := finish()
+		if err != nil {
+			return err
+		}
 		defer stop()
-		c.Reload = reload
+		log := c.Logger
+		if c.ConfigFile != "" {
+			reload, stop := notifyReload(syscall.SIGHUP)
+			defer stop()
+			c.Reload = reload
+		}
+		c.Started = func(a node.Addrs) {
+			log.Info("gateway listening", "proxy", a.Proxy, "metrics", "http://"+a.Metrics+"/metrics")
+		}
+		return node.Gateway(ctx, c)
 	}
-	c.Started = func(a node.Addrs) {
-		log.Info("gateway listening", "proxy", a.Proxy, "metrics", "http://"+a.Metrics+"/metrics")
-	}
-	return node.Gateway(ctx, c)
 }
 
 // notifyReload turns every arrival of one of sigs into a receive on reload,
@@ -250,44 +437,33 @@ func notifyReload(sigs ...os.Signal) (reload <-chan struct{}, stop func()) {
 	}
 }
 
-func migrate(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	url := fs.String("database-url", os.Getenv("DWARA_DATABASE_URL"), "PostgreSQL URL (default $DWARA_DATABASE_URL)")
-	if err := fs.Parse(args); err != nil {
-		return err
+func setupMigrate(fs *flag.FlagSet) func(context.Context, []string) error {
+	url := fs.String("database-url", "", "PostgreSQL `URL` (default $DWARA_DATABASE_URL)")
+	return func(ctx context.Context, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		*url = cmp.Or(*url, os.Getenv("DWARA_DATABASE_URL"))
+		if *url == "" {
+			return usagef("no database: give --database-url URL or set DWARA_DATABASE_URL")
+		}
+		if err := db.EnsureDatabase(ctx, *url); err != nil {
+			return err
+		}
+		if err := db.Migrate(ctx, *url); err != nil {
+			return err
+		}
+		fmt.Println("migrations applied")
+		return nil
 	}
-	if *url == "" {
-		return errors.New("migrate needs --database-url or DWARA_DATABASE_URL")
-	}
-	if err := db.EnsureDatabase(ctx, *url); err != nil {
-		return err
-	}
-	if err := db.Migrate(ctx, *url); err != nil {
-		return err
-	}
-	fmt.Println("migrations applied")
-	return nil
 }
 
-// banner tells a newcomer where everything is.
-func banner(w io.Writer, a node.Addrs, demo bool) {
-	fmt.Fprintf(w, `
-  dwara is running
-    proxy      http://%[1]s/
-    API        http://%[2]s/api/v1/generations
-    API docs   http://%[2]s/docs
-    metrics    http://%[2]s/metrics
-`, a.Proxy, a.Admin)
-	if demo {
-		fmt.Fprintf(w, `
-  demo: web-stable (127.0.0.1:9001, :9002) and web-canary (127.0.0.1:9101) split 90/10
-    try   curl -si http://%[1]s/            (a new sticky session each time)
-          curl -s -X POST -H 'Content-Type: application/json' http://%[2]s/api/v1/services/web/flip
-  canary: /shop splits the same pools 90/10 under the canary controller
-    try   curl -s -X POST 'http://127.0.0.1:9101/fail?rate=0.2'   (the canary fails 20%%)
-          for i in $(seq 600); do curl -so /dev/null http://%[1]s/shop/; sleep 0.05; done
-          dwara canary shop                            (rolled back within a minute)
-`, a.Proxy, a.Admin)
+func setupVersion(*flag.FlagSet) func(context.Context, []string) error {
+	return func(_ context.Context, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		fmt.Println(versionLine())
+		return nil
 	}
-	fmt.Fprintln(w)
 }

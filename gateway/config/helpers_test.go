@@ -86,7 +86,7 @@ func validSpec() *Spec {
 	}
 }
 
-// exampleSpec is the DESIGN.md example as Parse must return it.
+// exampleSpec is the README's spec example as Parse must return it.
 func exampleSpec() *Spec {
 	s := validSpec()
 	s.Services = s.Services[:1]

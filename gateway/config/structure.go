@@ -173,6 +173,13 @@ func (c *checker) syntax(path string, err error) {
 	switch {
 	case errors.As(err, &se):
 		off = se.Offset
+		// The offset of a Decoder's SyntaxError is not the input's when
+		// it decodes a value mid-stream (the envelope's spec); the
+		// input's first syntax error is this one, at its true offset.
+		var whole *json.SyntaxError
+		if errors.As(json.Unmarshal(c.data, new(any)), &whole) {
+			off = whole.Offset - 1 // Unmarshal's counts the bad byte
+		}
 		msg = strings.TrimPrefix(se.Error(), "json: ")
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		off = int64(len(c.data))

@@ -511,7 +511,7 @@ func TestConformanceHopByHop(t *testing.T) {
 }
 
 // TestConformanceForwardedHeaders checks the headers the gateway sets after
-// removing the hop-by-hop ones (DESIGN.md section 3): whatever the client
+// removing the hop-by-hop ones (the README, How a request is routed): whatever the client
 // sent under the same names, or listed in Connection, the upstream gets the
 // gateway's values.
 func TestConformanceForwardedHeaders(t *testing.T) {

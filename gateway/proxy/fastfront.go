@@ -137,22 +137,26 @@ func NewFastServer(p *Proxy, idle time.Duration) *fasthttp.Server {
 // bookkeeping; see NewFastServer for the server it expects.
 func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
+	h := &ctx.Request.Header
+	rid := fastRequestID(h)
 	t := p.table.Load()
 	if t == nil {
+		ctx.Response.Header.Set("X-Request-Id", rid)
 		fastProblem(ctx, http.StatusServiceUnavailable, "No generation loaded", "the gateway has not applied a configuration generation yet")
 		return
 	}
-	h := &ctx.Request.Header
 	if why := fastBadHead(h.RawHeaders(), h.ContentLength()); why != "" {
 		// Framing this front will not guess at: refuse it and end the
 		// connection, since what follows on it cannot be trusted.
 		ctx.SetConnectionClose()
+		ctx.Response.Header.Set("X-Request-Id", rid)
 		fastProblem(ctx, http.StatusBadRequest, "Bad request framing", why)
 		return
 	}
 	if proto := b2s(h.Protocol()); proto != "HTTP/1.1" && proto != "HTTP/1.0" {
 		// fasthttp serves any other version as HTTP/1.0; net/http refuses.
 		ctx.SetConnectionClose()
+		ctx.Response.Header.Set("X-Request-Id", rid)
 		fastProblem(ctx, http.StatusHTTPVersionNotSupported, "HTTP version not supported", "this front speaks HTTP/1.0 and HTTP/1.1")
 		return
 	}
@@ -170,12 +174,12 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		cookieLines[0] = b2s(c)
 		cookies = cookieLines[:]
 	}
-	rid := fastRequestID(h)
 	path, ok := fastRoutePath(fastTarget(h))
 	if !ok && !h.IsConnect() { // CONNECT's authority-form: route refuses the method
 		// As net/http refuses a target that url.ParseRequestURI does not
 		// take, before any handler.
 		ctx.SetConnectionClose()
+		ctx.Response.Header.Set("X-Request-Id", rid)
 		fastProblem(ctx, http.StatusBadRequest, "Bad request target", "the request target is not a path, or has a bad percent-escape")
 		return
 	}
@@ -190,6 +194,7 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		headers:   (*fastFields)(h),
 	})
 	if rt.status != 0 {
+		ctx.Response.Header.Set("X-Request-Id", rid)
 		if rt.status == http.StatusMethodNotAllowed {
 			ctx.Response.Header.Set("Allow", allowedMethods[0])
 		}

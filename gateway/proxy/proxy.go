@@ -13,7 +13,7 @@
 // mints the handle first and sets it on the response), picks the target with
 // the split, lets the target upstream's balancer pick an endpoint, and
 // forwards the request with the X-Request-Id, X-Forwarded-* and X-Dwara-*
-// headers of DESIGN.md section 3.
+// headers of the README's "How a request is routed".
 //
 // Failover to the next target with an endpoint up runs when every endpoint
 // of the picked target is marked down in its balance.State, which the active
@@ -311,6 +311,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	t := p.table.Load()
 	if t == nil {
+		w.Header().Set("X-Request-Id", requestID(r))
 		writeProblem(w, http.StatusServiceUnavailable, "No generation loaded", "the gateway has not applied a configuration generation yet")
 		return
 	}
@@ -333,6 +334,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if rt.status != 0 {
+		w.Header()["X-Request-Id"] = r.Header["X-Request-Id"]
 		if rt.status == http.StatusMethodNotAllowed {
 			w.Header()["Allow"] = allowedMethods
 		}

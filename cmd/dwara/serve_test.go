@@ -1,0 +1,109 @@
+package main
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/dwara/dwara/db/dbtest"
+)
+
+// demoPortsFree reports whether the demo pools' fixed ports can be bound.
+func demoPortsFree() bool {
+	for _, a := range []string{"127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9101"} {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return false
+		}
+		ln.Close()
+	}
+	return true
+}
+
+var (
+	bannerAdminRe = regexp.MustCompile(`^    API        http://(\S+)/api/v1/generations$`)
+	bannerTryRe   = regexp.MustCompile(`^  try:$`)
+	bannerDoneRe  = regexp.MustCompile(`--demo --reset \(make demo-reset\)`)
+	stoppedRe     = regexp.MustCompile(`level=INFO msg="dwara stopped"$`)
+)
+
+// TestServeDemo runs `dwara serve --demo` three times on one database, as
+// `make run` would: the first seeds the demo and its banner suggests the
+// demo's commands; after a spec without the demo's services is published,
+// the second banner says so and suggests --reset instead; `serve --demo
+// --reset` publishes the demo spec again on top of the history. Each stops
+// on SIGTERM with exit 0 and an INFO "dwara stopped" line.
+func TestServeDemo(t *testing.T) {
+	if !demoPortsFree() {
+		t.Skip("the demo pools' ports 9001, 9002 and 9101 are taken (is make run running?)")
+	}
+	url := dbtest.New(t)
+	serve := func(t *testing.T, wait *regexp.Regexp, extra ...string) (log string, admin string) {
+		t.Helper()
+		args := append([]string{"serve", "--demo", "--database-url", url, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, extra...)
+		p := startProc(t, args...)
+		_, m := p.log.waitFor(t, 0, bannerAdminRe)
+		p.log.waitFor(t, 0, wait)
+		p.signal(t, syscall.SIGTERM)
+		if code := p.exitCode(t); code != 0 {
+			t.Fatalf("exit code after SIGTERM = %d; stderr:\n%s", code, p.log)
+		}
+		if !stoppedRe.MatchString(p.log.String()) {
+			t.Errorf("no INFO \"dwara stopped\" line; stderr:\n%s", p.log)
+		}
+		return p.log.String(), m[1]
+	}
+	contains := func(t *testing.T, log string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(log, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, log)
+			}
+		}
+	}
+
+	log, admin := serve(t, bannerTryRe)
+	contains(t, log, "  generation 1 is active (create by demo):\n",
+		"\n    web   /      web-stable 90 / web-canary 10, sticky\n",
+		"\n    "+binary+" flip web --api http://"+admin+"\n")
+
+	// What the walkthrough once did: a spec of its own, without web.
+	file := filepath.Join(t.TempDir(), "spec.yaml")
+	if err := os.WriteFile(file, []byte(strings.NewReplacer("9001", "9301", "9101", "9302").Replace(binarySpec)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startProc(t, "serve", "--database-url", url, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	_, m := p.log.waitFor(t, 0, bannerAdminRe)
+	apply := exec.CommandContext(t.Context(), binary, "apply", "-f", file, "--api", "http://"+m[1])
+	if out, err := apply.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "generation 2 created") {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.exitCode(t); code != 0 {
+		t.Fatalf("exit code = %d; stderr:\n%s", code, p.log)
+	}
+
+	log, _ = serve(t, bannerDoneRe)
+	contains(t, log, "generation 2 is active (create by ", "\n    api  /  api-stable 95 / api-canary 5\n",
+		"no service of generation 2 routes to them")
+	if strings.Contains(log, "flip web") || strings.Contains(log, "curl -si") {
+		t.Errorf("the banner suggests commands that do not work on generation 2:\n%s", log)
+	}
+
+	log, _ = serve(t, bannerTryRe, "--reset")
+	contains(t, log, `msg="demo reset: the demo spec is published again" generation=3`,
+		"  generation 3 is active (create by demo):\n", "\n    web   /      web-stable 90 / web-canary 10, sticky\n")
+	// The history is kept: 1 (seed), 2 (apply), 3 (reset).
+	code, out, errOut := runBinary(t, []string{"DWARA_DATABASE_URL=" + url}, "serve", "--demo", "--reset", "--database-url", url,
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "extra")
+	if code != 2 || out != "" || !strings.HasPrefix(errOut, `dwara serve: unexpected argument "extra"`) {
+		t.Errorf("serve with an argument: exit %d, stderr %q", code, errOut)
+	}
+	log, _ = serve(t, bannerTryRe, "--reset")
+	contains(t, log, `msg="demo reset: the active generation already has the demo spec" generation=3`, "  generation 3 is active (create by demo):\n")
+}
