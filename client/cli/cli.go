@@ -51,6 +51,7 @@ const Usage = `Client verbs (they call the REST API of a running "dwara serve"):
   dwara adopt SERVICE [-m MESSAGE]                                 publish the canary weights in force as configured
   dwara pause SERVICE [-m MESSAGE]                                 hold the canary controller off a group
   dwara resume SERVICE [-m MESSAGE]                                let the canary controller act on it again
+  dwara probe SERVICE [--branch NAME] [--count N] [--proxy URL]    forced requests to each branch, through a gateway
   Flags of every client verb: --api URL (default $DWARA_API_URL, else ` + client.DefaultURL + `),
   --json (print the API's JSON answer), --timeout 30s; of the verbs that change something (all but
   history, diff and canary): --actor NAME (default $USER). The bearer token is read from DWARA_ADMIN_TOKEN.
@@ -90,6 +91,8 @@ var clientVerbs = map[string]clientVerb{
 		"Hold the canary controller off SERVICE's group until it is resumed.", true, setupHold(true)},
 	"resume": {"SERVICE [-m MESSAGE]",
 		"Let the canary controller act on SERVICE's group again.", true, setupHold(false)},
+	"probe": {"SERVICE [--branch NAME] [--count N] [--proxy URL] [--path P]",
+		"Send forced requests to each branch of SERVICE (its override header) through a gateway; print statuses and latencies.", false, setupProbe},
 }
 
 // Verbs returns the names of the client verbs, sorted.
