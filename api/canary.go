@@ -99,6 +99,25 @@ func (s *Server) listCanaryEvents(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, http.StatusOK, page)
 }
 
+// serviceMessage reads what a call on service {name} with an optional
+// {"message"} body asks, noting both for the audit: the service name, and
+// the body with its message checked.
+func serviceMessage(r *http.Request) (string, apiv1.MessageRequest, error) {
+	var req apiv1.MessageRequest
+	name, err := serviceName(r)
+	if err != nil {
+		return "", req, err
+	}
+	note(r, "service", name)
+	if err := readJSON(r, &req, true); err != nil {
+		return "", req, err
+	}
+	if req.Message != "" {
+		note(r, "message", req.Message)
+	}
+	return name, req, checkMessage(req.Message)
+}
+
 // adoptCanary answers POST /api/v1/services/{name}/canary/adopt: the
 // canary weights the controller set in the active generation become the
 // configured weights of a new generation (action adopt). It publishes
@@ -108,21 +127,8 @@ func (s *Server) listCanaryEvents(w http.ResponseWriter, r *http.Request) {
 // the generation with If-Match, which then fails with 412.
 func (s *Server) adoptCanary(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	name, err := serviceName(r)
+	name, req, err := serviceMessage(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	note(r, "service", name)
-	var req apiv1.MessageRequest
-	if err := readJSON(r, &req, true); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if req.Message != "" {
-		note(r, "message", req.Message)
-	}
-	if err := checkMessage(req.Message); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -235,21 +241,8 @@ func (s *Server) resumeCanary(w http.ResponseWriter, r *http.Request) {
 // starts the call over once; a second one is a 409.
 func (s *Server) holdCanary(w http.ResponseWriter, r *http.Request, pause bool) {
 	ctx := r.Context()
-	name, err := serviceName(r)
+	name, req, err := serviceMessage(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	note(r, "service", name)
-	var req apiv1.MessageRequest
-	if err := readJSON(r, &req, true); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if req.Message != "" {
-		note(r, "message", req.Message)
-	}
-	if err := checkMessage(req.Message); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

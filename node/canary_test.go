@@ -60,6 +60,17 @@ func canaryProcs(t *testing.T, url string, leading func(string, bool)) (serve, r
 	return serve, replica
 }
 
+// openTestStore opens a store on the database at url until the test ends.
+func openTestStore(t *testing.T, url string) *db.Store {
+	t.Helper()
+	store, err := db.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	return store
+}
+
 // ids returns request ids from a fixed seed, so the split of the requests
 // a test sends is the same on every run.
 func ids(seed uint64) func() string {
@@ -178,11 +189,7 @@ func shares(t *testing.T, n int, next func() string, procs ...*proc) map[string]
 func TestCanaryRolledBackAcrossTheFleet(t *testing.T) {
 	t.Parallel()
 	url := dbtest.New(t)
-	store, err := db.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := openTestStore(t, url)
 	a, b := pools(t)
 	b.SetFailRate(0.2)
 	serve, replica := canaryProcs(t, url, nil)
@@ -257,11 +264,7 @@ func TestCanaryRolledBackAcrossTheFleet(t *testing.T) {
 func TestCanaryPromotedStepByStep(t *testing.T) {
 	t.Parallel()
 	url := dbtest.New(t)
-	store, err := db.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := openTestStore(t, url)
 	a, b := pools(t)
 	serve, replica := canaryProcs(t, url, nil)
 	const cooldown = 1
@@ -303,11 +306,7 @@ func TestCanaryPromotedStepByStep(t *testing.T) {
 func TestCanaryRunnerHandover(t *testing.T) {
 	t.Parallel()
 	url := dbtest.New(t)
-	store, err := db.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
+	store := openTestStore(t, url)
 	a, b := pools(t)
 	var mu sync.Mutex
 	leaders := map[string]bool{}
