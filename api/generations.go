@@ -64,12 +64,65 @@ func (s *Server) createGeneration(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.publish(w, r, env.Spec, db.PublishParams{
+	p := db.PublishParams{
 		Action:  apiv1.ActionCreate,
 		Author:  actorFrom(ctx),
 		Message: env.Message,
 		IfMatch: want,
+	}
+	if hasStable(env.Spec) {
+		s.publishAllocated(w, r, env.Spec, p)
+		return
+	}
+	s.publish(w, r, env.Spec, p)
+}
+
+// hasStable reports whether spec has a split with allocation stable.
+func hasStable(spec *config.Spec) bool {
+	for i := range spec.Services {
+		if spec.Services[i].Split.Stable() {
+			return true
+		}
+	}
+	return false
+}
+
+// publishAllocated is publish for a spec with stable splits: under the
+// publish lock (db.Store.Edit), it computes every stable split's slot table
+// from the active generation's (config.Allocate), so the table is always
+// derived from the new generation's actual parent, then stores the result
+// as publish does (p.IfMatch checked, an unchanged spec not stored again).
+func (s *Server) publishAllocated(w http.ResponseWriter, r *http.Request, spec *config.Spec, p db.PublishParams) {
+	if body, err := json.Marshal(spec); err != nil {
+		s.internalError(w, r, fmt.Errorf("encode spec: %w", err))
+		return
+	} else if err := checkSpecText(body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var next *config.Spec
+	g, err := s.store.Edit(r.Context(), func(cur apiv1.Generation) (db.PublishParams, error) {
+		var parent *config.Spec
+		if cur.ID > 0 {
+			var err error
+			if parent, err = decodeSpec(cur); err != nil {
+				return db.PublishParams{}, err
+			}
+		}
+		next = spec.Clone()
+		config.Allocate(parent, next)
+		body, err := json.Marshal(next)
+		if err != nil {
+			return db.PublishParams{}, fmt.Errorf("encode spec: %w", err)
+		}
+		p.Spec = body
+		return p, nil
 	})
+	if err != nil {
+		s.publishError(w, r, err, p.IfMatch)
+		return
+	}
+	s.created(w, r, g, next)
 }
 
 // readEnvelope reads the body of a publish, JSON or YAML by its
@@ -171,6 +224,10 @@ func (s *Server) dryRun(w http.ResponseWriter, r *http.Request, spec *config.Spe
 		}
 		from = &cur.ID
 	}
+	// The impact of the tables the publish would compute (config.Allocate
+	// from the active generation's).
+	spec = spec.Clone()
+	config.Allocate(old, spec)
 	s.writeJSON(w, r, http.StatusOK, apiv1.DryRunResult{Valid: true, Impact: diffSpecs(from, nil, old, spec)})
 }
 
@@ -304,7 +361,9 @@ func (s *Server) generation(r *http.Request, id int64) (apiv1.Generation, error)
 }
 
 // rollback answers POST /api/v1/generations/{id}/rollback: a new generation
-// whose spec is exactly the spec of {id}.
+// whose spec is exactly the spec of {id}, slot tables of stable splits
+// included (they are copied, not recomputed, so every key goes back to the
+// branch it had in {id}).
 func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id, err := pathID(r)

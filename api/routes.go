@@ -53,6 +53,8 @@ func (s *Server) routes() chi.Router {
 				r.Get("/gateways", s.listGateways)
 				r.Get("/canary", s.listCanary)
 				r.Get("/canary/events", s.listCanaryEvents)
+				r.Get("/exposures", s.listExposures)
+				r.Get("/exposures/summary", s.exposureSummary)
 			})
 		})
 

@@ -109,6 +109,19 @@ type Process struct {
 	// Version is the build's version (`dwara version`): /healthz reports
 	// it, and /metrics as dwara_build_info{version} 1. "" means "devel".
 	Version string
+	// ExposureSampleRate is the fraction (0..1) of request-keyed picks a
+	// process fed from the database records as exposures (sticky mints
+	// and forced picks are always recorded); 0 means
+	// proxy.DefaultExposureSampleRate; negative records none.
+	ExposureSampleRate float64
+	// ExposureRetention is how long a process fed from the database keeps
+	// exposure records; 0 means fleet.DefaultExposureRetention; negative
+	// never prunes them.
+	ExposureRetention time.Duration
+
+	// exposures is the exposure queue of a process fed from the database,
+	// set by proxyOptions and drained by canaryParts' writer.
+	exposures *proxy.ExposureQueue
 }
 
 // serveTLS makes servers serve TLS when p.TLS is set, and starts the
@@ -203,6 +216,33 @@ func (p *Process) defaults() {
 // proxyOptions are the options of the process's proxy.
 func (p *Process) proxyOptions(reg prometheus.Registerer) proxy.Options {
 	return proxy.Options{Metrics: reg, Logger: p.Logger, AccessLog: p.AccessLog, ClientStallTimeout: p.Limits.ClientStallTimeout}
+}
+
+// withExposures gives o a new exposure queue, registered with reg, which
+// canaryParts' writer drains: for processes fed from the database.
+func (p *Process) withExposures(o proxy.Options, reg prometheus.Registerer) proxy.Options {
+	p.exposures = proxy.NewExposureQueue(0, reg)
+	o.Exposures = p.exposures
+	o.ExposureSampleRate = max(p.ExposureSampleRate, 0)
+	if p.ExposureSampleRate == 0 {
+		o.ExposureSampleRate = proxy.DefaultExposureSampleRate
+	}
+	return o
+}
+
+// proxyOptions are the options of serve's proxy, which records exposures.
+func (c *ServeConfig) proxyOptions(reg prometheus.Registerer) proxy.Options {
+	return c.withExposures(c.Process.proxyOptions(reg), reg)
+}
+
+// proxyOptions are the options of a gateway's proxy, which records
+// exposures when it is fed from the database.
+func (c *GatewayConfig) proxyOptions(reg prometheus.Registerer) proxy.Options {
+	o := c.Process.proxyOptions(reg)
+	if c.ConfigFile == "" {
+		o = c.withExposures(o, reg)
+	}
+	return o
 }
 
 // ServeConfig is what `dwara serve` runs with. The zero value, apart from
@@ -390,14 +430,21 @@ type canaryParts struct {
 	flusher  *fleet.Flusher
 	follower *fleet.Follower
 	runner   *fleet.Runner
+	// exposures writes the proxy's exposure records; nil when it has none.
+	exposures *fleet.ExposureWriter
 }
 
 // canaryParts returns the canary parts of a process whose data plane px is
 // reported as instance and whose metrics go to reg.
 func (p *Process) canaryParts(store *db.Store, instance string, px *proxy.Proxy, reg prometheus.Registerer) canaryParts {
+	var exposures *fleet.ExposureWriter
+	if p.exposures != nil {
+		exposures = &fleet.ExposureWriter{Store: store, Instance: instance, Queue: p.exposures, Retention: p.ExposureRetention, Logger: p.Logger}
+	}
 	return canaryParts{
-		flusher:  &fleet.Flusher{Store: store, Instance: instance, Recorders: px.CanaryRecorders, Interval: p.CanaryInterval, Logger: p.Logger},
-		follower: &fleet.Follower{Store: store, Proxy: px, Resync: p.Resync, Logger: p.Logger},
+		exposures: exposures,
+		flusher:   &fleet.Flusher{Store: store, Instance: instance, Recorders: px.CanaryRecorders, Interval: p.CanaryInterval, Logger: p.Logger},
+		follower:  &fleet.Follower{Store: store, Proxy: px, Resync: p.Resync, Logger: p.Logger},
 		runner: &fleet.Runner{Store: store, Instance: instance, Interval: p.CanaryInterval, LockRetry: p.CanaryLockRetry,
 			Metrics: reg, Logger: p.Logger, Acted: p.CanaryActed, Leading: p.CanaryLeading},
 	}
@@ -408,6 +455,9 @@ func (c canaryParts) run(ctx context.Context, g *errgroup.Group) {
 	g.Go(func() error { return c.flusher.Run(ctx) })
 	g.Go(func() error { return c.follower.Run(ctx) })
 	g.Go(func() error { return c.runner.Run(ctx) })
+	if c.exposures != nil {
+		g.Go(func() error { return c.exposures.Run(ctx) })
+	}
 }
 
 // instance describes this process for gateway_instances.

@@ -426,3 +426,55 @@ type CanaryGroup struct {
 type CanaryList struct {
 	Items []CanaryGroup `json:"items"`
 }
+
+// Exposure reasons (Exposure.Reason).
+const (
+	// ExposureSticky: a sticky service minted a handle (a new session).
+	ExposureSticky = "sticky"
+	// ExposureRequest: a request-keyed pick, sampled.
+	ExposureRequest = "request"
+	// ExposureForced: the request named its branch in the override header.
+	ExposureForced = "forced"
+)
+
+// Exposure is one recorded assignment of a key to a branch: a new sticky
+// session, a sampled request-keyed pick, or a forced pick.
+type Exposure struct {
+	ID           int64     `json:"id"`
+	At           time.Time `json:"at"`
+	GenerationID int64     `json:"generation_id"`
+	Service      string    `json:"service"`
+	// Branch is the upstream of the picked target.
+	Branch string `json:"branch"`
+	// Share is the branch's weight over the total weight in force then.
+	Share float64 `json:"share"`
+	// KeyHash is the first 8 bytes of the SHA-256 of the key, in hex.
+	KeyHash string `json:"key_hash"`
+	// Reason is one of the Exposure* reason constants.
+	Reason     string `json:"reason"`
+	InstanceID string `json:"instance_id"`
+}
+
+// ExposureList is one page of exposures, newest first.
+type ExposureList struct {
+	Items []Exposure `json:"items"`
+	// NextCursor, when not empty, is the cursor of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// ExposureCount is how many exposures one generation and branch has.
+type ExposureCount struct {
+	GenerationID int64  `json:"generation_id"`
+	Branch       string `json:"branch"`
+	Count        int64  `json:"count"`
+}
+
+// ExposureSummary counts the stored exposures of a service: per generation
+// and branch (generation descending, branch ascending), and per reason.
+type ExposureSummary struct {
+	Service string          `json:"service"`
+	Total   int64           `json:"total"`
+	Items   []ExposureCount `json:"items"`
+	// Reasons counts by reason; every reason is present, 0 when none.
+	Reasons map[string]int64 `json:"reasons"`
+}

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -242,6 +243,18 @@ func processFlags(fs *flag.FlagSet, p *node.Process) (finish func() (func(), err
 	l := &p.Limits
 	fs.StringVar(&p.ListenDatabaseURL, "listen-database-url", os.Getenv("DWARA_LISTEN_DATABASE_URL"),
 		"a direct (session) PostgreSQL `URL` for the LISTEN connection and the canary runner's lock, when --database-url goes through a pooler in transaction mode (default $DWARA_LISTEN_DATABASE_URL, else --database-url)")
+	fs.DurationVar(&p.ExposureRetention, "exposure-retention", 7*24*time.Hour, "how long exposure records are kept in the database (pruned hourly); negative keeps them for ever")
+	fs.Func("exposure-sample-rate", "the fraction `0..1` of request-keyed picks recorded as exposures (default 0.01; 0 records none; new sticky sessions and forced picks are always recorded)", func(v string) error {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r < 0 || r > 1 {
+			return errors.New("want a number from 0 to 1")
+		}
+		if r == 0 {
+			r = -1 // node.Process: 0 means the default, negative none
+		}
+		p.ExposureSampleRate = r
+		return nil
+	})
 	fs.IntVar(&l.MaxConns, "max-conns", node.DefaultMaxConns, "most open client connections of the proxy listener (-1: no cap); more wait in the kernel's queue")
 	fs.IntVar(&l.AdminMaxConns, "admin-max-conns", node.DefaultAdminMaxConns, "most open connections of the admin and metrics listeners each (-1: no cap)")
 	fs.DurationVar(&l.ReadHeaderTimeout, "read-header-timeout", node.DefaultReadHeaderTimeout, "longest wait for a request's head, every listener")

@@ -471,7 +471,8 @@ func metricsOfServe(t *testing.T) map[string]map[string]bool {
 		],
 		"services": [
 			{"name": "web", "base_path": "/", "sticky": {"cookie": "dwara_affinity", "ttl_s": 3600},
-			 "split": {"targets": [{"upstream": "stable", "weight": 90}, {"upstream": "canary", "weight": 10}]}},
+			 "split": {"targets": [{"upstream": "stable", "weight": 90}, {"upstream": "canary", "weight": 10}]},
+			 "override": {"header": "X-Dwara-Branch"}, "mirror": {"upstream": "broken", "percent": 50}},
 			{"name": "shop", "base_path": "/shop",
 			 "split": {"targets": [{"upstream": "stable", "weight": 90}, {"upstream": "canary", "weight": 10}], %s}},
 			{"name": "cart", "base_path": "/cart",

@@ -65,7 +65,7 @@ func ParseAs(data []byte, f Format) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseJSON(js)
+	return parseJSON(js, false)
 }
 
 // ParseEnvelope decodes a publish body of format f: an object whose only
@@ -73,6 +73,11 @@ func ParseAs(data []byte, f Format) (*Spec, error) {
 // most once. The spec is parsed as by Parse; problems of the envelope and of
 // the spec are reported together in one *ValidationError, the spec's with
 // paths relative to the spec ("services[0].name").
+//
+// A publish body's computed fields are not the client's to set: the slot
+// table of every split (split.slots) is dropped before validation, since the
+// API computes it from the parent generation (Allocate). So a spec read from
+// the API can be edited and published back as it is.
 func ParseEnvelope(data []byte, f Format) (Envelope, error) {
 	js, err := toJSON(data, f)
 	if err != nil {
@@ -84,7 +89,8 @@ func ParseEnvelope(data []byte, f Format) (Envelope, error) {
 // ParseDocument decodes what an operator keeps in a file (format detected
 // as by Parse): a spec, or a whole publish body (an object whose fields are
 // only "message" and "spec", with "spec" present), which is parsed as by
-// ParseEnvelope.
+// ParseEnvelope. Either way, as in ParseEnvelope, every split's computed
+// slots are dropped before validation.
 func ParseDocument(data []byte) (Envelope, error) {
 	js, err := toJSON(data, FormatAuto)
 	if err != nil {
@@ -93,7 +99,7 @@ func ParseDocument(data []byte) (Envelope, error) {
 	if isEnvelope(js) {
 		return parseEnvelope(js)
 	}
-	spec, err := parseJSON(js)
+	spec, err := parseJSON(js, true)
 	if err != nil {
 		return Envelope{}, err
 	}
@@ -342,7 +348,7 @@ func parseEnvelope(data []byte) (Envelope, error) {
 	if !c.usable {
 		return Envelope{}, &ValidationError{Errors: c.probs, Malformed: c.malformed}
 	}
-	s, err := parseJSON(spec)
+	s, err := parseJSON(spec, true)
 	if err != nil {
 		return Envelope{}, err
 	}
@@ -361,8 +367,9 @@ func seen(probs problems, path string) bool {
 }
 
 // parseJSON runs the strict structural check, decodes what survived it,
-// applies defaults and validates.
-func parseJSON(data []byte) (*Spec, error) {
+// applies defaults and validates; dropSlots removes every split's computed
+// slot table first.
+func parseJSON(data []byte, dropSlots bool) (*Spec, error) {
 	clean, probs, usable, malformed := checkStructure(data)
 	if !usable {
 		return nil, &ValidationError{Errors: probs, Malformed: malformed}
@@ -382,6 +389,9 @@ func parseJSON(data []byte) (*Spec, error) {
 		// in the checker, reported rather than hidden.
 		probs.add("", "cannot decode spec: %v", err)
 		return nil, probs.err()
+	}
+	if dropSlots {
+		DropSlots(&s)
 	}
 	s.Defaults()
 	if err := s.Validate(); err != nil {

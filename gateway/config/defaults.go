@@ -23,6 +23,9 @@ const (
 	DefaultCanaryStep        = 5
 	DefaultCanaryMinRequests = 10
 	DefaultCanaryCooldownS   = 30
+	// DefaultMirrorMaxBodyBytes is a mirror's max_body_bytes when the
+	// field is absent from the document (see Mirror.MaxBodyBytes).
+	DefaultMirrorMaxBodyBytes = 65536
 )
 
 // DefaultPassiveConsecutiveFailures is how many transport failures in a row
@@ -111,10 +114,18 @@ func (s *Spec) Clone() *Spec {
 		svc := &c.Services[i]
 		svc.Sticky = clonePtr(svc.Sticky)
 		svc.Override = clonePtr(svc.Override)
+		svc.Mirror = clonePtr(svc.Mirror)
 		if svc.Split != nil {
 			sp := *svc.Split
 			sp.Targets = cloneSlice(sp.Targets)
 			sp.CanaryAnalysis = clonePtr(sp.CanaryAnalysis)
+			if sp.Slots != nil {
+				runs := make([][]int, len(sp.Slots))
+				for i, r := range sp.Slots {
+					runs[i] = cloneSlice(r)
+				}
+				sp.Slots = runs
+			}
 			svc.Split = &sp
 		}
 	}

@@ -118,7 +118,13 @@ func diffService(o, n *Service) ServiceDiff {
 	case o.Split == nil || n.Split == nil:
 		add("routing %s -> %s", describeRouting(o), describeRouting(n))
 	default:
-		details = append(details, diffTargets(o.Split.Targets, n.Split.Targets)...)
+		details = append(details, diffTargets(o.Split.Targets, n.Split.Targets, o.Split.Stable() && n.Split.Stable())...)
+		if oa, na := allocationOf(o.Split), allocationOf(n.Split); oa != na {
+			add("allocation %s->%s", oa, na)
+		} else if o.Split.Stable() && slices.Equal(o.Split.Targets, n.Split.Targets) &&
+			!reflect.DeepEqual(o.Split.Slots, n.Split.Slots) {
+			add("slot table changed")
+		}
 		switch oc, nc := o.Split.CanaryAnalysis, n.Split.CanaryAnalysis; {
 		case oc == nil && nc != nil:
 			add("canary_analysis added (enabled %t)", nc.Enabled)
@@ -157,18 +163,44 @@ func diffService(o, n *Service) ServiceDiff {
 	case oo != nil && oo.Header != no.Header:
 		add("override header %s->%s", oo.Header, no.Header)
 	}
+	switch om, nm := o.Mirror, n.Mirror; {
+	case om == nil && nm != nil:
+		add("mirror added (%s %g%%)", nm.Upstream, nm.Percent)
+	case om != nil && nm == nil:
+		add("mirror removed (%s %g%%)", om.Upstream, om.Percent)
+	case om != nil:
+		if om.Upstream != nm.Upstream {
+			add("mirror upstream %s->%s", om.Upstream, nm.Upstream)
+		}
+		if om.Percent != nm.Percent {
+			add("mirror percent %g->%g", om.Percent, nm.Percent)
+		}
+		if om.MaxBodyBytes != nm.MaxBodyBytes {
+			add("mirror max_body_bytes %d->%d", om.MaxBodyBytes, nm.MaxBodyBytes)
+		}
+	}
 
 	d := ServiceDiff{Name: n.Name, Change: ChangeUnchanged, Details: []string{}}
 	if len(details) > 0 {
 		d.Change = ChangeModified
 		d.Details = details
 	}
-	d.MovedShare = Displacement(o.Targets(), n.Targets())
+	d.MovedShare = ServiceDisplacement(o, n)
 	return d
 }
 
-// diffTargets describes the changes between two target lists.
-func diffTargets(o, n []Target) []string {
+// allocationOf is the allocation of sp, "hash" when unset.
+func allocationOf(sp *Split) string {
+	if sp.Stable() {
+		return AllocationStable
+	}
+	return AllocationHash
+}
+
+// diffTargets describes the changes between two target lists; stable is
+// true when both versions allocate by slot table, where neither the order of
+// the targets nor a change of the total moves keys by itself.
+func diffTargets(o, n []Target, stable bool) []string {
 	var details []string
 	weight := func(ts []Target, name string) (int, bool) {
 		i := slices.IndexFunc(ts, func(t Target) bool { return t.Upstream == name })
@@ -200,7 +232,11 @@ func diffTargets(o, n []Target) []string {
 		details = append(details, fmt.Sprintf("targets reordered %s -> %s", upstreamList(o), upstreamList(n)))
 	}
 	if to, tn := totalWeight(o), totalWeight(n); to != tn {
-		details = append(details, fmt.Sprintf("total weight %d->%d (keys reshuffled)", to, tn))
+		if stable {
+			details = append(details, fmt.Sprintf("total weight %d->%d", to, tn))
+		} else {
+			details = append(details, fmt.Sprintf("total weight %d->%d (keys reshuffled)", to, tn))
+		}
 	}
 	return details
 }

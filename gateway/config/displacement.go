@@ -125,3 +125,77 @@ func lcm(a, b uint64) uint64 {
 	}
 	return a / g * b
 }
+
+// ServiceDisplacement returns the share of request keys, in [0, 1], whose
+// upstream changes between two versions of one service, under each
+// version's allocation. Two hash splits (or single upstreams) are compared
+// by Displacement. Two stable splits are compared exactly, slot by slot:
+// the share of the 10,000 table slots whose owner's upstream changes (a
+// stable split without a valid table counts as its fresh table). A stable
+// version against a hash one is compared, hashes assumed uniform, exactly
+// over one period lcm(total, 10000) when that is at most 4 Mi slots, else
+// over the fixed key sample of Displacement. It only reads o and n.
+func ServiceDisplacement(o, n *Service) float64 {
+	os, ns := o.Split.Stable(), n.Split.Stable()
+	switch {
+	case !os && !ns:
+		return Displacement(o.Targets(), n.Targets())
+	case os && ns:
+		return slotsDisplacement(o.Split, n.Split)
+	}
+	oa, na := newOwners(o), newOwners(n)
+	if oa.period == 0 || na.period == 0 {
+		if oa.period == na.period {
+			return 0
+		}
+		return 1
+	}
+	if l := lcm(oa.period, na.period); l <= exactSlots {
+		var moved uint64
+		for r := uint64(0); r < l; r++ {
+			if oa.owner(r) != na.owner(r) {
+				moved++
+			}
+		}
+		return float64(moved) / float64(l)
+	}
+	var moved int
+	var key [8]byte
+	for i := 0; i < sampleKeys; i++ {
+		for j := range key {
+			key[j] = byte(uint64(i) >> (8 * j))
+		}
+		h := split.Hash(string(key[:]))
+		if oa.owner(h) != na.owner(h) {
+			moved++
+		}
+	}
+	return float64(moved) / float64(sampleKeys)
+}
+
+// owners maps a key's hash to its upstream under one service version's
+// allocation; period is the hash modulus (0: no target owns any key).
+type owners struct {
+	period  uint64
+	targets []Target
+	table   []uint8
+}
+
+func newOwners(s *Service) owners {
+	if s.Split.Stable() {
+		if t := s.Split.Table(); t != nil {
+			return owners{period: split.Slots, targets: s.Split.Targets, table: t}
+		}
+		return owners{}
+	}
+	ts := s.Targets()
+	return owners{period: positiveTotal(ts), targets: ts}
+}
+
+// owner returns the upstream that owns hash h.
+func (w owners) owner(h uint64) string {
+	if w.table != nil {
+		return w.targets[w.table[h%w.period]].Upstream
+	}
+	return slotOwner(w.targets, h%w.period)
+}

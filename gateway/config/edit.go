@@ -36,7 +36,7 @@ func Flip(s *Spec, service string) (*Spec, error) {
 	}
 	t := svc.Split.Targets
 	t[0].Weight, t[1].Weight = t[1].Weight, t[0].Weight
-	return validated(c)
+	return reallocated(s, c, svc)
 }
 
 // SetWeights sets the weights of the named targets of the service's split;
@@ -44,7 +44,10 @@ func Flip(s *Spec, service string) (*Spec, error) {
 // keep their weight. When the total weight changes the keys of every session
 // are reshuffled between targets, so unless allowReshuffle is true that is
 // refused with a *ValidationError at path "weights" giving the old and new
-// totals. It fails with ErrServiceNotFound, ErrNoSplit, or a
+// totals; a stable split (allocation stable) is exempt, since its slot table
+// moves only the changed share whatever the total. The slot table of a
+// stable split is recomputed from s's (as Allocate does) by every edit here.
+// It fails with ErrServiceNotFound, ErrNoSplit, or a
 // *ValidationError (bad keys or weights at path "weights", or problems of the
 // result).
 func SetWeights(s *Spec, service string, weights map[string]int, allowReshuffle bool) (*Spec, error) {
@@ -82,12 +85,12 @@ func SetWeights(s *Spec, service string, weights map[string]int, allowReshuffle 
 	if len(probs) > 0 {
 		return nil, probs.err()
 	}
-	if newTotal := totalWeight(targets); newTotal != oldTotal && !allowReshuffle {
+	if newTotal := totalWeight(targets); newTotal != oldTotal && !allowReshuffle && !svc.Split.Stable() {
 		probs.add("weights", "total weight would change from %d to %d, which reshuffles every key between targets; keep the total at %d or allow reshuffling",
 			oldTotal, newTotal, oldTotal)
 		return nil, probs.err()
 	}
-	return validated(c)
+	return reallocated(s, c, svc)
 }
 
 // Kill is the kill switch: every target but the baseline (Targets[0]) gets
@@ -108,7 +111,7 @@ func Kill(s *Spec, service string) (*Spec, error) {
 		t[i].Weight = 0
 	}
 	t[0].Weight = total
-	return validated(c)
+	return reallocated(s, c, svc)
 }
 
 // edit clones s and finds the service in the clone.
@@ -119,6 +122,14 @@ func edit(s *Spec, service string) (*Spec, *Service, error) {
 		return nil, nil, ErrServiceNotFound
 	}
 	return c, svc, nil
+}
+
+// reallocated recomputes the slot table of svc, the edited service of c,
+// from its version in s (see Allocate), and validates c.
+func reallocated(s, c *Spec, svc *Service) (*Spec, error) {
+	old, _ := s.Service(svc.Name)
+	reallocate(old, svc)
+	return validated(c)
 }
 
 func validated(s *Spec) (*Spec, error) {

@@ -115,6 +115,33 @@ type Service struct {
 	// Override, when non-nil, lets a request pick its target by name (see
 	// Override); nil ignores such headers.
 	Override *Override `json:"override,omitempty"`
+	// Mirror, when non-nil, also sends a share of the service's requests
+	// to another upstream, asynchronously, and drops its answers (see
+	// Mirror); nil mirrors nothing.
+	Mirror *Mirror `json:"mirror,omitempty"`
+}
+
+// Mirror sends a copy of a share of a service's requests (shadow traffic)
+// to Upstream, besides the real request, which is served as if there were
+// no mirror: the copy is sent in the background, its answer is read and
+// dropped, and a slow, failing or absent mirror never delays or fails the
+// real request. The share is chosen by a hash of the request's key (the
+// sticky handle, else the request id) salted apart from the split's, so
+// the choice is reproducible and independent of the branch. Copies carry
+// X-Dwara-Mirror: 1 and the real request's X-Request-Id.
+type Mirror struct {
+	// Upstream is a declared upstream, not one of the service's own
+	// targets.
+	Upstream string `json:"upstream"`
+	// Percent is the share of requests mirrored, 0 < Percent <= 100, in
+	// steps of 0.01.
+	Percent float64 `json:"percent"`
+	// MaxBodyBytes is the largest request body that is mirrored,
+	// 0..MaxMirrorBodyBytes; a request with a longer body, or a body of
+	// unknown length (chunked), is not mirrored. 0 mirrors only requests
+	// without a body. When decoded from JSON or YAML an absent value means
+	// DefaultMirrorMaxBodyBytes; a Mirror built in Go without it has 0.
+	MaxBodyBytes int `json:"max_body_bytes"`
 }
 
 // Override lets a request name the target that serves it: a request whose
@@ -130,10 +157,30 @@ type Override struct {
 	Header string `json:"header"`
 }
 
+// Allocation names accepted in Split.Allocation.
+const (
+	// AllocationHash picks by hash % total weight (the default): a change
+	// of the total reshuffles keys.
+	AllocationHash = "hash"
+	// AllocationStable picks by a slot table of split.Slots slots stored
+	// in the spec (Split.Slots), which a change of weights rewrites with
+	// the fewest moved slots.
+	AllocationStable = "stable"
+)
+
 // Split is a deterministic weighted split over 2..8 targets.
 type Split struct {
-	Targets        []Target        `json:"targets"`
+	Targets []Target `json:"targets"`
+	// Allocation is AllocationHash ("" means hash) or AllocationStable.
+	Allocation     string          `json:"allocation,omitempty"`
 	CanaryAnalysis *CanaryAnalysis `json:"canary_analysis,omitempty"`
+	// Slots is the computed slot table of a stable split, run-length
+	// encoded: [target index, run length] pairs that cover slots 0..9999 in
+	// order, adjacent runs of different targets (see EncodeSlots). The API
+	// computes it when it stores a generation (from the parent
+	// generation's table); it is validated strictly when present, and only
+	// a stable split may carry it.
+	Slots [][]int `json:"slots,omitempty"`
 }
 
 // Target is one weighted upstream of a split. When decoded from JSON or YAML

@@ -2,11 +2,14 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/dwara/dwara/gateway/split"
 )
 
 // Limits enforced by Validate.
@@ -33,6 +36,8 @@ const (
 	MaxConnectTimeoutMS        = 60_000
 	MaxResponseHeaderTimeoutMS = 3_600_000
 	MaxIdleTimeoutMS           = 3_600_000
+	// MaxMirrorBodyBytes bounds a mirror's max_body_bytes (10 MiB).
+	MaxMirrorBodyBytes = 10 << 20
 )
 
 // namePattern is the pattern of upstream and service names.
@@ -381,6 +386,28 @@ func (v *validator) service(svc *Service, path string) {
 	if svc.Sticky != nil {
 		v.sticky(svc.Sticky, member(path, "sticky"))
 	}
+	if m := svc.Mirror; m != nil {
+		v.mirror(m, svc, member(path, "mirror"))
+	}
+}
+
+// mirror checks a service's mirror: a declared upstream that is not one of
+// the service's own targets (whose endpoints would then get real and
+// mirrored copies of the same requests), a percent in (0, 100] in steps of
+// 0.01, and a body cap in 0..MaxMirrorBodyBytes.
+func (v *validator) mirror(m *Mirror, svc *Service, path string) {
+	up := member(path, "upstream")
+	v.ref(m.Upstream, up)
+	if m.Upstream != "" && slices.ContainsFunc(svc.Targets(), func(t Target) bool { return t.Upstream == m.Upstream }) {
+		v.probs.add(up, "upstream %s is a target of this service; mirror to an upstream that does not serve its real requests", quote(m.Upstream))
+	}
+	// Written so that NaN fails too.
+	if p := m.Percent; !(p > 0 && p <= 100) {
+		v.probs.add(member(path, "percent"), "must be in (0, 100], got %g", p)
+	} else if c := p * 100; math.Abs(c-math.Round(c)) > 1e-6 {
+		v.probs.add(member(path, "percent"), "must be a multiple of 0.01, got %g", p)
+	}
+	v.between(member(path, "max_body_bytes"), m.MaxBodyBytes, 0, MaxMirrorBodyBytes)
 }
 
 // ref checks that name is a declared upstream.
@@ -473,11 +500,60 @@ func (v *validator) split(sp *Split, path string) {
 		v.probs.add(tp, "total weight must be 1..%d, got %d", MaxWeight, total)
 		weightsOK = false
 	}
+	v.allocation(sp, path, n, weightsOK)
 	if sp.CanaryAnalysis != nil {
 		if !weightsOK || n > MaxTargets {
 			total = 0 // unknown: the weights are invalid
 		}
 		v.canary(sp.CanaryAnalysis, member(path, "canary_analysis"), n, total)
+	}
+}
+
+var allocations = []string{AllocationHash, AllocationStable}
+
+// allocation checks a split's allocation and, when present, its slot table
+// (n targets; weightsOK when the weights are valid, so the counts can be
+// checked).
+func (v *validator) allocation(sp *Split, path string, n int, weightsOK bool) {
+	ap := member(path, "allocation")
+	if sp.Allocation != "" && !slices.Contains(allocations, sp.Allocation) {
+		v.probs.add(ap, "unknown allocation %s; allowed: %s", quote(sp.Allocation), strings.Join(allocations, ", "))
+		return
+	}
+	if sp.Stable() && sp.CanaryAnalysis != nil {
+		v.probs.add(ap, "stable allocation cannot be combined with canary_analysis (the canary controller sets hash-allocated weights); use allocation hash")
+	}
+	if sp.Slots == nil {
+		return
+	}
+	sl := member(path, "slots")
+	if !sp.Stable() {
+		v.probs.add(sl, "only a split with allocation stable has a slot table; remove slots")
+		return
+	}
+	if n < MinTargets || n > MaxTargets {
+		return
+	}
+	table, err := DecodeSlots(sp.Slots, n)
+	if err != nil {
+		v.probs.add(sl, "%v", err)
+		return
+	}
+	if !weightsOK {
+		return
+	}
+	w := splitWeights(sp.Targets)
+	want := split.Counts(w)
+	var got [MaxTargets]int
+	for _, o := range table {
+		got[o]++
+	}
+	for i, c := range want {
+		if got[i] != c {
+			v.probs.add(sl, "target %d (%s) owns %d slots, want %d: round(%d * weight / total weight) by largest remainder; leave slots out and the API computes them",
+				i, sp.Targets[i].Upstream, got[i], c, split.Slots)
+			return
+		}
 	}
 }
 

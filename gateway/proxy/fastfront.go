@@ -205,6 +205,9 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	if fastIsUpgrade(h) {
 		upgrade = h.Peek(fasthttp.HeaderUpgrade)
 	}
+	if rt.tg.mirror != nil {
+		defer p.mirrorFast(ctx, rt, rid, ip).release()
+	}
 	p.fastServeEndpoint(ctx, rt, rid, ip, upgrade, start)
 }
 

@@ -21,6 +21,8 @@ type metrics struct {
 	applySecs  prometheus.Histogram
 	// canaryWeight is the canary weight in force of each canary group.
 	canaryWeight *prometheus.GaugeVec
+	// mirrors counts the copies of mirrored requests by outcome.
+	mirrors *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
@@ -63,10 +65,14 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 			Name: "dwara_canary_weight",
 			Help: "The weight of the canary target of each canary group (named by its service) in force in this data plane: the generation's, or the canary controller's transient one.",
 		}, []string{"group"}),
+		mirrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dwara_mirror_requests_total",
+			Help: "Copies of a service's requests for its mirror upstream, by outcome: sent (an answer came, any status), failed (transport error, or no endpoint up), timeout, dropped (queue full), body_too_large (body over max_body_bytes or of unknown length: not mirrored).",
+		}, []string{"service", "upstream", "outcome"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.picks, m.forced, m.failovers, m.sticky, m.requests, m.duration,
-			m.generation, m.applySecs, m.canaryWeight, endpointCollector{p})
+			m.generation, m.applySecs, m.canaryWeight, m.mirrors, endpointCollector{p})
 	}
 	return m
 }
@@ -175,6 +181,7 @@ func (p *Proxy) retainTargetMetrics(t *table) {
 	for g := range groups {
 		p.canaryGroups = append(p.canaryGroups, g)
 	}
+	p.retainMirrorMetrics(t)
 }
 
 // endpointUpDesc describes dwara_upstream_endpoint_up.

@@ -81,6 +81,16 @@ type Options struct {
 	// does not apply it.
 	ClientStallTimeout time.Duration
 
+	// Exposures, when non-nil, receives an exposure record of every new
+	// assignment (exposure.go): each sticky handle minted, each forced
+	// pick, and request-keyed picks sampled at ExposureSampleRate. nil
+	// records none, at no cost.
+	Exposures ExposureSink
+	// ExposureSampleRate is the fraction (0..1) of request-keyed picks
+	// recorded; 0 records none. Node processes default it to
+	// DefaultExposureSampleRate.
+	ExposureSampleRate float64
+
 	// healthInterval is the time between two health checks of the given
 	// settings; nil means interval_s seconds. Tests check faster.
 	healthInterval func(config.HealthCheck) time.Duration
@@ -128,6 +138,10 @@ type Proxy struct {
 	// canaryGroups are the groups with a dwara_canary_weight series;
 	// guarded by applyMu.
 	canaryGroups []string
+	// mirrors sends the copies of mirrored requests (mirror.go).
+	mirrors mirrorRunner
+	// exp records exposures (Options.Exposures); nil when none.
+	exp *exposures
 }
 
 // New returns a Proxy that answers 503 until the first Apply. The health
@@ -151,6 +165,7 @@ func New(o Options) *Proxy {
 	case p.stall < 0:
 		p.stall = 0
 	}
+	p.exp = newExposures(o)
 	p.m = newMetrics(o.Metrics, p)
 	p.um = newUpstreamMetrics(o.Metrics)
 	if p.reg == nil {
@@ -282,6 +297,7 @@ func (p *Proxy) Close() {
 	p.applyMu.Lock()
 	defer p.applyMu.Unlock()
 	p.health.Close()
+	p.mirrors.stop()
 	for key, cp := range p.pools {
 		cp.close()
 		delete(p.pools, key)
@@ -350,6 +366,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Header["X-Dwara-Service"] = rt.tg.hdrService
 	r.Header["X-Dwara-Upstream"] = rt.tg.hdrUpstream
 	r.Header["X-Dwara-Generation"] = rt.tg.hdrGeneration
+	if rt.tg.mirror != nil {
+		defer p.mirrorHTTP(w, r, rt).release()
+	}
 	p.serveEndpoint(w, r, rt.tg, rt.ep, start)
 }
 
@@ -402,7 +421,11 @@ func (p *Proxy) route(t *table, v view) route {
 	}
 	if svc.override != "" && v.headers != nil {
 		if name := v.headers.Get(svc.override); name != "" {
-			return p.forcedRoute(svc, v, name)
+			rt := p.forcedRoute(svc, v, name)
+			if p.exp != nil {
+				p.exposeForced(t, svc, rt.tg, v.requestID, v.cookies) // exposure.go
+			}
+			return rt
 		}
 	}
 	var rt route
@@ -449,6 +472,9 @@ func (p *Proxy) route(t *table, v view) route {
 	}
 	tg.picks.Inc()
 	rt.tg, rt.ep = tg, tg.up.endpoints[ei]
+	if p.exp != nil {
+		p.exposeRoute(t, svc, sp, ti, key, rt.setCookie != "") // exposure.go
+	}
 	return rt
 }
 

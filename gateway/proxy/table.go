@@ -80,6 +80,9 @@ type target struct {
 	// headers is the X-Dwara-* set sent upstream, values with len == cap so
 	// an append elsewhere never writes into the shared arrays.
 	hdrService, hdrUpstream, hdrGeneration []string
+	// mirror is the service's mirror (mirror.go), shared by its targets;
+	// nil when it has none.
+	mirror *mirror
 }
 
 // upstream is a compiled config.Upstream: its balancer over its endpoints.
@@ -160,7 +163,15 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 				hdrGeneration: oneValue(gen),
 			})
 		}
-		sp, err := split.New(weights)
+		var sp *split.Split
+		var err error
+		if s.Split.Stable() {
+			// The generation's slot table (a fresh one when the spec
+			// carries none, as a hand-written spec file may not).
+			sp, err = split.NewStable(weights, s.Split.Table())
+		} else {
+			sp, err = split.New(weights)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("service %q: %w", s.Name, err)
 		}
@@ -190,6 +201,15 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 				names[i] = tg.up.name
 			}
 			cs.branches = strings.Join(names, ", ")
+		}
+		if s.Mirror != nil {
+			m, err := p.compileMirror(s, t)
+			if err != nil {
+				return nil, fmt.Errorf("service %q: %w", s.Name, err)
+			}
+			for _, tg := range cs.targets {
+				tg.mirror = m
+			}
 		}
 		if s.Host == "" {
 			t.hostless = append(t.hostless, cs)

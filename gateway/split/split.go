@@ -13,6 +13,10 @@
 // all from the first target to the second); a change of the total reshuffles
 // keys. The share a change of weights moves is computed by the config package
 // (config.Displacement), which owns the spec's targets.
+//
+// A stable split (NewStable, see slots.go) picks by a slot table of 10,000
+// slots carried in the generation instead, so that any change of weights,
+// the total included, moves only the minimal share of keys.
 package split
 
 import (
@@ -46,6 +50,9 @@ type Split struct {
 	weights [MaxTargets]uint64
 	cum     [MaxTargets]uint64 // cum[i] = weights[0] + ... + weights[i]
 	total   uint64
+	// slots is the slot table of a stable split (NewStable); nil for the
+	// hash split of New.
+	slots *[Slots]uint8
 }
 
 // New compiles weights (1..MaxTargets entries, each >= 0, with a positive
@@ -86,10 +93,14 @@ func (s *Split) Weight(i int) uint64 { return s.weights[i] }
 // Pick returns the index of the target that owns key.
 func (s *Split) Pick(key string) int { return s.PickHash(Hash(key)) }
 
-// PickHash returns the index of the target that owns the slot h % total.
+// PickHash returns the index of the target that owns the slot h % total,
+// or for a stable split the owner of table slot h % Slots.
 func (s *Split) PickHash(h uint64) int {
 	if s.total == 0 {
 		return -1
+	}
+	if s.slots != nil {
+		return int(s.slots[h%Slots])
 	}
 	slot := h % s.total
 	for i := 0; i < s.n; i++ {
@@ -105,7 +116,17 @@ func (s *Split) PickHash(h uint64) int {
 // slot = h % (remaining total). It returns -1 when every target with weight is
 // excluded. It does not allocate. The proxy calls it only when every endpoint
 // of the picked target is marked down (by the upstream's health checks).
+//
+// For a stable split, a key whose table slot's owner is not excluded stays
+// with that owner; a key whose owner is excluded is placed by the same walk
+// over the remaining targets' weights, so the keys of a down target spread
+// over the others in proportion to their weights, deterministically.
 func (s *Split) PickExcluding(h uint64, excluded uint8) int {
+	if s.slots != nil {
+		if o := s.slots[h%Slots]; excluded&(1<<o) == 0 {
+			return int(o)
+		}
+	}
 	var total uint64
 	for i := 0; i < s.n; i++ {
 		if excluded&(1<<i) == 0 {

@@ -1,0 +1,661 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"github.com/dwara/dwara/gateway/affinity"
+	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/split"
+)
+
+// Mirroring (shadow traffic): a service with `mirror` also sends a share of
+// its requests to another upstream, and drops the answers.
+//
+// The choice is the request key's (the sticky handle, minted or sent, else
+// the request id): FNV-1a 64 of the key, as the split hashes it, xored with
+// a salt and mixed by a 64-bit finalizer (so that its low digits do not
+// follow the split's `hash % total`), modulo 10000, below percent x 100.
+// The same key is therefore mirrored or not in every request and every
+// gateway, whichever branch serves it.
+//
+// The real request is forwarded as before. On the request's goroutine, a
+// chosen request whose body has a known length within max_body_bytes has
+// that body read once into a pooled buffer, which the real request then
+// reads instead of the client's stream, so the endpoint receives the same
+// bytes; its head is written for the mirror's endpoint (the real head's
+// rules, X-Dwara-Upstream naming the mirror upstream, plus X-Dwara-Mirror:
+// 1, the same X-Request-Id); and the copy is queued, without waiting, on
+// a bounded queue (mirrorQueueSize), or dropped when it is full. A body of
+// unknown length (chunked) or over the cap is not buffered: the request is
+// not mirrored (outcome body_too_large), so the real request streams as it
+// always did. Upgrade requests are never mirrored.
+//
+// mirrorWorkers goroutines per Proxy, started with the first generation
+// that has a mirror and stopped by Close, send the copies: the endpoint is
+// the mirror upstream's balancer's Pick (the rotation of round_robin moves
+// with mirrored requests too; least_conn and peak_ewma see only real
+// traffic, since a copy never begins or ends an exchange on an endpoint's
+// state), the connection one of the mirror upstream's own pools, the wait
+// for the answer header bounded by the upstream's response_header_timeout_ms
+// and the whole exchange by mirrorTotalTimeout; the answer is read to its
+// end and dropped. Copies are never retried (but a dead pooled connection
+// is replaced once, as for real requests), never reported to the passive
+// checks, and never counted in dwara_requests_total: only in
+// dwara_mirror_requests_total{service,upstream,outcome}.
+
+// Sizes and bounds of mirroring.
+const (
+	mirrorQueueSize    = 1024
+	mirrorWorkers      = 8
+	mirrorTotalTimeout = 10 * time.Second
+	// mirrorSalt separates the mirror's choice from the split's.
+	mirrorSalt = 0x6d6972726f72215f // "mirror!_"
+	// mirrorScale is the resolution of the mirrored share: percent x 100
+	// out of 10000.
+	mirrorScale = 10000
+)
+
+// Outcomes of dwara_mirror_requests_total.
+const (
+	mirrorSent         = "sent"
+	mirrorFailed       = "failed"
+	mirrorTimeout      = "timeout"
+	mirrorDropped      = "dropped"
+	mirrorBodyTooLarge = "body_too_large"
+)
+
+// mirror is a compiled config.Mirror of one service, shared by the
+// service's targets.
+type mirror struct {
+	up *upstream
+	// threshold is percent x 100: a key whose mirrorHash % 10000 is below
+	// it is mirrored.
+	threshold uint64
+	maxBody   int64
+	// cookie is the service's sticky cookie name; "" when not sticky.
+	cookie string
+	// hdrUpstream is the X-Dwara-Upstream of a copy: the mirror upstream.
+	hdrUpstream []string
+	*mirrorMetrics
+}
+
+// mirrorMetrics are the dwara_mirror_requests_total children of one
+// (service, mirror upstream) pair, kept across generations while the pair
+// exists.
+type mirrorMetrics struct {
+	service, upstream                            string
+	sent, failed, timeout, dropped, bodyTooLarge prometheus.Counter
+}
+
+// mirrorRunner is a Proxy's mirroring machinery: the queue, the workers,
+// and the metric children by pair.
+type mirrorRunner struct {
+	once   sync.Once
+	q      chan *mirrorJob
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	// children by "service upstream"; guarded by the Proxy's applyMu.
+	children map[string]*mirrorMetrics
+}
+
+// mirrorHeader is the X-Dwara-Mirror field of a copy.
+var mirrorHeader = []string{"1"}[:1:1]
+
+// compileMirror compiles the mirror of service s of table t (under
+// applyMu) and starts the workers if they are not running.
+func (p *Proxy) compileMirror(s config.Service, t *table) (*mirror, error) {
+	m := s.Mirror
+	u, ok := t.upstreams[m.Upstream]
+	if !ok {
+		return nil, errors.New("unknown mirror upstream " + m.Upstream)
+	}
+	if !(m.Percent > 0 && m.Percent <= 100) || m.MaxBodyBytes < 0 {
+		return nil, errors.New("mirror percent or max_body_bytes out of range")
+	}
+	cm := &mirror{
+		up:            u,
+		threshold:     uint64(math.Round(m.Percent * 100)),
+		maxBody:       int64(m.MaxBodyBytes),
+		hdrUpstream:   oneValue(u.name),
+		mirrorMetrics: p.mirrorMetrics(s.Name, u.name),
+	}
+	if s.Sticky != nil {
+		cm.cookie = s.Sticky.Cookie
+	}
+	p.mirrors.start(p)
+	return cm, nil
+}
+
+// mirrorMetrics returns the children of (service, upstream), creating
+// them on first use. Called under applyMu.
+func (p *Proxy) mirrorMetrics(service, upstream string) *mirrorMetrics {
+	r := &p.mirrors
+	key := service + " " + upstream
+	if mm := r.children[key]; mm != nil {
+		return mm
+	}
+	if r.children == nil {
+		r.children = make(map[string]*mirrorMetrics)
+	}
+	v := p.m.mirrors
+	mm := &mirrorMetrics{
+		service: service, upstream: upstream,
+		sent:         v.WithLabelValues(service, upstream, mirrorSent),
+		failed:       v.WithLabelValues(service, upstream, mirrorFailed),
+		timeout:      v.WithLabelValues(service, upstream, mirrorTimeout),
+		dropped:      v.WithLabelValues(service, upstream, mirrorDropped),
+		bodyTooLarge: v.WithLabelValues(service, upstream, mirrorBodyTooLarge),
+	}
+	r.children[key] = mm
+	return mm
+}
+
+// retainMirrorMetrics deletes the series of the (service, upstream) mirror
+// pairs table t no longer has. Called under applyMu.
+func (p *Proxy) retainMirrorMetrics(t *table) {
+	keep := make(map[*mirrorMetrics]bool)
+	for _, svc := range t.services() {
+		for _, tg := range svc.targets {
+			if tg.mirror != nil {
+				keep[tg.mirror.mirrorMetrics] = true
+			}
+		}
+	}
+	for key, mm := range p.mirrors.children {
+		if !keep[mm] {
+			delete(p.mirrors.children, key)
+			p.m.mirrors.DeletePartialMatch(prometheus.Labels{"service": mm.service, "upstream": mm.upstream})
+		}
+	}
+}
+
+// start starts the workers once (unless the Proxy is closed).
+func (r *mirrorRunner) start(p *Proxy) {
+	if r.closed.Load() {
+		return
+	}
+	r.once.Do(func() {
+		r.q = make(chan *mirrorJob, mirrorQueueSize)
+		r.ctx, r.cancel = context.WithCancel(context.Background())
+		for range mirrorWorkers {
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				for {
+					select {
+					case <-r.ctx.Done():
+						return
+					case j := <-r.q:
+						p.sendMirror(r.ctx, j)
+					}
+				}
+			}()
+		}
+	})
+}
+
+// stop ends the workers, cutting the copies in flight, and waits for them.
+// Copies still queued are dropped uncounted. Called under applyMu.
+func (r *mirrorRunner) stop() {
+	r.closed.Store(true)
+	r.once.Do(func() {}) // no start after this
+	if r.cancel != nil {
+		r.cancel()
+		r.wg.Wait()
+	}
+}
+
+// enqueue queues j without waiting, or counts it dropped.
+func (r *mirrorRunner) enqueue(j *mirrorJob) {
+	if r.q != nil && !r.closed.Load() {
+		select {
+		case r.q <- j:
+			return
+		default:
+		}
+	}
+	j.m.dropped.Inc()
+	j.release()
+}
+
+// full reports whether a copy would be dropped now (a hint that spares the
+// work of one).
+func (r *mirrorRunner) full() bool { return r.q == nil || len(r.q) == cap(r.q) }
+
+// mirrorHash is the mirror's hash of a request key.
+func mirrorHash(key string) uint64 {
+	h := split.Hash(key) ^ mirrorSalt
+	// The finalizer of MurmurHash3 (fmix64): every output bit depends on
+	// every input bit.
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// chosen reports whether the request of key is mirrored.
+func (m *mirror) chosen(key string) bool { return mirrorHash(key)%mirrorScale < m.threshold }
+
+// key is the request's key as route worked it out: the sticky handle
+// (minted now, in setCookie, or sent valid in cookies), else the request id.
+func (m *mirror) key(setCookie string, cookies []string, rid string) string {
+	if m.cookie == "" {
+		return rid
+	}
+	if setCookie != "" {
+		v := setCookie[len(m.cookie)+1:]
+		if i := strings.IndexByte(v, ';'); i >= 0 {
+			v = v[:i]
+		}
+		return v
+	}
+	if c, ok := affinity.ReadCookieLines(cookies, m.cookie); ok && affinity.Valid(c) {
+		return c
+	}
+	return rid
+}
+
+// mirrorBuf is a request body read once for the real request and its
+// copy: the real request reads it through Read, the copy sends b. It goes
+// back to the pool when both are done with it.
+type mirrorBuf struct {
+	b    []byte
+	off  int
+	refs atomic.Int32
+}
+
+var mirrorBufs sync.Pool
+
+func getMirrorBuf(n int) *mirrorBuf {
+	mb, _ := mirrorBufs.Get().(*mirrorBuf)
+	if mb == nil {
+		mb = new(mirrorBuf)
+	}
+	if cap(mb.b) < n {
+		mb.b = make([]byte, n, max(n, 4096))
+	}
+	mb.b, mb.off = mb.b[:n], 0
+	return mb
+}
+
+func (mb *mirrorBuf) Read(p []byte) (int, error) {
+	if mb.off >= len(mb.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, mb.b[mb.off:])
+	mb.off += n
+	return n, nil
+}
+
+// release lets go of one reference; nil is a no-op, so that a caller can
+// defer the release of a copy that may not exist.
+func (mb *mirrorBuf) release() {
+	if mb == nil || mb.refs.Add(-1) > 0 {
+		return
+	}
+	if cap(mb.b) <= 1<<20 { // do not keep the rare huge ones
+		mirrorBufs.Put(mb)
+	}
+}
+
+// mirrorBody is a mirrorBuf as a request body: Close is the real
+// request's release, done by the front instead.
+type mirrorBody struct{ *mirrorBuf }
+
+func (mirrorBody) Close() error { return nil }
+
+// errBody replays the part of a body read before a failure, then the
+// failure, so the real request meets it as it would have.
+type errBody struct {
+	r   io.Reader
+	err error
+}
+
+func (b *errBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		err = b.err
+	}
+	return n, err
+}
+
+func (b *errBody) Close() error { return nil }
+
+// mirrorJob is one copy on its way: the endpoint, the request head written
+// for it, and the body.
+type mirrorJob struct {
+	m    *mirror
+	ep   *endpoint
+	head bytes.Buffer
+	bw   *bufio.Writer
+	body *mirrorBuf // nil: no body
+	req  http.Request
+}
+
+var mirrorJobs = sync.Pool{New: func() any {
+	j := new(mirrorJob)
+	j.bw = bufio.NewWriterSize(&j.head, 2048)
+	return j
+}}
+
+func newMirrorJob(m *mirror, ep *endpoint, method string) *mirrorJob {
+	j := mirrorJobs.Get().(*mirrorJob)
+	j.m, j.ep = m, ep
+	j.head.Reset()
+	j.bw.Reset(&j.head)
+	j.req.Method = method
+	return j
+}
+
+func (j *mirrorJob) release() {
+	j.body.release()
+	j.m, j.ep, j.body = nil, nil, nil
+	if j.head.Cap() <= 64<<10 {
+		mirrorJobs.Put(j)
+	}
+}
+
+// bodyLen is the copy's body length.
+func (j *mirrorJob) bodyLen() int {
+	if j.body == nil {
+		return 0
+	}
+	return len(j.body.b)
+}
+
+// mirrorHTTP is the net/http front's hand-over of a request routed by rt
+// to the service's mirror (rt.tg.mirror, not nil): when the request is
+// chosen, it queues a copy and returns the body buffer the real request
+// now reads (to release when the real request is done), else nil. r's
+// header holds the gateway's X-Dwara-* set already.
+func (p *Proxy) mirrorHTTP(w http.ResponseWriter, r *http.Request, rt route) *mirrorBuf {
+	m := rt.tg.mirror
+	rid := ""
+	if v := r.Header["X-Request-Id"]; len(v) > 0 {
+		rid = v[0]
+	}
+	key := m.key(rt.setCookie, r.Header["Cookie"], rid)
+	if !m.chosen(key) || isUpgrade(r) {
+		return nil
+	}
+	n := int64(0)
+	if hasBody(r) {
+		if n = r.ContentLength; n < 0 || n > m.maxBody {
+			m.bodyTooLarge.Inc()
+			return nil
+		}
+	}
+	if p.mirrors.full() {
+		m.dropped.Inc()
+		return nil
+	}
+	ep := p.mirrorEndpoint(m, key, clientIP(r))
+	if ep == nil {
+		return nil
+	}
+	var mb *mirrorBuf
+	if n > 0 {
+		mb = getMirrorBuf(int(n))
+		body := io.Reader(r.Body)
+		if dl, ok := w.(deadliner); ok && p.stall > 0 {
+			// As forward reads a body: one that stalls ends the request.
+			body = &stallBody{r: r.Body, dl: dl, stall: p.stall}
+			defer func() { _ = dl.SetReadDeadline(time.Time{}) }()
+		}
+		got, err := io.ReadFull(body, mb.b)
+		if err != nil {
+			// Not mirrored: the real request meets the failure as it would
+			// have without a mirror.
+			if err == io.ErrUnexpectedEOF {
+				err = io.EOF // the framing check is the forwarding path's
+			}
+			r.Body = &errBody{r: bytes.NewReader(bytes.Clone(mb.b[:got])), err: err}
+			mb.refs.Store(1)
+			mb.release()
+			return nil
+		}
+		if rt.ep.pool == nil {
+			// The standard library transport may read a body after the
+			// handler returns: give it its own copy.
+			r.Body = io.NopCloser(bytes.NewReader(bytes.Clone(mb.b)))
+			mb.refs.Store(1)
+		} else {
+			r.Body = mirrorBody{mb}
+			mb.refs.Store(2)
+		}
+	}
+	j := newMirrorJob(m, ep, r.Method)
+	j.body = mb
+	hu := r.Header["X-Dwara-Upstream"]
+	r.Header["X-Dwara-Upstream"] = m.hdrUpstream
+	r.Header["X-Dwara-Mirror"] = mirrorHeader
+	writeRequestHead(j.bw, r, ep.hostHeader)
+	r.Header["X-Dwara-Upstream"] = hu
+	delete(r.Header, "X-Dwara-Mirror")
+	_ = j.bw.Flush()
+	if mb != nil && mb.refs.Load() == 1 {
+		mb = nil // the copy owns it alone
+	}
+	p.mirrors.enqueue(j)
+	return mb
+}
+
+// mirrorFast is mirrorHTTP for the fasthttp front.
+func (p *Proxy) mirrorFast(ctx *fasthttp.RequestCtx, rt route, rid string, ip []byte) *mirrorBuf {
+	m := rt.tg.mirror
+	h := &ctx.Request.Header
+	var cookies []string
+	if c := h.Peek(fasthttp.HeaderCookie); len(c) > 0 {
+		cookies = []string{b2s(c)}
+	}
+	key := m.key(rt.setCookie, cookies, rid)
+	if !m.chosen(key) || fastIsUpgrade(h) {
+		return nil
+	}
+	cl := h.ContentLength()
+	if cl == -1 || int64(cl) > m.maxBody {
+		m.bodyTooLarge.Inc()
+		return nil
+	}
+	if p.mirrors.full() {
+		m.dropped.Inc()
+		return nil
+	}
+	ep := p.mirrorEndpoint(m, key, b2s(ip))
+	if ep == nil {
+		return nil
+	}
+	var mb *mirrorBuf
+	if cl > 0 {
+		mb = getMirrorBuf(cl)
+		stream := ctx.RequestBodyStream()
+		if stream == nil {
+			copy(mb.b, ctx.Request.Body())
+			mb.refs.Store(1)
+		} else {
+			got, err := io.ReadFull(stream, mb.b)
+			if err != nil {
+				if err == io.ErrUnexpectedEOF {
+					err = io.EOF
+				}
+				ctx.Request.SetBodyStream(&errBody{r: bytes.NewReader(bytes.Clone(mb.b[:got])), err: err}, cl)
+				mb.refs.Store(1)
+				mb.release()
+				return nil
+			}
+			if rt.ep.pool == nil {
+				ctx.Request.SetBodyStream(bytes.NewReader(bytes.Clone(mb.b)), cl)
+				mb.refs.Store(1)
+			} else {
+				ctx.Request.SetBodyStream(mb, cl)
+				mb.refs.Store(2)
+			}
+		}
+	}
+	j := newMirrorJob(m, ep, string(h.Method()))
+	j.body = mb
+	tg := *rt.tg
+	tg.hdrUpstream = m.hdrUpstream
+	writeFastHead(j.bw, ctx, ep, &tg, rid, ip, cl, nil)
+	_ = j.bw.Flush()
+	// The head ends with its empty line: add the mirror's field before it.
+	j.head.Truncate(j.head.Len() - 2)
+	j.head.WriteString("X-Dwara-Mirror: 1\r\n\r\n")
+	if mb != nil && mb.refs.Load() == 1 {
+		mb = nil
+	}
+	p.mirrors.enqueue(j)
+	return mb
+}
+
+// mirrorEndpoint picks the endpoint of m's upstream for a copy of a
+// request of key from clientIP, or counts the copy failed and returns nil
+// when none is up. The affinity key is route's: the sticky handle, else
+// the client address.
+func (p *Proxy) mirrorEndpoint(m *mirror, key, clientIP string) *endpoint {
+	if m.cookie != "" {
+		clientIP = key
+	}
+	ei := m.up.balancer.Pick(clientIP)
+	if ei < 0 {
+		m.failed.Inc()
+		return nil
+	}
+	return m.up.endpoints[ei]
+}
+
+// sendMirror sends one copy and counts its outcome; it runs on a worker.
+func (p *Proxy) sendMirror(base context.Context, j *mirrorJob) {
+	defer j.release()
+	ctx, cancel := context.WithTimeout(base, mirrorTotalTimeout)
+	defer cancel()
+	var err error
+	if j.ep.pool != nil {
+		err = p.sendMirrorPooled(ctx, j)
+	} else {
+		err = p.sendMirrorStd(ctx, j)
+	}
+	m := j.m
+	switch {
+	case err == nil:
+		m.sent.Inc()
+	case base.Err() != nil:
+		// Close cut it: not the mirror's outcome.
+	case errors.Is(err, errUpstreamTimeout) || errors.Is(err, context.DeadlineExceeded) || isNetTimeout(err):
+		m.timeout.Inc()
+	default:
+		m.failed.Inc()
+	}
+}
+
+func isNetTimeout(err error) bool {
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
+}
+
+// sendMirrorPooled sends a copy on the mirror endpoint's connection pool:
+// the head and body, then the answer header within the response-header
+// timeout, then the answer's body, read and dropped, all within ctx's
+// deadline. Nil means an answer came.
+func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
+	deadline, _ := ctx.Deadline()
+	var resp *http.Response
+	x, err := p.roundTrip(ctx, j.ep, func(c *upConn, ep *endpoint) (bool, error) {
+		_ = c.nc.SetWriteDeadline(deadline)
+		c.bw.Write(j.head.Bytes())
+		if j.body != nil {
+			c.bw.Write(j.body.b)
+		}
+		if err := c.bw.Flush(); err != nil {
+			return false, err
+		}
+		rd := deadline
+		if d := ep.pool.responseHeaderTimeout(); d > 0 && time.Now().Add(d).Before(rd) {
+			rd = time.Now().Add(d)
+		}
+		_ = c.nc.SetReadDeadline(rd)
+		if _, err := c.br.Peek(1); err != nil {
+			if isNetTimeout(err) {
+				return false, errUpstreamTimeout
+			}
+			return false, staleError{err}
+		}
+		for {
+			var err error
+			if resp, err = http.ReadResponse(c.br, &j.req); err != nil {
+				if isNetTimeout(err) {
+					err = errUpstreamTimeout
+				}
+				return false, err
+			}
+			if resp.StatusCode >= 200 {
+				return false, nil
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	c := x.conn
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+	_ = c.nc.SetReadDeadline(deadline)
+	buf := p.buffers.Get()
+	_, rerr := io.CopyBuffer(io.Discard, resp.Body, buf)
+	p.buffers.Put(buf)
+	if stop() && rerr == nil && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols {
+		_ = c.nc.SetDeadline(time.Time{})
+		j.ep.pool.put(c)
+	} else {
+		c.nc.Close()
+	}
+	return nil
+}
+
+// sendMirrorStd sends a copy to an https endpoint through the mirror
+// upstream's standard library transport (not the passive checks' wrapper).
+func (p *Proxy) sendMirrorStd(ctx context.Context, j *mirrorJob) error {
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(j.head.Bytes())))
+	if err != nil {
+		return err
+	}
+	req = req.WithContext(ctx)
+	req.RequestURI = ""
+	req.URL.Scheme, req.URL.Host = "https", j.ep.hostHeader
+	if j.body != nil {
+		req.Body = io.NopCloser(bytes.NewReader(j.body.b))
+	} else {
+		req.Body = http.NoBody
+	}
+	rt := http.RoundTripper(p.transport)
+	if pt, ok := j.ep.rp.Transport.(*passiveTransport); ok {
+		rt = pt.rt
+	}
+	if rt == nil {
+		return errors.New("no transport for the mirror endpoint")
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil
+}
