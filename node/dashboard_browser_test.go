@@ -61,6 +61,7 @@ func TestDashboard(t *testing.T) {
 	shots := webtest.ScreenshotDir(t, *dashboardShots)
 	t.Run("operator", func(t *testing.T) { dashboardOperator(t, browser, shots) })
 	t.Run("token", func(t *testing.T) { dashboardToken(t, browser, shots) })
+	t.Run("branches", func(t *testing.T) { dashboardBranches(t, browser, shots) })
 }
 
 // dashboardSpec has service web on "/" split 90/10 between pools a and b
@@ -353,6 +354,48 @@ func dashboardOperator(t *testing.T, browser context.Context, shots string) {
 	p.screenshot("phone", true)
 
 	seen.Check(t, strings.TrimPrefix(origin, "http://"), dashboardAssets...)
+}
+
+// dashboardBranches: a service with a forced-branch header, stable
+// allocation and a mirror shows the three on its card, and the exposures
+// of the active generation once sticky sessions were minted.
+func dashboardBranches(t *testing.T, browser context.Context, shots string) {
+	dbURL := dbtest.New(t)
+	a, b := pools(t)
+	shadow, err := demo.StartPool("pool-shadow", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(shadow.Close)
+	spec := spectest.SplitOver([]*demo.Pool{a, b}, 50, 50).Sticky("dwara_affinity", 3600).
+		Upstream(shadow.Name, shadow.Addrs...).
+		Edit(func(s *config.Spec) {
+			web := &s.Services[0]
+			web.Split.Allocation = config.AllocationStable
+			web.Override = &config.Override{Header: "X-Dwara-Branch"}
+			web.Mirror = &config.Mirror{Upstream: shadow.Name, Percent: 10, MaxBodyBytes: 65536}
+		}).JSON()
+	srv := startServe(t, ServeConfig{DatabaseURL: dbURL})
+	g := publish(t, srv.Admin, spec)
+	srv.waitApplied(t, g.ID)
+	origin := dashboardOrigin(t, srv.Admin)
+	p, seen := openTab(t, browser, shots, origin)
+
+	card := `document.querySelector('[data-service="web"]').textContent`
+	p.waitFor("web's card", `document.querySelector('[data-service="web"]')`)
+	for _, want := range []string{"forced by header X-Dwara-Branch", "dwara probe web",
+		"stable allocation (10,000 slots)", "mirrors 10% to pool-shadow, bodies up to 64 KiB"} {
+		p.waitFor(fmt.Sprintf("%q on web's card", want), fmt.Sprintf(`%s.includes(%q)`, card, want))
+	}
+	// Sticky requests without a cookie each mint a session: an exposure.
+	const sessions = 5
+	for range sessions {
+		sendPath(t, srv.Proxy, "/", rand.Text())
+	}
+	p.waitFor(fmt.Sprintf("%d exposures of generation %d", sessions, g.ID),
+		fmt.Sprintf(`Number((document.querySelector('[data-service="web"] [data-exposures]') || {dataset: {}}).dataset.exposures) >= %d`, sessions))
+	p.screenshot("branches", false)
+	seen.Check(t, strings.TrimPrefix(origin, "http://"), append(dashboardAssets, "/api/v1/exposures/summary")...)
 }
 
 // sendPath sends one GET path with request id id through the proxy at

@@ -230,7 +230,8 @@ func TestDashboardCallsDocumentedPaths(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"/api/v1/generations/current", "/api/v1/events", "/api/v1/services/{}/flip",
-		"/api/v1/services/{}/weights", "/api/v1/generations/{}/rollback", "/api/v1/canary/events", "/api/v1/audit"} {
+		"/api/v1/services/{}/weights", "/api/v1/generations/{}/rollback", "/api/v1/canary/events", "/api/v1/audit",
+		"/api/v1/exposures/summary"} {
 		if !slices.Contains(called, want) {
 			t.Errorf("the scripts never call %s; calls: %q", want, called)
 		}

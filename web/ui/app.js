@@ -496,8 +496,83 @@ function analysisText(ca) {
 		`promote under ${metric(ca.promote)}, roll back over ${metric(ca.rollback)}`;
 }
 
+// bytes names a size in bytes the way the spec's limits are written.
+function bytes(n) {
+	if (n >= 1048576 && n % 1048576 === 0) {
+		return `${n / 1048576} MiB`;
+	}
+	if (n >= 1024 && n % 1024 === 0) {
+		return `${n / 1024} KiB`;
+	}
+	return `${n} bytes`;
+}
+
+// mirrorText says what a service's mirror sends where.
+function mirrorText(m) {
+	const max = m.max_body_bytes ?? 65536;
+	return `mirrors ${m.percent}% to ${m.upstream}, ${max === 0 ? 'requests without a body only' : `bodies up to ${bytes(max)}`}`;
+}
+
+// useExposures reads GET /api/v1/exposures/summary of service when the
+// card appears, when the generation changes, and every REFRESH_MS while the
+// page is visible: undefined while loading, then {value} or {error}.
+function useExposures(service, generation) {
+	const [state, setState] = useState(undefined);
+	useEffect(() => {
+		const ctrl = new AbortController();
+		let busy = false;
+		const load = async () => {
+			if (busy) {
+				return;
+			}
+			busy = true;
+			try {
+				const value = await api('GET', `/api/v1/exposures/summary?service=${enc(service)}`, {signal: ctrl.signal});
+				setState({value});
+			} catch (e) {
+				if (e.name !== 'AbortError') {
+					setState({error: e});
+				}
+			} finally {
+				busy = false;
+			}
+		};
+		load();
+		const id = setInterval(() => {
+			if (document.visibilityState === 'visible') {
+				load();
+			}
+		}, REFRESH_MS);
+		return () => {
+			clearInterval(id);
+			ctrl.abort();
+		};
+	}, [service, generation]);
+	return state;
+}
+
+// Exposures shows the exposure records of the active generation: their
+// count, and the count of each branch.
+function Exposures({state, generation}) {
+	if (state === undefined) {
+		return html`<span class="muted">loading…</span>`;
+	}
+	if (state.error) {
+		return html`<span class="muted" data-exposures-error=${state.error.status}>not available${
+			state.error.status === 404 ? '' : ` (${state.error.message})`}</span>`;
+	}
+	const items = (state.value.items || []).filter(c => c.generation_id === generation);
+	const n = sum(items.map(c => c.count));
+	if (n === 0) {
+		return html`<span class="muted" data-exposures="0">none recorded in generation ${generation} yet</span>`;
+	}
+	return html`<span data-exposures=${n}><strong>${n}</strong> in generation ${generation}${': '}${
+		items.map((c, i) => html`${i ? ', ' : ''}<span data-exposure-branch=${c.branch}>${c.branch} ${c.count}</span>`)}</span>`;
+}
+
 function ServiceCard({svc, spec, group, gateways, generation, ask, mutate}) {
 	const [editing, setEditing] = useState(false);
+	const exposures = useExposures(svc.name, generation);
 	const split = svc.split;
 	const targets = split ? split.targets : [];
 	const weights = targets.map(t => t.weight);
@@ -551,6 +626,11 @@ function ServiceCard({svc, spec, group, gateways, generation, ask, mutate}) {
 				? html`cookie <code>${svc.sticky.cookie}</code>, ${span(svc.sticky.ttl_s)}`
 				: 'no: each request is split on its own'}</dd></div>
 			${ca && html`<div><dt>Canary analysis</dt><dd>${analysisText(ca)}</dd></div>`}
+			${split && split.allocation === 'stable' && html`<div><dt>Allocation</dt><dd data-allocation="stable">stable allocation (10,000 slots)</dd></div>`}
+			${svc.override && html`<div><dt>Forced branch</dt><dd data-override>forced by header <code>${svc.override.header}</code>
+				<span class="hint">Try a branch: <code>dwara probe ${svc.name}</code></span></dd></div>`}
+			${svc.mirror && html`<div><dt>Mirror</dt><dd data-mirror>${mirrorText(svc.mirror)}</dd></div>`}
+			<div><dt>Exposures</dt><dd><${Exposures} state=${exposures} generation=${generation}/></dd></div>
 		</dl>
 		<${Targets} svc=${svc} spec=${spec} gateways=${gateways}/>
 		${split && html`<div class="actions">
