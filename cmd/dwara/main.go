@@ -374,6 +374,11 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 		c.Started = func(a node.Addrs) {
 			b := bannerInfo{Addrs: a, TLS: c.TLS != nil, Demo: c.Demo, CLI: cliCommand(os.Args[0], a.Admin, c.TLS != nil),
 				Token: c.AdminToken != ""}
+			if _, jsonLogs := c.Logger.Handler().(*slog.JSONHandler); jsonLogs {
+				// Log lines only, for a log collector: the banner is for a person.
+				c.Logger.Info("dwara serve started", "proxy", a.Proxy, "admin", a.Admin, "tls", c.TLS != nil, "demo", c.Demo)
+				return
+			}
 			b.Active, b.Err = loadActive(ctx, c.DatabaseURL)
 			banner(os.Stderr, b)
 		}

@@ -107,3 +107,20 @@ func TestServeDemo(t *testing.T) {
 	log, _ = serve(t, bannerTryRe, "--reset")
 	contains(t, log, `msg="demo reset: the active generation already has the demo spec" generation=3`, "  generation 3 is active (create by demo):\n")
 }
+
+// TestServeJSONLogs: with --log-format json, serve writes JSON lines only
+// (its start is a log line, not the banner), and stops with exit 0.
+func TestServeJSONLogs(t *testing.T) {
+	url := dbtest.New(t)
+	p := startProc(t, "serve", "--log-format", "json", "--database-url", url, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	p.log.waitFor(t, 0, regexp.MustCompile(`"msg":"dwara serve started".*"admin":"127\.0\.0\.1:\d+"`))
+	p.signal(t, syscall.SIGTERM)
+	if code := p.exitCode(t); code != 0 {
+		t.Fatalf("exit code after SIGTERM = %d; stderr:\n%s", code, p.log)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(p.log.String()), "\n") {
+		if !strings.HasPrefix(line, "{") || !strings.HasSuffix(line, "}") {
+			t.Errorf("a line that is not JSON: %q", line)
+		}
+	}
+}
