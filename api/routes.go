@@ -58,6 +58,15 @@ func (s *Server) routes() chi.Router {
 			})
 		})
 
+		// Reports of the data-plane replicas: guarded like mutations (the
+		// admin token, the cross-site and media-type checks) but not
+		// audited, for they arrive every few seconds from every replica.
+		r.Group(func(r chi.Router) {
+			r.Use(s.checkHost, s.authenticate(true), s.checkMutation, s.withDeadline)
+			r.Put("/gateways/{id}", s.reportGateway)
+			r.Post("/canary/windows", s.flushCanaryWindows)
+		})
+
 		// Mutations: audited whatever the outcome.
 		r.Post("/generations", s.mutation(apiv1.ActionCreate, s.createGeneration))
 		r.Post("/generations/{id}/rollback", s.mutation(apiv1.ActionRollback, s.rollback))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 
 	"golang.org/x/sync/errgroup"
 
@@ -17,8 +18,11 @@ import (
 
 // Gateway runs `dwara gateway`: a data plane on Listen with /metrics,
 // /healthz and /readyz on MetricsListen. With ConfigFile it serves that file
-// and reloads it on change or on Reload; otherwise it follows the newest
-// generation in the database at DatabaseURL, as a replica of `serve`. It
+// and reloads it on change or on Reload; with ControlPlane it follows the
+// API of `serve` at that URL (source.ControlPlane), reports itself and
+// posts its canary windows there, with no database of its own; otherwise
+// it follows the newest generation in the database at DatabaseURL, as a
+// replica of `serve`. It
 // runs until ctx is done or one of its parts fails (a first spec file that
 // is refused, for one), and returns once every part has stopped: nil after a
 // graceful shutdown, else the first error. Several may run in one program
@@ -31,7 +35,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	log := c.Logger
 
 	var store *db.Store
-	if c.ConfigFile == "" {
+	if c.ConfigFile == "" && c.ControlPlane == "" {
 		var err error
 		if store, err = c.openProcessStore(ctx, c.DatabaseURL); err != nil {
 			return err
@@ -107,10 +111,31 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		closeAll(proxyL, metricsL)
 		return err
 	}
-	if c.ConfigFile != "" {
+	switch {
+	case c.ConfigFile != "":
 		src := &source.File{Path: c.ConfigFile, Apply: apply, Reload: c.Reload, Logger: log}
 		g.Go(func() error { return src.Run(gctx) })
-	} else {
+	case c.ControlPlane != "":
+		// One client for the source and the flusher; its idle connections
+		// are closed once every part has stopped.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		defer tr.CloseIdleConnections()
+		hc := &http.Client{Transport: tr}
+		base := controlPlaneURL(c.ControlPlane)
+		src := &source.ControlPlane{
+			URL: base, Token: c.ControlPlaneToken, Instance: instance(proxyL.addr()),
+			Apply: apply, Weights: px, Endpoints: px.Endpoints,
+			Heartbeat: c.Heartbeat, Client: hc, Logger: log,
+		}
+		// No canary runner: judging needs the database. The windows go to
+		// the API, for the runner of a process that has one.
+		flusher := &fleet.Flusher{
+			Sink:     &fleet.APIWindowSink{URL: base, Token: c.ControlPlaneToken, Client: hc},
+			Instance: src.Instance.ID, Recorders: px.CanaryRecorders, Interval: c.CanaryInterval, Logger: log,
+		}
+		g.Go(func() error { return src.Run(gctx) })
+		g.Go(func() error { return flusher.Run(gctx) })
+	default:
 		src := c.databaseSource(store, proxyL.addr(), px, apply)
 		cp := c.canaryParts(store, src.Instance.ID, px, reg)
 		follower = cp.follower
@@ -125,6 +150,16 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		c.Started(Addrs{Proxy: proxyL.addr(), Metrics: metricsL.addr()})
 	}
 	return g.Wait()
+}
+
+// controlPlaneURL is the base URL of the control plane's API: raw, with
+// "http://" when it has no scheme, without a trailing slash.
+func controlPlaneURL(raw string) string {
+	raw = strings.TrimSpace(raw)
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	return strings.TrimSuffix(raw, "/")
 }
 
 func writeStatus(w http.ResponseWriter, code int, status string, generation int64) {

@@ -1,8 +1,9 @@
 // Package node assembles one Dwara process from the packages that do the
 // work: `dwara serve` (Serve: the REST API and the embedded proxy, fed from
 // PostgreSQL), `dwara gateway --database-url` (Gateway: a data-plane replica
-// fed from the same database) and `dwara gateway --config` (Gateway: a data
-// plane fed from a spec file). cmd/dwara parses flags into a ServeConfig or
+// fed from the same database), `dwara gateway --control-plane` (Gateway: a
+// replica fed from serve's API) and `dwara gateway --config` (Gateway: a
+// data plane fed from a spec file). cmd/dwara parses flags into a ServeConfig or
 // a GatewayConfig and calls one of them.
 //
 // A process runs its parts (the HTTP listeners, the one db.Listener, the
@@ -239,7 +240,7 @@ func (c *ServeConfig) proxyOptions(reg prometheus.Registerer) proxy.Options {
 // exposures when it is fed from the database.
 func (c *GatewayConfig) proxyOptions(reg prometheus.Registerer) proxy.Options {
 	o := c.Process.proxyOptions(reg)
-	if c.ConfigFile == "" {
+	if c.ConfigFile == "" && c.ControlPlane == "" {
 		o = c.withExposures(o, reg)
 	}
 	return o
@@ -292,8 +293,8 @@ func (h *HostList) Set(v string) error {
 }
 
 // GatewayConfig is what `dwara gateway` runs with. Exactly one of
-// ConfigFile and DatabaseURL chooses the source of generations; with both,
-// ConfigFile wins. Otherwise the zero value serves on the default loopback
+// ConfigFile, ControlPlane and DatabaseURL chooses the source of
+// generations; with several, ConfigFile wins, then ControlPlane. Otherwise the zero value serves on the default loopback
 // addresses. Gateway takes a copy.
 type GatewayConfig struct {
 	Process
@@ -304,8 +305,20 @@ type GatewayConfig struct {
 	// generation in this PostgreSQL database; "" needs ConfigFile.
 	DatabaseURL string
 	// ConfigFile makes the gateway serve this YAML/JSON spec file,
-	// reloaded when it changes; "" needs DatabaseURL.
+	// reloaded when it changes; "" needs DatabaseURL or ControlPlane.
 	ConfigFile string
+	// ControlPlane makes the gateway a replica that follows the API of
+	// `dwara serve` at this URL (its admin listener, e.g.
+	// "http://10.0.0.5:9090"; no scheme means http) instead of the
+	// database: generations and canary weights from its event stream,
+	// reports and canary windows sent to it. Such a gateway needs no
+	// database credentials, records no exposures and runs no canary
+	// runner. "" needs ConfigFile or DatabaseURL.
+	ControlPlane string
+	// ControlPlaneToken is sent as "Authorization: Bearer <token>" on
+	// every call to ControlPlane; the reports need serve's admin token.
+	// "" sends none (a serve without DWARA_ADMIN_TOKEN).
+	ControlPlaneToken string
 	// Reload, when non-nil, reloads ConfigFile on every receive, even when
 	// its content did not change (main feeds it SIGHUP); nil reloads only
 	// on change. Ignored without ConfigFile.
@@ -443,7 +456,7 @@ func (p *Process) canaryParts(store *db.Store, instance string, px *proxy.Proxy,
 	}
 	return canaryParts{
 		exposures: exposures,
-		flusher:   &fleet.Flusher{Store: store, Instance: instance, Recorders: px.CanaryRecorders, Interval: p.CanaryInterval, Logger: p.Logger},
+		flusher:   &fleet.Flusher{Sink: store, Instance: instance, Recorders: px.CanaryRecorders, Interval: p.CanaryInterval, Logger: p.Logger},
 		follower:  &fleet.Follower{Store: store, Proxy: px, Resync: p.Resync, Logger: p.Logger},
 		runner: &fleet.Runner{Store: store, Instance: instance, Interval: p.CanaryInterval, LockRetry: p.CanaryLockRetry,
 			Metrics: reg, Logger: p.Logger, Acted: p.CanaryActed, Leading: p.CanaryLeading},

@@ -478,3 +478,33 @@ type ExposureSummary struct {
 	// Reasons counts by reason; every reason is present, 0 when none.
 	Reasons map[string]int64 `json:"reasons"`
 }
+
+// MaxGatewayIDLen is the longest gateway instance id, in characters; an id
+// is 1..MaxGatewayIDLen characters of [A-Za-z0-9._:-].
+const MaxGatewayIDLen = 200
+
+// MaxCanaryWindowRows is the most rows one CanaryWindowReport may carry.
+const MaxCanaryWindowRows = 1000
+
+// CanaryWindowRow is one replica's aggregate of one version ("baseline" or
+// "canary") of one canary group over about a second. Latency is a sparse
+// histogram of [bucket, count] pairs, buckets strictly ascending, each below
+// the gateway's bucket count (gateway/canary.Buckets); Errors is at most
+// Requests.
+type CanaryWindowRow struct {
+	GenerationID int64       `json:"generation_id"`
+	Service      string      `json:"service"`
+	Version      string      `json:"version"`
+	Requests     uint64      `json:"requests"`
+	Errors       uint64      `json:"errors"`
+	Latency      [][2]uint64 `json:"latency"`
+}
+
+// CanaryWindowReport is the body of POST /api/v1/canary/windows: the
+// canary window aggregates of the replica Instance (its gateway id), at
+// most MaxCanaryWindowRows rows, no two of one generation, service and
+// version.
+type CanaryWindowReport struct {
+	Instance string            `json:"instance"`
+	Rows     []CanaryWindowRow `json:"rows"`
+}

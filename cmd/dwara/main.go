@@ -3,6 +3,7 @@
 //	dwara serve   [--listen ADDR] [--admin-listen ADDR] [--database-url URL] [--demo [--reset]]
 //	dwara gateway --config FILE        [--listen ADDR] [--metrics-listen ADDR]
 //	dwara gateway --database-url URL   [--listen ADDR] [--metrics-listen ADDR]
+//	dwara gateway --control-plane URL  [--listen ADDR] [--metrics-listen ADDR]
 //	dwara migrate [--database-url URL]
 //	dwara health  [--url URL]
 //	dwara version
@@ -22,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -38,7 +40,7 @@ const usage = `dwara — a traffic-splitting gateway with a versioned control pl
 
 Usage:
   dwara serve   [flags]   REST API + embedded proxy, configuration in PostgreSQL
-  dwara gateway [flags]   data plane only: from --config FILE, or a replica of --database-url
+  dwara gateway [flags]   data plane only: from --config FILE, or a replica of --database-url or --control-plane
   dwara migrate [flags]   apply the database migrations and exit
   dwara health  [flags]   GET a /healthz and exit 0 when it answers 200 (container health checks)
   dwara version           print the version
@@ -46,7 +48,8 @@ Usage:
 ` + cli.Usage + `
 Run "dwara COMMAND --help" (or "dwara help COMMAND") for the flags of a command.
 Environment: DWARA_DATABASE_URL (database), DWARA_ADMIN_TOKEN (API bearer token), DWARA_READ_TOKEN (read-only
-API token), DWARA_API_URL (API of the client verbs), DWARA_LOG_LEVEL (debug|info|warn|error), DWARA_LOG_FORMAT (text|json).
+API token), DWARA_CONTROL_PLANE_TOKEN (token of gateway --control-plane), DWARA_API_URL (API of the client verbs),
+DWARA_LOG_LEVEL (debug|info|warn|error), DWARA_LOG_FORMAT (text|json).
 `
 
 // command is one of the process commands (the client verbs are client/cli's).
@@ -61,8 +64,8 @@ type command struct {
 var commands = map[string]command{
 	"serve": {"[flags]", "Serve the REST API, its docs and metrics on --admin-listen and the proxy on --listen, with the\n" +
 		"configuration in PostgreSQL (created and migrated at start).", setupServe},
-	"gateway": {"--config FILE | --database-url URL [flags]", "Serve the proxy alone: from a spec file (reloaded on change and on SIGHUP), or as a replica\n" +
-		"that follows the generations of a database.", setupGateway},
+	"gateway": {"--config FILE | --database-url URL | --control-plane URL [flags]", "Serve the proxy alone: from a spec file (reloaded on change and on SIGHUP), or as a replica\n" +
+		"that follows the generations of a database, or of the API of dwara serve (no database credentials).", setupGateway},
 	"migrate": {"[--database-url URL]", "Create the database if needed, apply the migrations and exit.", setupMigrate},
 	"health": {"[--url URL] [--timeout 5s]", "GET the /healthz of a running dwara and exit 0 when it answers 200, else 1 (for container\n" +
 		"health checks: the image has no shell or curl).", setupHealth},
@@ -301,6 +304,25 @@ func envOr(k, def string) string {
 	return def
 }
 
+// checkHTTPURL checks that raw is an http(s) URL with a host; a URL
+// without a scheme is taken as http.
+func checkHTTPURL(raw string) error {
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%q: the scheme must be http or https", raw)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%q: no host", raw)
+	}
+	return nil
+}
+
 // readToken returns the token of file (trailing newline removed), or env's
 // value when file is "".
 func readToken(file, env string) (string, error) {
@@ -394,14 +416,38 @@ func setupGateway(fs *flag.FlagSet) func(context.Context, []string) error {
 	fs.StringVar(&c.MetricsListen, "metrics-listen", node.DefaultMetricsListen, "/metrics, /healthz and /readyz listen `ADDR`")
 	fs.StringVar(&c.Front, "front", node.FrontNetHTTP, "HTTP server of the proxy listener: `net/http or fasthttp` (experimental: HTTP/1.1 only, no TLS)")
 	fs.BoolVar(&c.Profile, "pprof", false, "also serve Go runtime profiles under /debug/pprof/ on the metrics listener (keep it private)")
-	fs.StringVar(&c.DatabaseURL, "database-url", "", "follow the generations of this PostgreSQL `URL` (default $DWARA_DATABASE_URL; ignored with --config)")
+	fs.StringVar(&c.DatabaseURL, "database-url", "", "follow the generations of this PostgreSQL `URL` (default $DWARA_DATABASE_URL unless --config or --control-plane)")
+	fs.StringVar(&c.ControlPlane, "control-plane", "", "follow the API of dwara serve at this `URL` (its admin listener), with no database")
+	cpTokenFile := fs.String("control-plane-token-file", "", "read the control plane's admin token from this `FILE` instead of $DWARA_CONTROL_PLANE_TOKEN")
 	return func(ctx context.Context, args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
 		}
-		c.DatabaseURL = cmp.Or(c.DatabaseURL, os.Getenv("DWARA_DATABASE_URL"))
-		if c.ConfigFile == "" && c.DatabaseURL == "" {
-			return usagef("give --config FILE or --database-url URL (or set DWARA_DATABASE_URL)")
+		given := 0
+		for _, v := range []string{c.ConfigFile, c.DatabaseURL, c.ControlPlane} {
+			if v != "" {
+				given++
+			}
+		}
+		if given > 1 {
+			return usagef("give only one of --config, --database-url and --control-plane")
+		}
+		if given == 0 {
+			c.DatabaseURL = os.Getenv("DWARA_DATABASE_URL")
+		}
+		if c.ConfigFile == "" && c.DatabaseURL == "" && c.ControlPlane == "" {
+			return usagef("give --config FILE, --database-url URL (or set DWARA_DATABASE_URL) or --control-plane URL")
+		}
+		if c.ControlPlane != "" {
+			if err := checkHTTPURL(c.ControlPlane); err != nil {
+				return usagef("--control-plane: %v", err)
+			}
+			var err error
+			if c.ControlPlaneToken, err = readToken(*cpTokenFile, "DWARA_CONTROL_PLANE_TOKEN"); err != nil {
+				return err
+			}
+		} else if *cpTokenFile != "" {
+			return usagef("--control-plane-token-file goes with --control-plane")
 		}
 		switch c.Front {
 		case node.FrontNetHTTP, node.FrontFastHTTP:

@@ -83,13 +83,13 @@ func TestFlusherKeepsWhatItCouldNotWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed.Close()
-	f := &Flusher{Store: closed, Instance: "i-1", Recorders: px.CanaryRecorders}
+	f := &Flusher{Sink: closed, Instance: "i-1", Recorders: px.CanaryRecorders}
 	f.pending = make(map[pendingKey]*canary.Stats)
 	if err := f.flush(context.Background()); err == nil {
 		t.Fatal("flush to a closed store succeeded")
 	}
 	recs[0].Canary.Observe(5*time.Millisecond, false)
-	f.Store = store
+	f.Sink = store
 	if err := f.flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}

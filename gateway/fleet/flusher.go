@@ -3,7 +3,8 @@
 //
 //   - Flusher: every data-plane process (serve's embedded proxy and every
 //     gateway replica) writes its canary groups' per-second aggregates to
-//     canary_windows about once a second.
+//     canary_windows about once a second, through a WindowSink: the store,
+//     or for a `gateway --control-plane` replica the API (APIWindowSink).
 //   - Runner: exactly one process of the fleet holds the runner's advisory
 //     lock; every second it judges each canary group of the newest
 //     generation on the union of every instance's windows
@@ -41,14 +42,24 @@ const opTimeout = 10 * time.Second
 // served and its canary groups' recorders (proxy.Proxy.CanaryRecorders).
 type Recorders func() (int64, []proxy.CanaryRecorders)
 
-// Flusher writes one data-plane process's canary windows to PostgreSQL.
+// WindowSink receives a data-plane process's canary windows: a *db.Store
+// writes them to canary_windows; an APIWindowSink posts them to the
+// control plane's API, which writes them there.
+type WindowSink interface {
+	FlushCanaryWindows(ctx context.Context, instance string, rows []db.CanaryWindowRow) error
+}
+
+var _ WindowSink = (*db.Store)(nil)
+
+// Flusher writes one data-plane process's canary windows to its Sink.
 // Set the fields, then call Run once. What a flush could not write (the
-// database away) is kept and added to the next flush, as long as the
+// database or the API away) is kept and added to the next flush, as long as the
 // generation is still served; nothing is kept beyond one aggregate per
 // group and version.
 type Flusher struct {
-	// Store receives the windows. Required.
-	Store *db.Store
+	// Sink receives the windows (a *db.Store or an *APIWindowSink).
+	// Required.
+	Sink WindowSink
 	// Instance is the process's gateway instance id. Required.
 	Instance string
 	// Recorders reads the data plane. Required.
@@ -133,7 +144,7 @@ func (f *Flusher) flush(ctx context.Context) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	if err := f.Store.FlushCanaryWindows(ctx, f.Instance, rows); err != nil {
+	if err := f.Sink.FlushCanaryWindows(ctx, f.Instance, rows); err != nil {
 		return err
 	}
 	for _, s := range f.pending {

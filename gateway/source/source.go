@@ -1,4 +1,4 @@
-// Package source feeds a data plane its generations. There are two sources,
+// Package source feeds a data plane its generations. There are three sources,
 // side by side and of the same shape: each has a Run loop and calls one
 // ApplyFunc with a spec that config's decoder validated and the generation it
 // belongs to, in strictly increasing order.
@@ -6,12 +6,17 @@
 //   - File serves a spec file (`dwara gateway --config`): it loads the file at
 //     start and reloads it when it changes on disk or on Reload (SIGHUP).
 //     Generations count 1, 2, 3 over the successful loads of the process.
+//
 //   - Database follows the newest generation stored in PostgreSQL (`dwara
 //     serve` and `dwara gateway --database-url`). It opens no connection of
 //     its own for LISTEN: the process's one db.Listener calls Notify on every
 //     notification on db.NotifyChannel and on every (re)connect, and the
 //     Database loads the newest generation and applies it when it is newer
 //     than the last one applied.
+//
+//   - ControlPlane follows the API of `dwara serve` instead (`dwara gateway
+//     --control-plane`): its event stream, with a full resync on every
+//     (re)connect, and reports through the API; no database credentials.
 //
 // Either way a spec that does not decode, validate or apply is refused with
 // its errors logged, and the data plane keeps serving the generation it
