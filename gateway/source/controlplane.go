@@ -27,6 +27,8 @@ const (
 	// before it is taken for dead and reconnected: three of the API's
 	// pings (one every 15s).
 	DefaultStreamTimeout = 45 * time.Second
+	// DefaultControlPlaneResync is ControlPlane.Resync's default.
+	DefaultControlPlaneResync = 30 * time.Second
 	// callTimeout bounds one call to the API other than the stream.
 	callTimeout = 15 * time.Second
 	// maxEventBytes caps one line of the event stream and one answer.
@@ -93,6 +95,11 @@ type ControlPlane struct {
 	// StreamTimeout is the longest the event stream may stay silent; 0
 	// means DefaultStreamTimeout.
 	StreamTimeout time.Duration
+	// Resync is the time after which the next line of the stream (the
+	// API pings every 15 s) also loads the current generation and the
+	// weights in force, a safety net as source.Database's; 0 means
+	// DefaultControlPlaneResync.
+	Resync time.Duration
 	// Client makes every call, the event stream included, so it must have
 	// no Timeout (each call but the stream is bounded on its own); nil
 	// means a client of its own, whose idle connections Run closes when it
@@ -194,9 +201,17 @@ func (s *ControlPlane) follow(ctx context.Context) (synced bool, err error) {
 	sc.Buffer(make([]byte, 0, 64<<10), maxEventBytes)
 	var name string
 	var data []byte
+	resyncEvery := orDefault(s.Resync, DefaultControlPlaneResync)
+	var lastSync time.Time
 	for sc.Scan() {
 		deadline.Stop() // handling may take calls of their own
 		line := sc.Text()
+		if synced && time.Since(lastSync) >= resyncEvery {
+			if err := s.resync(ctx); err != nil {
+				return synced, fmt.Errorf("resync: %w", err)
+			}
+			lastSync = time.Now()
+		}
 		switch {
 		case line == "":
 			if name != "" {
@@ -210,7 +225,7 @@ func (s *ControlPlane) follow(ctx context.Context) (synced bool, err error) {
 				if err := s.resync(ctx); err != nil {
 					return false, fmt.Errorf("resync: %w", err)
 				}
-				synced = true
+				synced, lastSync = true, time.Now()
 			}
 		default:
 			field, value, _ := strings.Cut(line, ":")

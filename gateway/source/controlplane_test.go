@@ -202,3 +202,28 @@ func TestControlPlaneFollowsEvents(t *testing.T) {
 		}
 	})
 }
+
+// TestControlPlanePeriodicResync: a generation the stream never announces
+// (a notification lost somewhere) is still applied at the next resync,
+// which the next line of the stream triggers once Resync has passed.
+func TestControlPlanePeriodicResync(t *testing.T) {
+	t.Parallel()
+	api := &fakeAPI{t: t, events: make(chan string, 16), reports: make(chan apiv1.GatewayInstance, 64)}
+	api.setCurrent(1)
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	w := &fakeWeights{weights: map[string]int{}}
+	src := &source.ControlPlane{
+		URL: srv.URL, Token: "tok", Instance: apiv1.GatewayInstance{ID: "gw-1"},
+		Apply: w.apply, Weights: w, Resync: time.Millisecond, Logger: testlog.New(t, nil),
+	}
+	testrun.Background(t, src.Run)
+	waitCond(t, "generation 1 applied", func() bool { g, _, _ := w.state(); return g == 1 })
+	connects := api.connects.Load()
+	api.setCurrent(3) // published, never announced
+	api.events <- ": ping\n\n"
+	waitCond(t, "generation 3 applied", func() bool { g, _, _ := w.state(); return g == 3 })
+	if n := api.connects.Load(); n != connects {
+		t.Errorf("%d connects, want %d: the resync runs on the same stream", n, connects)
+	}
+}
