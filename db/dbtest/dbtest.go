@@ -60,7 +60,9 @@ var (
 // Cleanup functions registered later, such as closing a Store), unless the
 // test failed: then it is kept and its URL is logged for inspection.
 //
-// The server comes from EnvURL, else DefaultURL. When PostgreSQL cannot be
+// The server comes from EnvURL, else DefaultURL, else (when nothing
+// answers there and a Docker engine does) a PostgreSQL container started
+// once per test binary with testcontainers-go. When PostgreSQL cannot be
 // reached, New fails the test (t.Fatal) saying so; it never skips. New is
 // safe to call from parallel tests and from parallel test binaries.
 func New(t testing.TB) string {
@@ -68,6 +70,16 @@ func New(t testing.TB) string {
 	base := os.Getenv(EnvURL)
 	if base == "" {
 		base = DefaultURL
+		if !answers("127.0.0.1:5432") {
+			// No server where one is expected: a PostgreSQL container, when
+			// a Docker engine answers (a laptop whose only PostgreSQL is
+			// Docker). Otherwise the failure below explains what to do.
+			if u, err := containerURL(context.Background()); err == nil {
+				base = u
+			} else {
+				t.Logf("dbtest: nothing answers at %s and no container could be started: %v", DefaultURL, err)
+			}
+		}
 	}
 	baseU, err := url.Parse(base)
 	if err != nil || (baseU.Scheme != "postgres" && baseU.Scheme != "postgresql") {

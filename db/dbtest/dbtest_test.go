@@ -216,3 +216,20 @@ func TestConnHelpers(t *testing.T) {
 		t.Errorf("payload = %q, want p2", got)
 	}
 }
+
+// TestContainerPathWithoutDocker: with no Docker engine (as on the CI
+// machine), the container path answers an error instead of hanging or
+// crashing, so New goes on to explain what to do.
+func TestContainerPathWithoutDocker(t *testing.T) {
+	if os.Getenv("DOCKER_HOST") != "" {
+		t.Skip("DOCKER_HOST is set: a Docker engine may answer")
+	}
+	if _, err := os.Stat("/var/run/docker.sock"); err == nil {
+		t.Skip("/var/run/docker.sock exists: a Docker engine may answer")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testrun.Timeout)
+	defer cancel()
+	if _, err := dbtest.ContainerURL(ctx); err == nil {
+		t.Fatal("containerURL succeeded without a Docker engine")
+	}
+}

@@ -1,0 +1,4 @@
+package dbtest
+
+// ContainerURL is containerURL, for the tests.
+var ContainerURL = containerURL
