@@ -122,6 +122,26 @@ func canaryEvents(t *testing.T, store *db.Store, generation int64) []apiv1.Canar
 	return es
 }
 
+// promotionChain checks that es are the promotions 10 -> 20 -> ... -> 100,
+// each starting where the previous one ended (no action twice), and
+// returns the number of instances that recorded them.
+func promotionChain(t *testing.T, es []apiv1.CanaryEvent) int {
+	t.Helper()
+	instances := map[string]bool{}
+	w := 10
+	for i, e := range es {
+		if e.Action != apiv1.CanaryPromote || e.FromWeight != w || e.ToWeight != w+10 {
+			t.Errorf("event %d: %s %d -> %d, want promote %d -> %d", i, e.Action, e.FromWeight, e.ToWeight, w, w+10)
+		}
+		w = e.ToWeight
+		instances[e.InstanceID] = true
+	}
+	if w != 100 || len(es) != 9 {
+		t.Errorf("%d events ending at %d, want 9 ending at 100", len(es), w)
+	}
+	return len(instances)
+}
+
 // weightIs reports whether every process shows canary weight w of group
 // web in dwara_canary_weight.
 func weightIs(t *testing.T, w float64, procs ...*proc) bool {
@@ -351,19 +371,8 @@ func TestCanaryRunnerHandover(t *testing.T) {
 	})
 
 	es := canaryEvents(t, store, g.ID)
-	instances := map[string]bool{}
-	w := 10
-	for i, e := range es {
-		if e.Action != apiv1.CanaryPromote || e.FromWeight != w || e.ToWeight != w+10 {
-			t.Errorf("event %d: %s %d -> %d, want promote %d -> %d", i, e.Action, e.FromWeight, e.ToWeight, w, w+10)
-		}
-		w = e.ToWeight
-		instances[e.InstanceID] = true
-	}
-	if w != 100 || len(es) != 9 {
-		t.Errorf("%d events ending at %d, want 9 ending at 100", len(es), w)
-	}
-	if len(instances) != 2 {
-		t.Errorf("events recorded by %d instances, want both processes", len(instances))
+	instances := promotionChain(t, es)
+	if instances != 2 {
+		t.Errorf("events recorded by %d instances, want both processes", instances)
 	}
 }

@@ -252,21 +252,10 @@ func TestManyReplicas(t *testing.T) {
 	waitWeight(t, 100, all...)
 
 	es := canaryEvents(t, store, g.ID)
-	instances := map[string]bool{}
-	w := 10
-	for i, e := range es {
-		if e.Action != apiv1.CanaryPromote || e.FromWeight != w || e.ToWeight != w+10 {
-			t.Errorf("event %d: %s %d -> %d, want promote %d -> %d", i, e.Action, e.FromWeight, e.ToWeight, w, w+10)
-		}
-		w = e.ToWeight
-		instances[e.InstanceID] = true
+	instances := promotionChain(t, es)
+	if instances < 2 {
+		t.Errorf("events recorded by %d instances, want at least 2", instances)
 	}
-	if w != 100 || len(es) != 9 {
-		t.Errorf("%d events ending at %d, want 9 ending at 100", len(es), w)
-	}
-	if len(instances) < 2 {
-		t.Errorf("events recorded by %d instances, want at least 2", len(instances))
-	}
-	t.Logf("step 3 (rollout 10 -> 100 across the handover, %d instances): %v", len(instances), time.Since(phase).Round(time.Millisecond))
+	t.Logf("step 3 (rollout 10 -> 100 across the handover, %d instances): %v", instances, time.Since(phase).Round(time.Millisecond))
 	t.Logf("total: %v", time.Since(began).Round(time.Millisecond))
 }
