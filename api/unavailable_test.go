@@ -3,17 +3,16 @@ package api
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/internal/testlog"
+	"github.com/dwara/dwara/internal/testnet"
 )
 
 // storeAt opens a Store on a server at addr that need not answer.
@@ -25,43 +24,6 @@ func storeAt(t *testing.T, addr string) *db.Store {
 	}
 	t.Cleanup(s.Close)
 	return s
-}
-
-// hungPostgres listens on loopback, accepts every connection and never
-// answers: a PostgreSQL server that is stopped (SIGSTOP) or wedged. It
-// returns its address; it closes when the test ends.
-func hungPostgres(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go io.Copy(io.Discard, c)
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
 }
 
 // unavailableCalls are calls of every kind that need the database.
@@ -125,7 +87,7 @@ func TestDatabaseStopped(t *testing.T) {
 // is a minute); what it asserts is that the calls return, with 503.
 func TestDatabaseHung(t *testing.T) {
 	t.Parallel()
-	e := newEnvOn(t, storeAt(t, hungPostgres(t)), Options{DatabaseTimeout: 300 * time.Millisecond})
+	e := newEnvOn(t, storeAt(t, testnet.HungAddr(t)), Options{DatabaseTimeout: 300 * time.Millisecond})
 	e.client.Timeout = time.Minute
 	checkUnavailable(t, e)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,57 +15,8 @@ import (
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/internal/testnet"
 )
-
-// closedPort returns a loopback address on which nothing listens.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
-// hungServer listens on loopback, accepts every connection and never
-// answers, like a PostgreSQL server that is stopped (SIGSTOP) or wedged:
-// the kernel completes the handshake, nothing more happens. It returns its
-// address; the connections are closed when the test ends.
-func hungServer(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go io.Copy(io.Discard, c) // read what the client sends, answer nothing
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
-}
 
 // openAt opens a Store on the server at addr (which need not answer).
 func openAt(t *testing.T, addr, query string) *db.Store {
@@ -83,7 +33,7 @@ func openAt(t *testing.T, addr, query string) *db.Store {
 // ErrUnavailable, never with a bare network error.
 func TestUnavailableWhenRefused(t *testing.T) {
 	t.Parallel()
-	s := openAt(t, closedPort(t), "")
+	s := openAt(t, testnet.ClosedAddr(t), "")
 	ctx := context.Background()
 	calls := map[string]func() error{
 		"ping":    func() error { return s.Ping(ctx) },
@@ -120,7 +70,7 @@ func TestUnavailableWhenRefused(t *testing.T) {
 // the calls return, and what they return, not how fast.)
 func TestUnavailableWhenHung(t *testing.T) {
 	t.Parallel()
-	s := openAt(t, hungServer(t), "&connect_timeout=1")
+	s := openAt(t, testnet.HungAddr(t), "&connect_timeout=1")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if _, err := s.Current(ctx); !errors.Is(err, db.ErrUnavailable) {
@@ -136,7 +86,7 @@ func TestUnavailableWhenHung(t *testing.T) {
 // DefaultConnectTimeout.
 func TestOpenBoundsConnecting(t *testing.T) {
 	t.Parallel()
-	s := openAt(t, hungServer(t), "")
+	s := openAt(t, testnet.HungAddr(t), "")
 	done := make(chan error, 1)
 	go func() { done <- s.Ping(context.Background()) }()
 	select {

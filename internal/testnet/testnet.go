@@ -3,7 +3,9 @@
 package testnet
 
 import (
+	"io"
 	"net"
+	"sync"
 	"testing"
 )
 
@@ -19,4 +21,43 @@ func ClosedAddr(t testing.TB) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// HungAddr returns the address of a loopback listener that accepts every
+// connection and never answers, like a server that is stopped (SIGSTOP)
+// or wedged: the kernel completes the handshake, nothing more happens. It
+// reads and discards what clients send. The listener and its connections
+// are closed when the test ends.
+func HungAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go io.Copy(io.Discard, c) // read what the client sends, answer nothing
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
 }
