@@ -258,6 +258,12 @@ func TestFailedPublishIsNotAnnounced(t *testing.T) {
 	replica := startGateway(t, "replica", node.GatewayConfig{DatabaseURL: url})
 
 	g1 := publish(t, srv.Admin, specJSON(a, b, 90, 10), "faults: good")
+	// Both apply generation 1 before anything else is published, so the
+	// order checked below is the order of the publishes (a replica that
+	// hears two notifications at once applies only the newest).
+	for _, p := range []*proc{srv, replica} {
+		p.waitApplied(t, g1.ID, wait)
+	}
 	if n := testrun.Recv(t, notes, "the notification of generation 1"); n != fmt.Sprint(g1.ID) {
 		t.Fatalf("notification %q, want %d", n, g1.ID)
 	}
