@@ -34,9 +34,6 @@ func (l *lockedBuffer) lines() []string {
 // TestAccessLog: with an access log, every answered request has one JSON
 // line with its request id, status and, when forwarded, where it went.
 func TestAccessLog(t *testing.T) {
-	if testFront == "fasthttp" {
-		t.Skip("the fasthttp front writes no access log")
-	}
 	t.Parallel()
 	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 	var buf lockedBuffer

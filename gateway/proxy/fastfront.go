@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,16 +74,25 @@ import (
 // counted 499, is not the endpoint's failure, is not retried, and its
 // connection is closed without an answer.
 //
-// What it does not do: HTTP/2, with or without TLS; the client stall
-// timeout and the access log (Options.ClientStallTimeout, AccessLog: the
-// net/http front's). A client that goes away while an answer's body is
-// relayed is noticed at the next write to it, so one whose endpoint sends
-// nothing more of a body begun holds it until the endpoint does. A TLS client's clean close (close_notify) is data to
-// fastPeerGone, so before the answer only a reset shows such a client
-// gone. fasthttp reads up to 8 KiB of a request body before the handler
-// runs: a client that goes away within those is no request (no count). It
-// recovers no panic: one ends the process (the bookkeeping is in deferred
-// functions all the same).
+// The client stall timeout (Options.ClientStallTimeout) applies as on the
+// net/http front: a request body read under a deadline moved at each read
+// (fastStallBody; 408 when it stalls), an answer written under fasthttp's
+// per-answer write deadline, moved while a body streams (fastBody.Read;
+// 499 when the client takes nothing). The access log (Options.AccessLog)
+// gets the same line as from the net/http front, written when the
+// exchange ends. A panic of the handler is recovered: logged, the request
+// answered 502 and its connection closed (fastRecover); one while an
+// answer is relayed or its exchange ends is logged and cuts that answer.
+//
+// What it does not do: HTTP/2 (node hands TLS connections that negotiate
+// h2 to a net/http server of the same proxy). A client that goes away
+// while an answer's body is relayed is noticed at the next write to it,
+// so one whose endpoint sends nothing more of a body begun holds it until
+// the endpoint does or the stall timeout passes. A TLS client's clean
+// close (close_notify) is data to fastPeerGone, so before the answer only
+// a reset shows such a client gone. fasthttp reads up to 8 KiB of a
+// request body before the handler runs, under the request-head timeout:
+// a client that goes away within those is no request (no count).
 //
 // Request framing: fasthttp refuses on its own (400, or 431 for a head
 // over ReadBufferSize, connection closed) duplicate Content-Length fields,
@@ -122,8 +132,12 @@ func NewFastServer(p *Proxy, idle time.Duration) *fasthttp.Server {
 		// ReadTimeout bounds the request head from its first byte (from the
 		// accept on a new connection), like net/http's ReadHeaderTimeout on
 		// the other front; ServeFastHTTP lifts it for the body.
-		ReadTimeout:     fastReadHeaderTimeout,
-		ReadBufferSize:  16 << 10, // also the largest request head
+		ReadTimeout:    fastReadHeaderTimeout,
+		ReadBufferSize: 16 << 10, // also the largest request head
+		// The stall timeout bounds writing an answer: set before each
+		// answer is written, moved forward while its body streams
+		// (fastBody.Read).
+		WriteTimeout:    p.stall,
 		WriteBufferSize: 16 << 10,
 		CloseOnShutdown: true,
 		Logger:          p.errorLog,
@@ -139,49 +153,71 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	h := &ctx.Request.Header
 	rid := fastRequestID(h)
+	// A panic answers this request with 502 and closes its connection;
+	// the bookkeeping of a forwarded request is balanced by
+	// fastServeEndpoint's own deferred function, which runs first.
+	defer p.fastRecover(ctx, rid)
 	t := p.table.Load()
 	if t == nil {
 		ctx.Response.Header.Set("X-Request-Id", rid)
 		fastProblem(ctx, http.StatusServiceUnavailable, "No generation loaded", "the gateway has not applied a configuration generation yet")
 		return
 	}
+	x := fastExchanges.Get().(*fastExchange)
+	if rt, ok := p.fastRoute(ctx, x, t, rid, start); ok {
+		p.fastServe(ctx, x, rt, rid, start) // x is the exchange's from here
+		return
+	}
+	*x = fastExchange{}
+	fastExchanges.Put(x)
+}
+
+// fastRoute checks and routes the request, with x's buffers for what the
+// routing needs of it. When the request is not to be forwarded it answers
+// it (and writes its access log line) and reports false.
+func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, rid string, start time.Time) (route, bool) {
+	h := &ctx.Request.Header
+	refuse := func(status int, title, detail string, closeConn bool) (route, bool) {
+		if closeConn {
+			ctx.SetConnectionClose()
+		}
+		ctx.Response.Header.Set("X-Request-Id", rid)
+		if status == http.StatusMethodNotAllowed {
+			ctx.Response.Header.Set("Allow", allowedMethods[0])
+		}
+		fastProblem(ctx, status, title, detail)
+		if p.access != nil {
+			p.logAccess(fastAccessLine(ctx, rid), status, nil, nil, start)
+		}
+		return route{}, false
+	}
 	if why := fastBadHead(h.RawHeaders(), h.ContentLength()); why != "" {
 		// Framing this front will not guess at: refuse it and end the
 		// connection, since what follows on it cannot be trusted.
-		ctx.SetConnectionClose()
-		ctx.Response.Header.Set("X-Request-Id", rid)
-		fastProblem(ctx, http.StatusBadRequest, "Bad request framing", why)
-		return
+		return refuse(http.StatusBadRequest, "Bad request framing", why, true)
 	}
 	if proto := b2s(h.Protocol()); proto != "HTTP/1.1" && proto != "HTTP/1.0" {
 		// fasthttp serves any other version as HTTP/1.0; net/http refuses.
-		ctx.SetConnectionClose()
-		ctx.Response.Header.Set("X-Request-Id", rid)
-		fastProblem(ctx, http.StatusHTTPVersionNotSupported, "HTTP version not supported", "this front speaks HTTP/1.0 and HTTP/1.1")
-		return
+		return refuse(http.StatusHTTPVersionNotSupported, "HTTP version not supported", "this front speaks HTTP/1.0 and HTTP/1.1", true)
 	}
-	if cl := h.ContentLength(); cl > 0 || cl == -1 {
+	if cl := h.ContentLength(); (cl > 0 || cl == -1) && p.stall <= 0 {
 		// The server's ReadTimeout bounds the request head (see
 		// NewFastServer); a body streams for as long as it takes, as on the
-		// net/http front.
+		// net/http front. With a stall timeout, each read of the body moves
+		// the deadline instead (fastStallBody).
 		_ = ctx.Conn().SetReadDeadline(time.Time{})
 	}
-	var ipBuf [64]byte
-	ip := peerIP(ipBuf[:0], ctx.RemoteAddr())
-	var cookieLines [1]string
+	ip := peerIP(x.ipBuf[:0], ctx.RemoteAddr())
 	var cookies []string
 	if c := h.Peek(fasthttp.HeaderCookie); len(c) > 0 {
-		cookieLines[0] = b2s(c)
-		cookies = cookieLines[:]
+		x.cookieLines[0] = b2s(c)
+		cookies = x.cookieLines[:]
 	}
 	path, ok := fastRoutePath(fastTarget(h))
 	if !ok && !h.IsConnect() { // CONNECT's authority-form: route refuses the method
 		// As net/http refuses a target that url.ParseRequestURI does not
 		// take, before any handler.
-		ctx.SetConnectionClose()
-		ctx.Response.Header.Set("X-Request-Id", rid)
-		fastProblem(ctx, http.StatusBadRequest, "Bad request target", "the request target is not a path, or has a bad percent-escape")
-		return
+		return refuse(http.StatusBadRequest, "Bad request target", "the request target is not a path, or has a bad percent-escape", true)
 	}
 	rt := p.route(t, view{
 		method:    b2s(h.Method()),
@@ -193,22 +229,62 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		tls:       ctx.IsTLS(),
 		headers:   (*fastFields)(h),
 	})
+	x.cookieLines[0] = ""
 	if rt.status != 0 {
-		ctx.Response.Header.Set("X-Request-Id", rid)
-		if rt.status == http.StatusMethodNotAllowed {
-			ctx.Response.Header.Set("Allow", allowedMethods[0])
-		}
-		fastProblem(ctx, rt.status, rt.title, rt.detail)
-		return
+		return refuse(rt.status, rt.title, rt.detail, false)
 	}
+	x.ip = ip
+	return rt, true
+}
+
+// fastServe forwards a routed request, mirroring it first when its target
+// mirrors; x becomes the request's exchange.
+func (p *Proxy) fastServe(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, start time.Time) {
+	h := &ctx.Request.Header
 	var upgrade []byte
 	if fastIsUpgrade(h) {
 		upgrade = h.Peek(fasthttp.HeaderUpgrade)
 	}
-	if rt.tg.mirror != nil {
-		defer p.mirrorFast(ctx, rt, rid, ip).release()
+	ip := x.ip
+	*x = fastExchange{p: p, tg: rt.tg, a: newAttempt(rt.ep), start: start, ctx: ctx, ipBuf: x.ipBuf}
+	x.ip = x.ipBuf[:len(ip)]
+	if p.access != nil {
+		x.line = fastAccessLine(ctx, rid)
 	}
-	p.fastServeEndpoint(ctx, rt, rid, ip, upgrade, start)
+	if rt.tg.mirror != nil {
+		defer p.mirrorFast(ctx, x, rt, rid, x.ip).release()
+	}
+	p.fastServeEndpoint(ctx, x, rt, rid, x.ip, upgrade)
+}
+
+// fastRecover, deferred by ServeFastHTTP, turns a panic of the handler
+// into a logged error and a 502 answer on a connection then closed (an
+// answer begun cannot be, but the fasthttp front writes nothing before
+// the handler returns).
+func (p *Proxy) fastRecover(ctx *fasthttp.RequestCtx, rid string) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	p.log.Error("panic serving a request", "request_id", rid, "panic", v, "stack", string(debug.Stack()))
+	ctx.Response.Reset()
+	ctx.SetConnectionClose()
+	ctx.Response.Header.Set("X-Request-Id", rid)
+	fastProblem(ctx, http.StatusBadGateway, "Gateway error", "the gateway failed while serving the request")
+}
+
+// fastAccessLine is the access log line's view of the request, copied out
+// of fasthttp's buffers (which the next request reuses).
+func fastAccessLine(ctx *fasthttp.RequestCtx, rid string) accessLine {
+	var ipBuf [64]byte
+	path, _ := fastRoutePath(fastTarget(&ctx.Request.Header))
+	return accessLine{
+		requestID: strings.Clone(rid),
+		method:    string(ctx.Method()),
+		host:      string(ctx.Host()),
+		path:      strings.Clone(path),
+		client:    string(peerIP(ipBuf[:0], ctx.RemoteAddr())),
+	}
 }
 
 // fastExchange is the bookkeeping of one proxied request on the fasthttp
@@ -243,21 +319,34 @@ type fastExchange struct {
 	remaining int64
 	done      bool // the endpoint's body was read to its end
 	cut       bool // reading the endpoint's body failed
+	// relayed: some of the endpoint's body went to fasthttp already, so
+	// a read of more moves the client's write deadline (fastBody.Read).
+	relayed bool
+
+	// ipBuf holds the client's address, ip; cookieLines the Cookie field
+	// for route. They live here so that the view of the request does not
+	// allocate.
+	ipBuf       [64]byte
+	ip          []byte
+	cookieLines [1]string
+	// line is the access log's view of the request; set only with an
+	// access log.
+	line accessLine
+	// stallBody reads the client's request body under the stall timeout.
+	stallBody fastStallBody
 }
 
 var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
 
 // fastServeEndpoint forwards the request to rt.ep and does the bookkeeping
-// of serveEndpoint: begun here, finished in a defer unless the response
-// body or an upgraded tunnel took it over. A request to an http endpoint
-// takes the forwarding path shared with the net/http front
+// of serveEndpoint on x, begun by fastServe: finished in a defer unless
+// the response body or an upgraded tunnel took it over. A request to an
+// http endpoint takes the forwarding path shared with the net/http front
 // (exchangeRetrying: the same pools, timeouts, retries and passive
 // checks); an upgrade (upgrade is the client's Upgrade value, nil for any
 // other request) and a request to an https endpoint take their own paths
 // (fastupgrade.go, fasthttps.go).
-func (p *Proxy) fastServeEndpoint(ctx *fasthttp.RequestCtx, rt route, rid string, ip, upgrade []byte, start time.Time) {
-	x := fastExchanges.Get().(*fastExchange)
-	*x = fastExchange{p: p, tg: rt.tg, a: newAttempt(rt.ep), start: start, ctx: ctx}
+func (p *Proxy) fastServeEndpoint(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, ip, upgrade []byte) {
 	handedOver, completed := false, false
 	defer func() {
 		if handedOver {
@@ -387,6 +476,9 @@ func (x *fastExchange) finish(werr error) {
 		code = statusClientGone
 	}
 	x.tg.endRequest(&x.a, code, x.start)
+	if x.p.access != nil {
+		x.p.logAccess(x.line, code, x.tg, x.a.ep, x.start)
+	}
 	*x = fastExchange{}
 	fastExchanges.Put(x)
 }
@@ -402,9 +494,7 @@ func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *f
 	writeFastHead(c.bw, ctx, ep, tg, rid, ip, cl, upgrade)
 	var body io.Reader
 	if cl > 0 || cl == -1 {
-		if body = ctx.RequestBodyStream(); body == nil {
-			body = bytes.NewReader(ctx.Request.Body())
-		}
+		body = x.requestBody(ctx)
 	}
 	sent, err = p.fastTransmit(x, c, ep, body, int64(cl), func(bw *bufio.Writer) {
 		// The client's trailers, read from its last chunk; the field block
@@ -426,12 +516,54 @@ func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *f
 		}
 		return sent, err
 	}
-	// The header is in: a slow body streams for as long as it takes.
-	_ = c.nc.SetReadDeadline(time.Time{})
+	// The header is in: a slow body streams for as long as it takes. When
+	// the whole body is buffered already, nothing more is read from the
+	// connection for this answer, so the deadline can stay: the next
+	// request on it sets its own before reading (fastTransmit, transmit).
+	if upgrade != nil || up.BodyStream() != nil && !bodyBuffered(c.br, up.Header.ContentLength()) {
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
 	if up.StatusCode() == http.StatusSwitchingProtocols && upgrade == nil {
 		return sent, errors.New("upstream switched protocols without an upgrade request")
 	}
 	return sent, nil
+}
+
+// requestBody returns the client's request body as it is to be read: the
+// stream fasthttp reads from the connection (or the body it holds), under
+// the stall timeout when there is one.
+func (x *fastExchange) requestBody(ctx *fasthttp.RequestCtx) io.Reader {
+	body := ctx.RequestBodyStream()
+	if body == nil {
+		body = bytes.NewReader(ctx.Request.Body())
+	}
+	if x.p.stall <= 0 {
+		return body
+	}
+	x.stallBody = fastStallBody{r: body, ctx: ctx, stall: x.p.stall}
+	return &x.stallBody
+}
+
+// fastStallBody reads a client's request body with the connection's read
+// deadline moved forward before every read, as stallBody on the net/http
+// front: a body that makes no progress for the stall timeout ends with a
+// timeout (answered 408), one that keeps coming is never cut. fasthttp
+// puts its own deadline back after the request.
+type fastStallBody struct {
+	r     io.Reader
+	ctx   *fasthttp.RequestCtx
+	stall time.Duration
+}
+
+func (b *fastStallBody) Read(p []byte) (int, error) {
+	_ = b.ctx.SetReadDeadline(time.Now().Add(b.stall))
+	return b.r.Read(p)
+}
+
+// bodyBuffered reports whether br holds a whole body of length cl (a
+// Content-Length; negative for other framings, which are not counted).
+func bodyBuffered(br *bufio.Reader, cl int) bool {
+	return cl >= 0 && br.Buffered() >= cl
 }
 
 // fastClientCheckInterval is how long the wait for an answer header goes
@@ -638,7 +770,22 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 // Close finishes the exchange.
 type fastBody fastExchange
 
-func (b *fastBody) Read(p []byte) (int, error) {
+// With a stall timeout, the client connection's write deadline moves
+// forward before the bytes a read returns are written, as on the net/http
+// front, but only where it matters: fasthttp sets the deadline (its
+// WriteTimeout, see NewFastServer) before it writes each answer, which
+// covers a first read that returns at once, so a small answer costs no
+// more; a read after the first, or one that may have waited on the
+// endpoint, moves it. A client that takes nothing for the stall timeout
+// is then cut (counted 499); a slow stream that keeps moving is not.
+func (b *fastBody) Read(p []byte) (n int, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			b.p.log.Error("panic relaying an answer", "panic", v, "stack", string(debug.Stack()))
+			b.cut = true
+			n, err = 0, errRelayPanic
+		}
+	}()
 	if b.remaining == 0 {
 		b.done = true
 		return 0, io.EOF
@@ -646,7 +793,14 @@ func (b *fastBody) Read(p []byte) (int, error) {
 	if b.remaining > 0 && int64(len(p)) > b.remaining {
 		p = p[:b.remaining]
 	}
-	n, err := b.body.Read(p)
+	waited := b.relayed || b.conn == nil || b.conn.br.Buffered() == 0
+	n, err = b.body.Read(p)
+	if n > 0 {
+		if waited && b.p.stall > 0 {
+			_ = b.ctx.SetWriteDeadline(time.Now().Add(b.p.stall))
+		}
+		b.relayed = true
+	}
 	if err != nil && err != io.EOF {
 		b.cut = true
 	}
@@ -687,9 +841,20 @@ func (b *fastBody) copyTrailers() {
 	}
 }
 
+// errRelayPanic ends an answer whose relaying panicked.
+var errRelayPanic = errors.New("relaying the answer failed")
+
 // CloseWithError is called by fasthttp with the error that ended the
 // write (nil when the whole answer went out).
+// A panic in finish (the access log's handler is the operator's code) is
+// logged: it runs on fasthttp's goroutine, where nothing else recovers it.
 func (b *fastBody) CloseWithError(err error) error {
+	p := b.p
+	defer func() {
+		if v := recover(); v != nil {
+			p.log.Error("panic ending a request", "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
 	(*fastExchange)(b).finish(err)
 	return nil
 }
@@ -701,10 +866,16 @@ func (b *fastBody) CloseWithError(err error) error {
 // that cannot be read from a client still there, 504 for a timeout, else
 // 502; the cause of a 502 or 504 is logged, never sent.
 func (p *Proxy) fastForwardError(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, err error) int {
-	if _, ok := errors.AsType[clientBodyError](err); ok && !x.gone {
-		// Not the endpoint's failure: the client sent a body that does not
-		// parse, or went away while sending it (as forwardError, counted
-		// 499 then).
+	if cbe, ok := errors.AsType[clientBodyError](err); ok && !x.gone {
+		// Not the endpoint's failure: the client's body stalled (past the
+		// stall timeout), does not parse, or the client went away while
+		// sending it (as forwardError, counted 499 then).
+		if ne, ok := errors.AsType[net.Error](cbe.err); ok && ne.Timeout() {
+			ctx.SetConnectionClose()
+			ctx.Response.Header.Set("X-Request-Id", rid)
+			fastProblem(ctx, http.StatusRequestTimeout, "Request body stalled", "the request body stopped arriving")
+			return http.StatusRequestTimeout
+		}
 		x.gone = fastPeerGone(ctx.Conn())
 		if !x.gone {
 			ctx.SetConnectionClose()

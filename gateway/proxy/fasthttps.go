@@ -64,10 +64,7 @@ func (p *Proxy) fastServeTLS(ctx *fasthttp.RequestCtx, x *fastExchange, rt route
 	req = req.WithContext(rctx)
 	var body *fastRequestBody
 	if cl := h.ContentLength(); cl > 0 || cl == -1 {
-		r := ctx.RequestBodyStream()
-		if r == nil {
-			r = bytes.NewReader(ctx.Request.Body())
-		}
+		r := x.requestBody(ctx)
 		body = &fastRequestBody{cb: clientBody{r: r, left: int64(cl)}, h: h, cancel: cancel}
 		req.Body, req.ContentLength = body, int64(cl)
 		if keys := h.PeekTrailerKeys(); cl == -1 && len(keys) > 0 {

@@ -424,9 +424,13 @@ func (p *Proxy) transmit(c *upConn, ep *endpoint, body io.Reader, length int64, 
 	if err := c.bw.Flush(); err != nil {
 		return sent, err
 	}
+	// Always set: a pooled connection may keep the deadline of its last
+	// answer (fastSend leaves it when the body was buffered).
+	var end time.Time
 	if d := ep.pool.responseHeaderTimeout(); d > 0 {
-		_ = c.nc.SetReadDeadline(time.Now().Add(d))
+		end = time.Now().Add(d)
 	}
+	_ = c.nc.SetReadDeadline(end)
 	if _, err := c.br.Peek(1); err != nil {
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			return sent, errUpstreamTimeout

@@ -459,7 +459,7 @@ func (p *Proxy) mirrorHTTP(w http.ResponseWriter, r *http.Request, rt route) *mi
 }
 
 // mirrorFast is mirrorHTTP for the fasthttp front.
-func (p *Proxy) mirrorFast(ctx *fasthttp.RequestCtx, rt route, rid string, ip []byte) *mirrorBuf {
+func (p *Proxy) mirrorFast(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, ip []byte) *mirrorBuf {
 	m := rt.tg.mirror
 	h := &ctx.Request.Header
 	var cookies []string
@@ -486,12 +486,11 @@ func (p *Proxy) mirrorFast(ctx *fasthttp.RequestCtx, rt route, rid string, ip []
 	var mb *mirrorBuf
 	if cl > 0 {
 		mb = getMirrorBuf(cl)
-		stream := ctx.RequestBodyStream()
-		if stream == nil {
+		if ctx.RequestBodyStream() == nil {
 			copy(mb.b, ctx.Request.Body())
 			mb.refs.Store(1)
 		} else {
-			got, err := io.ReadFull(stream, mb.b)
+			got, err := io.ReadFull(x.requestBody(ctx), mb.b)
 			if err != nil {
 				if err == io.ErrUnexpectedEOF {
 					err = io.EOF

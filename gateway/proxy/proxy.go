@@ -67,7 +67,7 @@ type Options struct {
 	// Logger logs upstream errors, applies and health transitions; nil
 	// means slog.Default().
 	Logger *slog.Logger
-	// AccessLog, when non-nil, gets one INFO line per request the net/http
+	// AccessLog, when non-nil, gets one INFO line per request either
 	// front answers (request id, method, host, path, status, duration,
 	// service, upstream, endpoint, client address); nil logs none, at no
 	// cost.
@@ -77,8 +77,8 @@ type Options struct {
 	// this long: sends nothing of its request body, or takes nothing of
 	// the answer (counted 499). A body or an answer that keeps moving is
 	// never cut, however long it streams. 0 means
-	// DefaultClientStallTimeout; negative means none. The fasthttp front
-	// does not apply it.
+	// DefaultClientStallTimeout; negative means none. Both fronts apply
+	// it.
 	ClientStallTimeout time.Duration
 
 	// Exposures, when non-nil, receives an exposure record of every new
@@ -356,7 +356,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeProblem(w, rt.status, rt.title, rt.detail)
 		if p.access != nil {
-			p.logAccess(r, rt.status, nil, nil, start)
+			p.logAccess(httpAccessLine(r), rt.status, nil, nil, start)
 		}
 		return
 	}
@@ -590,7 +590,7 @@ func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target
 		putStatusWriter(sw)
 		tg.endRequest(&a, code, start)
 		if p.access != nil {
-			p.logAccess(r, code, tg, a.ep, start)
+			p.logAccess(httpAccessLine(r), code, tg, a.ep, start)
 		}
 	}()
 	if ep.pool != nil && !isUpgrade(r) {
@@ -602,17 +602,29 @@ func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target
 	completed = true
 }
 
-// logAccess writes the access log line of r, answered with status, by tg
-// and ep when it was forwarded (nil when the gateway answered itself).
-func (p *Proxy) logAccess(r *http.Request, status int, tg *target, ep *endpoint, start time.Time) {
+// accessLine is what an access log line tells of a request, whichever
+// front parsed it.
+type accessLine struct {
+	requestID, method, host, path, client string
+}
+
+// httpAccessLine is r's accessLine.
+func httpAccessLine(r *http.Request) accessLine {
+	return accessLine{requestID: r.Header.Get("X-Request-Id"), method: r.Method, host: r.Host, path: r.URL.Path, client: clientIP(r)}
+}
+
+// logAccess writes the access log line of the request l, answered with
+// status, by tg and ep when it was forwarded (nil when the gateway
+// answered itself).
+func (p *Proxy) logAccess(l accessLine, status int, tg *target, ep *endpoint, start time.Time) {
 	attrs := []slog.Attr{
-		slog.String("request_id", r.Header.Get("X-Request-Id")),
-		slog.String("method", r.Method),
-		slog.String("host", r.Host),
-		slog.String("path", r.URL.Path),
+		slog.String("request_id", l.requestID),
+		slog.String("method", l.method),
+		slog.String("host", l.host),
+		slog.String("path", l.path),
 		slog.Int("status", status),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-		slog.String("client", clientIP(r)),
+		slog.String("client", l.client),
 	}
 	if tg != nil {
 		attrs = append(attrs, slog.String("service", tg.hdrService[0]), slog.String("upstream", tg.up.name), slog.String("endpoint", ep.addr))
