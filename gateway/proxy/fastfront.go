@@ -151,25 +151,28 @@ func NewFastServer(p *Proxy, idle time.Duration) *fasthttp.Server {
 // bookkeeping; see NewFastServer for the server it expects.
 func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	h := &ctx.Request.Header
-	rid := fastRequestID(h)
+	// x holds what the request's view needs (its id among them) and
+	// becomes its exchange when it is forwarded; the request id lives in
+	// it, so it is used only while x is this request's.
+	x := fastExchanges.Get().(*fastExchange)
+	rid := fastRequestID(&ctx.Request.Header, &x.ridBuf)
 	// A panic answers this request with 502 and closes its connection;
 	// the bookkeeping of a forwarded request is balanced by
-	// fastServeEndpoint's own deferred function, which runs first.
+	// fastServeEndpoint's own deferred function, which runs first (and
+	// leaves x, and so rid, to the garbage collector).
 	defer p.fastRecover(ctx, rid)
 	t := p.table.Load()
 	if t == nil {
 		ctx.Response.Header.Set("X-Request-Id", rid)
 		fastProblem(ctx, http.StatusServiceUnavailable, "No generation loaded", "the gateway has not applied a configuration generation yet")
+		x.recycle()
 		return
 	}
-	x := fastExchanges.Get().(*fastExchange)
 	if rt, ok := p.fastRoute(ctx, x, t, rid, start); ok {
 		p.fastServe(ctx, x, rt, rid, start) // x is the exchange's from here
 		return
 	}
-	*x = fastExchange{}
-	fastExchanges.Put(x)
+	x.recycle()
 }
 
 // fastRoute checks and routes the request, with x's buffers for what the
@@ -245,9 +248,8 @@ func (p *Proxy) fastServe(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, r
 	if fastIsUpgrade(h) {
 		upgrade = h.Peek(fasthttp.HeaderUpgrade)
 	}
-	ip := x.ip
-	*x = fastExchange{p: p, tg: rt.tg, a: newAttempt(rt.ep), start: start, ctx: ctx, ipBuf: x.ipBuf}
-	x.ip = x.ipBuf[:len(ip)]
+	// x comes zeroed from the pool, but for the view's buffers.
+	x.p, x.tg, x.a, x.start, x.ctx = p, rt.tg, newAttempt(rt.ep), start, ctx
 	if p.access != nil {
 		x.line = fastAccessLine(ctx, rid)
 	}
@@ -323,6 +325,8 @@ type fastExchange struct {
 	// a read of more moves the client's write deadline (fastBody.Read).
 	relayed bool
 
+	// ridBuf holds the request id.
+	ridBuf [128]byte
 	// ipBuf holds the client's address, ip; cookieLines the Cookie field
 	// for route. They live here so that the view of the request does not
 	// allocate.
@@ -357,6 +361,8 @@ func (p *Proxy) fastServeEndpoint(ctx *fasthttp.RequestCtx, x *fastExchange, rt 
 			if x.gone {
 				x.code = statusClientGone
 			}
+			x.end(nil) // not recycled: fastRecover still logs its request id
+			return
 		}
 		x.finish(nil)
 	}()
@@ -449,6 +455,12 @@ func (x *fastExchange) releaseUp() {
 // one the client did not take to its end as 499 and is not, as in
 // serveEndpoint.
 func (x *fastExchange) finish(werr error) {
+	x.end(werr)
+	x.recycle()
+}
+
+// end is finish without giving x back to the pool.
+func (x *fastExchange) end(werr error) {
 	complete := x.done && werr == nil && !x.cut
 	relayed := x.conn != nil || x.resp != nil
 	if c := x.conn; c != nil {
@@ -479,6 +491,11 @@ func (x *fastExchange) finish(werr error) {
 	if x.p.access != nil {
 		x.p.logAccess(x.line, code, x.tg, x.a.ep, x.start)
 	}
+}
+
+// recycle zeroes x and gives it back to the pool; nothing of it (the
+// request id in ridBuf included) may be used after.
+func (x *fastExchange) recycle() {
 	*x = fastExchange{}
 	fastExchanges.Put(x)
 }
@@ -753,9 +770,19 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 		x.done = true
 		return false
 	}
+	cl := up.Header.ContentLength()
+	if c := x.conn; c != nil && cl >= 0 && cl <= connBufferSize && bodyBuffered(c.br, cl) {
+		// The whole body is in the connection's buffer already (most small
+		// answers): it is copied into the answer, and the exchange ends
+		// with the handler, with no stream for fasthttp to read and close.
+		b, _ := c.br.Peek(cl)
+		ctx.Response.SetBody(b)
+		_, _ = c.br.Discard(cl)
+		x.done = true
+		return false
+	}
 	x.body, x.out = body, out
 	x.remaining = -1
-	cl := up.Header.ContentLength()
 	if cl >= 0 {
 		x.remaining = int64(cl)
 	} else {
@@ -1067,12 +1094,13 @@ func fastBadHead(raw []byte, cl int) string {
 }
 
 // fastRequestID returns the client's X-Request-Id when it is the only one
-// and well-formed, else a fresh one.
-func fastRequestID(h *fasthttp.RequestHeader) string {
+// and well-formed, else a fresh one, either held in buf (so the string is
+// valid while buf is unchanged).
+func fastRequestID(h *fasthttp.RequestHeader, buf *[128]byte) string {
 	if vs := h.PeekAll("X-Request-Id"); len(vs) == 1 && apiv1.ValidRequestID(b2s(vs[0])) {
-		return string(vs[0])
+		return b2s(buf[:copy(buf[:], vs[0])])
 	}
-	return newRequestID()
+	return b2s(appendRequestID(buf[:0]))
 }
 
 // fastIsUpgrade reports whether the request asks to switch protocols.

@@ -168,7 +168,7 @@ func fastStdRequest(ctx *fasthttp.RequestCtx, rt route, rid string, ip, upgrade 
 		hdr[key] = append(hdr[key], string(v))
 	}
 	tg := rt.tg
-	hdr["X-Request-Id"] = []string{rid}
+	hdr["X-Request-Id"] = []string{strings.Clone(rid)} // rid lives in the exchange; the transport may outlive it
 	hdr["X-Dwara-Service"] = tg.hdrService
 	hdr["X-Dwara-Upstream"] = tg.hdrUpstream
 	hdr["X-Dwara-Generation"] = tg.hdrGeneration

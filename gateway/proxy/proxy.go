@@ -615,8 +615,14 @@ func httpAccessLine(r *http.Request) accessLine {
 
 // logAccess writes the access log line of the request l, answered with
 // status, by tg and ep when it was forwarded (nil when the gateway
-// answered itself).
+// answered itself). A panic of the access log's handler (the operator's
+// code) loses the line, logged as an error, never the answer.
 func (p *Proxy) logAccess(l accessLine, status int, tg *target, ep *endpoint, start time.Time) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.log.Error("panic writing an access log line", "request_id", l.requestID, "panic", v)
+		}
+	}()
 	attrs := []slog.Attr{
 		slog.String("request_id", l.requestID),
 		slog.String("method", l.method),
@@ -664,12 +670,16 @@ func requestID(r *http.Request) string {
 
 // newRequestID returns a fresh random request id: 32 hex digits.
 func newRequestID() string {
+	var b [32]byte
+	return string(appendRequestID(b[:0]))
+}
+
+// appendRequestID appends a fresh random request id to dst.
+func appendRequestID(dst []byte) []byte {
 	var raw [16]byte
 	binary.BigEndian.PutUint64(raw[:8], rand.Uint64())
 	binary.BigEndian.PutUint64(raw[8:], rand.Uint64())
-	var b [32]byte
-	hex.Encode(b[:], raw[:])
-	return string(b[:])
+	return hex.AppendEncode(dst, raw[:])
 }
 
 // clientIP returns the host part of r.RemoteAddr: the peer, never a header.
