@@ -29,8 +29,11 @@ run: build
 demo-reset: build
 	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" ./$(BIN) serve --demo --reset $(filter-out --demo,$(RUN_FLAGS))
 
+# The proxy and node suites run on each front: the default (fasthttp) with
+# everything else, then again on net/http, which serves HTTP/2.
 test:
 	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -race -count=1 -timeout 15m $(PKGS)
+	DWARA_TEST_FRONT=net/http DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -race -count=1 -timeout 15m ./gateway/proxy/ ./node/
 
 bench:
 	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -run='^$$' -bench=. -benchmem $(PKGS)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"net/http/httptest"
@@ -11,21 +12,25 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// testFront is the front the tests' gateways serve with: "fasthttp" (set
-// DWARA_TEST_FRONT=fasthttp) runs the whole suite against ServeFastHTTP,
-// anything else against ServeHTTP.
-var testFront = os.Getenv("DWARA_TEST_FRONT")
+// testFront is the front the tests' gateways serve with: "fasthttp", the
+// gateway's default, unless DWARA_TEST_FRONT=net/http runs the whole suite
+// against ServeHTTP (make test runs both).
+var testFront = cmp.Or(os.Getenv("DWARA_TEST_FRONT"), "fasthttp")
 
 // serveFront serves p on a loopback listener with the front the tests run
 // with, and returns its base URL; the server stops when the test ends.
 func serveFront(t testing.TB, p *Proxy) string {
 	t.Helper()
-	if testFront != "fasthttp" {
+	switch testFront {
+	case "fasthttp":
+		return "http://" + serveFast(t, p, nil)
+	case "net/http":
 		srv := httptest.NewServer(p)
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
-	return "http://" + serveFast(t, p, nil)
+	t.Fatalf("DWARA_TEST_FRONT=%q: want fasthttp or net/http", testFront)
+	return ""
 }
 
 // serveFast serves p with the fasthttp front on a loopback listener, after
