@@ -22,6 +22,10 @@ type contestant struct {
 	conf string
 	// cookie is the affinity cookie of a sticky contestant, "" otherwise.
 	cookie string
+	// args are more arguments of a dwara contestant's command line.
+	args []string
+	// optIn: run only when named in CONTESTANTS, not by default.
+	optIn bool
 }
 
 // contestants lists every contestant in the order of the table.
@@ -32,13 +36,19 @@ var contestants = []contestant{
 	{name: "dwara", tool: "dwara", conf: "dwara"},
 	{name: "haproxy-sticky", tool: "haproxy", conf: "haproxy-sticky", cookie: "SRV"},
 	{name: "dwara-sticky", tool: "dwara", conf: "dwara-sticky", cookie: dwaraCookie},
+	// The net/http front (the one that serves HTTP/2), for comparing the
+	// fronts: CONTESTANTS=nginx,dwara,dwara-nethttp.
+	{name: "dwara-nethttp", tool: "dwara", conf: "dwara", args: []string{"--front", "net/http"}, optIn: true},
 }
 
-// contestantNames returns the names of contestants, in order.
-func contestantNames() []string {
-	names := make([]string, len(contestants))
-	for i, c := range contestants {
-		names[i] = c.name
+// contestantNames returns the names of contestants, in order: all of them,
+// or with all false those that run by default.
+func contestantNames(all bool) []string {
+	var names []string
+	for _, c := range contestants {
+		if all || !c.optIn {
+			names = append(names, c.name)
+		}
 	}
 	return names
 }
@@ -80,6 +90,7 @@ func (b *bench) launch(ctx context.Context, c contestant, round int) (int, *proc
 		file := filepath.Join(dir, "spec.yaml")
 		argv = []string{b.k.DwaraBin, "gateway", "--config", file,
 			"--listen", loopback + ":" + strconv.Itoa(port), "--metrics-listen", loopback + ":0"}
+		argv = append(argv, c.args...)
 		env = []string{"DWARA_LOG_LEVEL=warn", "DWARA_DATABASE_URL="}
 		err = os.WriteFile(file, text, 0o644)
 	default:

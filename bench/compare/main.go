@@ -84,7 +84,7 @@ func parseKnobs(args []string, getenv func(string) string, stderr io.Writer) (kn
 		DwaraBin:      "bin/dwara",
 		UpstreamBin:   defaultUpstreamBin(),
 	}
-	contestantList := strings.Join(contestantNames(), ",")
+	contestantList := strings.Join(contestantNames(false), ",")
 	fs := flag.NewFlagSet("bench-compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -166,7 +166,7 @@ func parseContestants(s string) ([]string, error) {
 	if len(want) == 0 {
 		return nil, errors.New("CONTESTANTS is empty")
 	}
-	all := contestantNames()
+	all := contestantNames(true)
 	for _, w := range want {
 		if !slices.Contains(all, w) {
 			return nil, fmt.Errorf("CONTESTANTS: unknown contestant %q; known: %s", w, strings.Join(all, " "))

@@ -17,7 +17,7 @@ func TestParseKnobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if k.Rounds != 5 || k.Duration != 10*time.Second || k.Connections != 64 || k.Threads != 2 || k.CanaryPercent != 5 ||
-		k.DwaraBin != "bin/dwara" || !slices.Equal(k.Contestants, contestantNames()) || k.ResultsTSV == "" || k.Deadline < 10*time.Minute {
+		k.DwaraBin != "bin/dwara" || !slices.Equal(k.Contestants, contestantNames(false)) || k.ResultsTSV == "" || k.Deadline < 10*time.Minute {
 		t.Errorf("defaults = %+v", k)
 	}
 
