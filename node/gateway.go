@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -87,16 +86,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		}
 	})
 
-	var proxyL *server
-	var err error
-	switch c.Front {
-	case "", FrontNetHTTP:
-		proxyL, err = listenProxy(c.Listen, px, c.Limits)
-	case FrontFastHTTP:
-		proxyL, err = listenFast("proxy", c.Listen, px, c.Limits)
-	default:
-		err = fmt.Errorf("unknown front %q: want %q or %q", c.Front, FrontNetHTTP, FrontFastHTTP)
-	}
+	proxyL, err := listenFront(c.Front, c.Listen, px, c.Limits)
 	if err != nil {
 		return err
 	}

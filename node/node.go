@@ -99,10 +99,11 @@ type Process struct {
 	// answers; nil logs none.
 	AccessLog *slog.Logger
 	// TLS, when non-nil, makes the proxy listener and serve's admin
-	// listener serve TLS 1.2+ (HTTP/2 and HTTP/1.1 by ALPN) with this
-	// certificate, loaded again on every receive from TLSReload and
-	// whenever the files change; nil serves plain HTTP. A gateway's
-	// metrics listener stays plain.
+	// listener serve TLS 1.2+ (HTTP/2 and HTTP/1.1 by ALPN; on the
+	// fasthttp front, HTTP/2 by a net/http server it hands those
+	// connections to) with this certificate, loaded again on every
+	// receive from TLSReload and whenever the files change; nil serves
+	// plain HTTP. A gateway's metrics listener stays plain.
 	TLS *TLSFiles
 	// TLSReload, when non-nil, reloads the TLS certificate on every
 	// receive (main feeds it SIGHUP).
@@ -136,9 +137,7 @@ func (p *Process) serveTLS(ctx context.Context, g *errgroup.Group, servers ...*s
 		return err
 	}
 	for _, s := range servers {
-		if err := s.useTLS(r); err != nil {
-			return err
-		}
+		s.useTLS(r)
 	}
 	g.Go(func() error { return r.run(ctx, p.TLSReload) })
 	return nil
@@ -273,6 +272,12 @@ type ServeConfig struct {
 	// Demo starts the built-in demo upstreams and seeds an example
 	// generation into an empty database; false starts neither.
 	Demo bool
+	// Front is the HTTP server of the proxy listener: FrontNetHTTP (also
+	// "") or FrontFastHTTP, an experimental front (see
+	// proxy.NewFastServer) that serves HTTP/1.1 itself and, with TLS,
+	// hands the connections that negotiate HTTP/2 to a net/http server of
+	// the same proxy; anything else is refused.
+	Front string
 }
 
 // HostList is a list of host names, a flag.Value that takes one per Set.
@@ -323,9 +328,7 @@ type GatewayConfig struct {
 	// its content did not change (main feeds it SIGHUP); nil reloads only
 	// on change. Ignored without ConfigFile.
 	Reload <-chan struct{}
-	// Front is the HTTP server of the proxy listener: FrontNetHTTP (also
-	// "") or FrontFastHTTP, an experimental HTTP/1.1-only front (see
-	// proxy.NewFastServer); anything else is refused.
+	// Front is the HTTP server of the proxy listener, as ServeConfig.Front.
 	Front string
 	// Profile serves the Go runtime profiles (net/http/pprof) under
 	// /debug/pprof/ on the metrics listener; false serves none. They show
@@ -333,7 +336,7 @@ type GatewayConfig struct {
 	Profile bool
 }
 
-// The fronts of GatewayConfig.Front.
+// The fronts of ServeConfig.Front and GatewayConfig.Front.
 const (
 	FrontNetHTTP  = "net/http"
 	FrontFastHTTP = "fasthttp"
@@ -486,31 +489,61 @@ func instance(listen string) apiv1.GatewayInstance {
 	}
 }
 
-// server is one bound HTTP listener, served by srv or, when set, by fast.
+// server is one bound HTTP listener, served by srv or, when set, by fast
+// (with TLS, through front).
 type server struct {
 	name string
 	ln   net.Listener
 	srv  *http.Server
 	fast *fasthttp.Server
-	tls  bool // srv serves TLS (useTLS)
+	// h2 is, beside fast, a net/http server of the same proxy for the
+	// connections that negotiate HTTP/2 once fast serves TLS (front).
+	h2  *http.Server
+	tls bool // srv serves TLS (useTLS)
+	// front, when set, does the TLS handshakes of fast's listener and
+	// hands each connection to fast or h2 (useTLS).
+	front *tlsFront
 }
 
-// listenFast binds addr for the fasthttp front of px.
-func listenFast(name, addr string, px *proxy.Proxy, l Limits) (*server, error) {
+// listenFront binds addr for the proxy px on front: FrontNetHTTP (also "")
+// or FrontFastHTTP; any other front is an error.
+func listenFront(front, addr string, px *proxy.Proxy, l Limits) (*server, error) {
+	switch front {
+	case "", FrontNetHTTP:
+		return listenProxy(addr, px, l)
+	case FrontFastHTTP:
+		return listenFast(addr, px, l)
+	}
+	return nil, fmt.Errorf("unknown front %q: want %q or %q", front, FrontNetHTTP, FrontFastHTTP)
+}
+
+// listenFast binds addr for the fasthttp front of px. Its h2 is ready for
+// useTLS: it serves HTTP/2 (and HTTP/1.1) with the timeouts of listenProxy,
+// and as its TLSConfig is nil, Serve configures HTTP/2 for the *tls.Conn a
+// tlsFront hands it.
+func listenFast(addr string, px *proxy.Proxy, l Limits) (*server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("%s listener: %w", name, err)
+		return nil, fmt.Errorf("proxy listener: %w", err)
 	}
 	fast := proxy.NewFastServer(px, l.IdleTimeout)
 	fast.ReadTimeout = l.ReadHeaderTimeout
-	return &server{name: name, ln: limit(ln, l.MaxConns), fast: fast}, nil
+	h2 := proxyServer(px, l)
+	h2.Protocols = new(http.Protocols)
+	h2.Protocols.SetHTTP1(true)
+	h2.Protocols.SetHTTP2(true)
+	return &server{name: "proxy", ln: limit(ln, l.MaxConns), fast: fast, h2: h2}, nil
 }
 
+// serve serves s until its listener is closed; it returns nil (or
+// http.ErrServerClosed) then, else the listener's error.
 func (s *server) serve() error {
-	if s.fast != nil {
+	switch {
+	case s.front != nil:
+		return s.front.serve()
+	case s.fast != nil:
 		return s.fast.Serve(s.ln) // nil after ShutdownWithContext
-	}
-	if s.tls {
+	case s.tls:
 		return s.srv.ServeTLS(s.ln, "", "") // the certificate comes from TLSConfig
 	}
 	return s.srv.Serve(s.ln)
@@ -521,10 +554,13 @@ func (s *server) serve() error {
 // connections end as their clients go).
 func (s *server) shutdown(ctx context.Context, log *slog.Logger) {
 	var err error
-	if s.fast != nil {
+	switch {
+	case s.front != nil:
+		err = s.front.shutdown(ctx)
+	case s.fast != nil:
 		err = s.fast.ShutdownWithContext(ctx)
 		_ = s.ln.Close() // in case Serve had not started yet
-	} else {
+	default:
 		err = s.srv.Shutdown(ctx)
 	}
 	if err != nil {
@@ -532,17 +568,26 @@ func (s *server) shutdown(ctx context.Context, log *slog.Logger) {
 		if s.srv != nil {
 			_ = s.srv.Close()
 		}
+		if s.front != nil {
+			_ = s.h2.Close()
+		}
 	}
 }
 
-// listenProxy binds addr for the net/http front of the proxy h: no
-// read or write timeout (bodies and answers stream for as long as they
-// move; the proxy's stall timeout ends those that do not).
+// listenProxy binds addr for the net/http front of the proxy h.
 func listenProxy(addr string, h http.Handler, l Limits) (*server, error) {
-	return listen("proxy", addr, h, l.MaxConns, &http.Server{
+	return listen("proxy", addr, h, l.MaxConns, proxyServer(h, l))
+}
+
+// proxyServer is a net/http server of the proxy h: no read or write
+// timeout (bodies and answers stream for as long as they move; the
+// proxy's stall timeout ends those that do not).
+func proxyServer(h http.Handler, l Limits) *http.Server {
+	return &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
-	})
+	}
 }
 
 // listenAdmin binds addr for an admin or metrics listener: requests are

@@ -89,12 +89,15 @@ func (p *proc) waitApplied(t testing.TB, gen int64) {
 func startServe(t testing.TB, c ServeConfig) *proc {
 	t.Helper()
 	c.AdminListen = "127.0.0.1:0"
+	if c.Front == "" {
+		c.Front = os.Getenv("DWARA_TEST_FRONT") // as startGateway
+	}
 	return start(t, &c.Process, func(ctx context.Context) error { return Serve(ctx, c) })
 }
 
 func startGateway(t testing.TB, c GatewayConfig) *proc {
 	t.Helper()
-	if c.Front == "" && c.Process.TLS == nil {
+	if c.Front == "" {
 		c.Front = os.Getenv("DWARA_TEST_FRONT") // the whole suite may run on the fasthttp front
 	}
 	c.MetricsListen = "127.0.0.1:0"

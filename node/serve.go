@@ -88,7 +88,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		// this process (its listener hears notifications).
 		Ready: func() bool { return px.Generation() > 0 && (lsn == nil || !lsn.Deaf()) },
 	})
-	proxyL, err := listenProxy(c.Listen, px, c.Limits)
+	proxyL, err := listenFront(c.Front, c.Listen, px, c.Limits)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -99,15 +98,19 @@ func (r *certReloader) run(ctx context.Context, reload <-chan struct{}) error {
 }
 
 // useTLS makes s serve TLS with r's certificate, HTTP/2 and HTTP/1.1
-// negotiated by ALPN. Only a net/http server can.
-func (s *server) useTLS(r *certReloader) error {
-	if s.srv == nil {
-		return errors.New("tls: the fasthttp front serves no TLS; use the net/http front")
+// negotiated by ALPN: a net/http server itself, the fasthttp front through
+// a tlsFront, which does the handshakes (each within the read-header
+// timeout) and hands the connections that negotiate HTTP/2 to s.h2.
+func (s *server) useTLS(r *certReloader) {
+	if s.fast != nil {
+		c := r.config()
+		c.NextProtos = []string{"h2", "http/1.1"}
+		s.front = newTLSFront(s.ln, c, s.h2.ReadHeaderTimeout, r.log.With("listener", s.name), s.fast, s.h2)
+		return
 	}
 	s.srv.TLSConfig = r.config()
 	s.srv.Protocols = new(http.Protocols)
 	s.srv.Protocols.SetHTTP1(true)
 	s.srv.Protocols.SetHTTP2(true)
 	s.tls = true
-	return nil
 }

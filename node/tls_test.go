@@ -73,12 +73,21 @@ func tlsClient(certs ...*x509.Certificate) *http.Client {
 	return &http.Client{Transport: tr, Timeout: wait}
 }
 
-// TestGatewayServesTLS: with a certificate the proxy listener serves TLS,
-// HTTP/2 by ALPN, the sticky cookie is Secure and the endpoint sees
-// X-Forwarded-Proto https; a new certificate written over the files is
-// served after a reload, and a broken one keeps the previous.
+// TestGatewayServesTLS: on each front, with a certificate the proxy
+// listener serves TLS, HTTP/2 by ALPN, the sticky cookie is Secure and the
+// endpoint sees X-Forwarded-Proto https; a new certificate written over
+// the files is served after a reload, and a broken one keeps the previous.
 func TestGatewayServesTLS(t *testing.T) {
 	t.Parallel()
+	for _, front := range []string{FrontNetHTTP, FrontFastHTTP} {
+		t.Run(strings.ReplaceAll(front, "/", ""), func(t *testing.T) {
+			t.Parallel()
+			testGatewayServesTLS(t, front)
+		})
+	}
+}
+
+func testGatewayServesTLS(t *testing.T, front string) {
 	dir := t.TempDir()
 	first := writeCert(t, dir, "first")
 	a, b := pools(t)
@@ -88,7 +97,7 @@ func TestGatewayServesTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	reload := make(chan struct{})
-	c := GatewayConfig{ConfigFile: file}
+	c := GatewayConfig{ConfigFile: file, Front: front}
 	c.TLS = &TLSFiles{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
 	c.TLSReload = reload
 	gw := startGateway(t, c)

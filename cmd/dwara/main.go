@@ -296,6 +296,19 @@ func processFlags(fs *flag.FlagSet, p *node.Process) (finish func() (func(), err
 	}
 }
 
+// frontFlag registers --front on fs, into front (node.FrontNetHTTP by
+// default). Call check after fs.Parse; its error is a usage mistake.
+func frontFlag(fs *flag.FlagSet, front *string) (check func() error) {
+	fs.StringVar(front, "front", node.FrontNetHTTP, "HTTP server of the proxy listener: `net/http or fasthttp` (fasthttp is experimental: it serves HTTP/1.1 itself and, with TLS, hands HTTP/2 connections to net/http)")
+	return func() error {
+		switch *front {
+		case node.FrontNetHTTP, node.FrontFastHTTP:
+			return nil
+		}
+		return usagef("--front %q: want %s or %s", *front, node.FrontNetHTTP, node.FrontFastHTTP)
+	}
+}
+
 // envOr is the environment variable k, or def when it is empty.
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
@@ -360,6 +373,7 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL `URL` (default $DWARA_DATABASE_URL)")
 	fs.BoolVar(&c.Demo, "demo", false, "start the demo upstream pools (ports 9001, 9002, 9101) and seed the demo spec into an empty database")
 	reset := fs.Bool("reset", false, "with --demo: publish the demo spec as a new generation whatever is active (the history is kept)")
+	checkFront := frontFlag(fs, &c.Front)
 	return func(ctx context.Context, args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
@@ -370,6 +384,9 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 		}
 		if *reset && !c.Demo {
 			return usagef("--reset goes with --demo")
+		}
+		if err := checkFront(); err != nil {
+			return err
 		}
 		stop, err := finish()
 		if err != nil {
@@ -398,7 +415,7 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 				Token: c.AdminToken != ""}
 			if _, jsonLogs := c.Logger.Handler().(*slog.JSONHandler); jsonLogs {
 				// Log lines only, for a log collector: the banner is for a person.
-				c.Logger.Info("dwara serve started", "proxy", a.Proxy, "admin", a.Admin, "tls", c.TLS != nil, "demo", c.Demo)
+				c.Logger.Info("dwara serve started", "proxy", a.Proxy, "admin", a.Admin, "tls", c.TLS != nil, "front", c.Front, "demo", c.Demo)
 				return
 			}
 			b.Active, b.Err = loadActive(ctx, c.DatabaseURL)
@@ -414,7 +431,7 @@ func setupGateway(fs *flag.FlagSet) func(context.Context, []string) error {
 	fs.StringVar(&c.ConfigFile, "config", "", "serve from this YAML/JSON spec `FILE` (reloaded on change and on SIGHUP)")
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen `ADDR`")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", node.DefaultMetricsListen, "/metrics, /healthz and /readyz listen `ADDR`")
-	fs.StringVar(&c.Front, "front", node.FrontNetHTTP, "HTTP server of the proxy listener: `net/http or fasthttp` (experimental: HTTP/1.1 only, no TLS)")
+	checkFront := frontFlag(fs, &c.Front)
 	fs.BoolVar(&c.Profile, "pprof", false, "also serve Go runtime profiles under /debug/pprof/ on the metrics listener (keep it private)")
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "follow the generations of this PostgreSQL `URL` (default $DWARA_DATABASE_URL unless --config or --control-plane)")
 	fs.StringVar(&c.ControlPlane, "control-plane", "", "follow the API of dwara serve at this `URL` (its admin listener), with no database")
@@ -449,10 +466,8 @@ func setupGateway(fs *flag.FlagSet) func(context.Context, []string) error {
 		} else if *cpTokenFile != "" {
 			return usagef("--control-plane-token-file goes with --control-plane")
 		}
-		switch c.Front {
-		case node.FrontNetHTTP, node.FrontFastHTTP:
-		default:
-			return usagef("--front %q: want %s or %s", c.Front, node.FrontNetHTTP, node.FrontFastHTTP)
+		if err := checkFront(); err != nil {
+			return err
 		}
 		stop, err := finish()
 		if err != nil {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/demo"
 )
 
 // demoPortsFree reports whether the demo pools' fixed ports can be bound.
@@ -122,5 +125,44 @@ func TestServeJSONLogs(t *testing.T) {
 		if !strings.HasPrefix(line, "{") || !strings.HasSuffix(line, "}") {
 			t.Errorf("a line that is not JSON: %q", line)
 		}
+	}
+}
+
+// TestServeFastFront: `serve --front fasthttp` serves its proxy on the
+// fasthttp front (its start line says so) and proxies a published spec.
+func TestServeFastFront(t *testing.T) {
+	t.Parallel()
+	url := dbtest.New(t)
+	pool, err := demo.StartPool("blue", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	file := filepath.Join(t.TempDir(), "spec.yaml")
+	spec := fmt.Sprintf(`upstreams:
+  - {name: blue-1, endpoints: [%q]}
+  - {name: blue-2, endpoints: [%q]}
+services:
+  - name: web
+    split:
+      targets:
+        - {upstream: blue-1, weight: 50}
+        - {upstream: blue-2, weight: 50}
+`, pool.Addrs[0], pool.Addrs[1])
+	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	p := startProc(t, "serve", "--front", "fasthttp", "--log-format", "json", "--database-url", url,
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	_, m := p.log.waitFor(t, 0, regexp.MustCompile(`"msg":"dwara serve started","proxy":"([^"]+)","admin":"([^"]+)",.*"front":"fasthttp"`))
+	apply := exec.CommandContext(t.Context(), binary, "apply", "-f", file, "--api", "http://"+m[2])
+	if out, err := apply.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "generation 1 created") {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	expectPool(t, &http.Client{Timeout: wait}, "http://"+m[1]+"/", "blue", 4)
+	p.signal(t, syscall.SIGTERM)
+	if code := p.exitCode(t); code != 0 {
+		t.Fatalf("exit code after SIGTERM = %d; stderr:\n%s", code, p.log)
 	}
 }

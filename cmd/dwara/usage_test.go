@@ -50,6 +50,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"serve", "--database-url", "postgres://x/y", "--reset"}, "--reset goes with --demo"},
 		{[]string{"serve", "--database-url", "postgres://x/y", "--log-format", "xml"}, `--log-format "xml": want text or json`},
 		{[]string{"serve", "--listen"}, "flag needs an argument: -listen"},
+		{[]string{"serve", "--database-url", "postgres://x/y", "--front", "nginx"}, `--front "nginx": want net/http or fasthttp`},
 		{[]string{"gateway"}, "give --config FILE, --database-url URL (or set DWARA_DATABASE_URL) or --control-plane URL"},
 		{[]string{"gateway", "--config", file, "--control-plane", "http://127.0.0.1:9090"}, "give only one of --config, --database-url and --control-plane"},
 		{[]string{"gateway", "--control-plane", "ftp://x"}, `--control-plane: "ftp://x": the scheme must be http or https`},
