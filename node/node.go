@@ -272,11 +272,11 @@ type ServeConfig struct {
 	// Demo starts the built-in demo upstreams and seeds an example
 	// generation into an empty database; false starts neither.
 	Demo bool
-	// Front is the HTTP server of the proxy listener: FrontNetHTTP (also
-	// "") or FrontFastHTTP, an experimental front (see
-	// proxy.NewFastServer) that serves HTTP/1.1 itself and, with TLS,
-	// hands the connections that negotiate HTTP/2 to a net/http server of
-	// the same proxy; anything else is refused.
+	// Front is the HTTP server of the proxy listener: FrontFastHTTP (also
+	// "", the default; see proxy.NewFastServer), which serves HTTP/1.1
+	// itself and, with TLS, hands the connections that negotiate HTTP/2 to
+	// a net/http server of the same proxy, or FrontNetHTTP, Go's net/http
+	// server for everything; anything else is refused.
 	Front string
 }
 
@@ -505,13 +505,13 @@ type server struct {
 	front *tlsFront
 }
 
-// listenFront binds addr for the proxy px on front: FrontNetHTTP (also "")
-// or FrontFastHTTP; any other front is an error.
+// listenFront binds addr for the proxy px on front: FrontFastHTTP (also
+// "") or FrontNetHTTP; any other front is an error.
 func listenFront(front, addr string, px *proxy.Proxy, l Limits) (*server, error) {
 	switch front {
-	case "", FrontNetHTTP:
+	case FrontNetHTTP:
 		return listenProxy(addr, px, l)
-	case FrontFastHTTP:
+	case "", FrontFastHTTP:
 		return listenFast(addr, px, l)
 	}
 	return nil, fmt.Errorf("unknown front %q: want %q or %q", front, FrontNetHTTP, FrontFastHTTP)

@@ -296,16 +296,16 @@ func processFlags(fs *flag.FlagSet, p *node.Process) (finish func() (func(), err
 	}
 }
 
-// frontFlag registers --front on fs, into front (node.FrontNetHTTP by
+// frontFlag registers --front on fs, into front (node.FrontFastHTTP by
 // default). Call check after fs.Parse; its error is a usage mistake.
 func frontFlag(fs *flag.FlagSet, front *string) (check func() error) {
-	fs.StringVar(front, "front", node.FrontNetHTTP, "HTTP server of the proxy listener: `net/http or fasthttp` (fasthttp is experimental: it serves HTTP/1.1 itself and, with TLS, hands HTTP/2 connections to net/http)")
+	fs.StringVar(front, "front", node.FrontFastHTTP, "HTTP server of the proxy listener: `fasthttp or net/http` (fasthttp serves HTTP/1.1 itself and, with TLS, hands HTTP/2 connections to net/http; net/http serves everything)")
 	return func() error {
 		switch *front {
-		case node.FrontNetHTTP, node.FrontFastHTTP:
+		case node.FrontFastHTTP, node.FrontNetHTTP:
 			return nil
 		}
-		return usagef("--front %q: want %s or %s", *front, node.FrontNetHTTP, node.FrontFastHTTP)
+		return usagef("--front %q: want %s or %s", *front, node.FrontFastHTTP, node.FrontNetHTTP)
 	}
 }
 

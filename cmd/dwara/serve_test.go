@@ -128,9 +128,10 @@ func TestServeJSONLogs(t *testing.T) {
 	}
 }
 
-// TestServeFastFront: `serve --front fasthttp` serves its proxy on the
-// fasthttp front (its start line says so) and proxies a published spec.
-func TestServeFastFront(t *testing.T) {
+// TestServeNetHTTPFront: `serve --front net/http` serves its proxy on the
+// net/http front instead of the default fasthttp one (its start line says
+// so) and proxies a published spec.
+func TestServeNetHTTPFront(t *testing.T) {
 	t.Parallel()
 	url := dbtest.New(t)
 	pool, err := demo.StartPool("blue", 2)
@@ -153,9 +154,9 @@ services:
 		t.Fatal(err)
 	}
 
-	p := startProc(t, "serve", "--front", "fasthttp", "--log-format", "json", "--database-url", url,
+	p := startProc(t, "serve", "--front", "net/http", "--log-format", "json", "--database-url", url,
 		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
-	_, m := p.log.waitFor(t, 0, regexp.MustCompile(`"msg":"dwara serve started","proxy":"([^"]+)","admin":"([^"]+)",.*"front":"fasthttp"`))
+	_, m := p.log.waitFor(t, 0, regexp.MustCompile(`"msg":"dwara serve started","proxy":"([^"]+)","admin":"([^"]+)",.*"front":"net/http"`))
 	apply := exec.CommandContext(t.Context(), binary, "apply", "-f", file, "--api", "http://"+m[2])
 	if out, err := apply.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "generation 1 created") {
 		t.Fatalf("apply: %v\n%s", err, out)
