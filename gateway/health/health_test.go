@@ -404,11 +404,16 @@ func TestHTTPS(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AddCert(s.srv.Certificate())
 
+	// A generous check timeout: the verdicts asserted are the answer's and
+	// the certificate's, which a handshake slowed by a busy machine must
+	// not turn into a timeout.
+	hc := check(1, 1)
+	hc.TimeoutS = 30
 	log, logs := newLogger(t)
 	m := NewManager(Options{Logger: log, Interval: slow, TLSConfig: &tls.Config{RootCAs: roots}})
 	t.Cleanup(m.Close)
 	var st balance.State
-	m.Reconcile([]Target{{Upstream: "u", Endpoint: s.addr(), State: &st, Check: check(1, 1)}})
+	m.Reconcile([]Target{{Upstream: "u", Endpoint: s.addr(), State: &st, Check: hc}})
 	if p := s.answer(t, 503); p.host != strings.TrimPrefix(s.srv.URL, "https://") {
 		t.Errorf("Host %q, want the endpoint's host:port", p.host)
 	}
@@ -418,7 +423,7 @@ func TestHTTPS(t *testing.T) {
 
 	untrusted, logs2 := newManager(t, slow)
 	var st2 balance.State
-	untrusted.Reconcile([]Target{{Upstream: "u", Endpoint: s.addr(), State: &st2, Check: check(1, 1)}})
+	untrusted.Reconcile([]Target{{Upstream: "u", Endpoint: s.addr(), State: &st2, Check: hc}})
 	if tr := waitLog(t, logs2, msgDown); !strings.Contains(tr.reason, "certificate") {
 		t.Errorf("reason %q, want a certificate error", tr.reason)
 	}
