@@ -529,9 +529,7 @@ func listenFast(addr string, px *proxy.Proxy, l Limits) (*server, error) {
 	fast := proxy.NewFastServer(px, l.IdleTimeout)
 	fast.ReadTimeout = l.ReadHeaderTimeout
 	h2 := proxyServer(px, l)
-	h2.Protocols = new(http.Protocols)
-	h2.Protocols.SetHTTP1(true)
-	h2.Protocols.SetHTTP2(true)
+	h2.Protocols = http1And2()
 	return &server{name: "proxy", ln: limit(ln, l.MaxConns), fast: fast, h2: h2}, nil
 }
 

@@ -109,8 +109,15 @@ func (s *server) useTLS(r *certReloader) {
 		return
 	}
 	s.srv.TLSConfig = r.config()
-	s.srv.Protocols = new(http.Protocols)
-	s.srv.Protocols.SetHTTP1(true)
-	s.srv.Protocols.SetHTTP2(true)
+	s.srv.Protocols = http1And2()
 	s.tls = true
+}
+
+// http1And2 is the protocol set of a net/http server that serves TLS:
+// HTTP/1.1 and HTTP/2, chosen by ALPN.
+func http1And2() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	return p
 }

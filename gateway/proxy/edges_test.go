@@ -164,7 +164,10 @@ func stallGateway(t *testing.T, stall time.Duration, addr string) *gateway {
 // than the stall timeout in all is never cut.
 func TestClientStallTimeout(t *testing.T) {
 	t.Parallel()
-	const stall = 300 * time.Millisecond
+	// The stall timeout is long beside the slow stream's gaps (an eighth
+	// of it), so a busy machine cannot stretch a gap into a stall.
+	const stall = time.Second
+	const ticks = 16 // twice the stall timeout in all
 	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/big":
@@ -175,11 +178,11 @@ func TestClientStallTimeout(t *testing.T) {
 				}
 			}
 		case "/slow":
-			for i := range 8 {
+			for i := range ticks {
 				fmt.Fprintf(w, "tick %d\n", i)
 				w.(http.Flusher).Flush()
 				select {
-				case <-time.After(stall / 3):
+				case <-time.After(stall / 8):
 				case <-r.Context().Done():
 					return
 				}
@@ -231,8 +234,8 @@ func TestClientStallTimeout(t *testing.T) {
 	})
 	t.Run("slow stream", func(t *testing.T) {
 		resp, body := get(t, client, g.URL+"/slow", nil)
-		if resp.StatusCode != http.StatusOK || strings.Count(body, "tick") != 8 {
-			t.Fatalf("slow stream: %d %q; want all 8 ticks", resp.StatusCode, body)
+		if resp.StatusCode != http.StatusOK || strings.Count(body, "tick") != ticks {
+			t.Fatalf("slow stream: %d %q; want all %d ticks", resp.StatusCode, body, ticks)
 		}
 		// The connection is reused for the next request without a stale
 		// deadline cutting it.

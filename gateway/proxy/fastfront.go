@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,7 +75,7 @@ import (
 //
 // The client stall timeout (Options.ClientStallTimeout) applies as on the
 // net/http front: a request body read under a deadline moved at each read
-// (fastStallBody; 408 when it stalls), an answer written under fasthttp's
+// (stallBody; 408 when it stalls), an answer written under fasthttp's
 // per-answer write deadline, moved while a body streams (fastBody.Read;
 // 499 when the client takes nothing). The access log (Options.AccessLog)
 // gets the same line as from the net/http front, written when the
@@ -207,7 +206,7 @@ func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, r
 		// The server's ReadTimeout bounds the request head (see
 		// NewFastServer); a body streams for as long as it takes, as on the
 		// net/http front. With a stall timeout, each read of the body moves
-		// the deadline instead (fastStallBody).
+		// the deadline instead (requestBody).
 		_ = ctx.Conn().SetReadDeadline(time.Time{})
 	}
 	ip := peerIP(x.ipBuf[:0], ctx.RemoteAddr())
@@ -232,7 +231,6 @@ func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, r
 		tls:       ctx.IsTLS(),
 		headers:   (*fastFields)(h),
 	})
-	x.cookieLines[0] = ""
 	if rt.status != 0 {
 		return refuse(rt.status, rt.title, rt.detail, false)
 	}
@@ -268,7 +266,7 @@ func (p *Proxy) fastRecover(ctx *fasthttp.RequestCtx, rid string) {
 	if v == nil {
 		return
 	}
-	p.log.Error("panic serving a request", "request_id", rid, "panic", v, "stack", string(debug.Stack()))
+	p.logPanic("panic serving a request", v, "request_id", rid)
 	ctx.Response.Reset()
 	ctx.SetConnectionClose()
 	ctx.Response.Header.Set("X-Request-Id", rid)
@@ -337,7 +335,7 @@ type fastExchange struct {
 	// access log.
 	line accessLine
 	// stallBody reads the client's request body under the stall timeout.
-	stallBody fastStallBody
+	stallBody stallBody
 }
 
 var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
@@ -557,24 +555,8 @@ func (x *fastExchange) requestBody(ctx *fasthttp.RequestCtx) io.Reader {
 	if x.p.stall <= 0 {
 		return body
 	}
-	x.stallBody = fastStallBody{r: body, ctx: ctx, stall: x.p.stall}
+	x.stallBody = stallBody{r: body, dl: ctx, stall: x.p.stall}
 	return &x.stallBody
-}
-
-// fastStallBody reads a client's request body with the connection's read
-// deadline moved forward before every read, as stallBody on the net/http
-// front: a body that makes no progress for the stall timeout ends with a
-// timeout (answered 408), one that keeps coming is never cut. fasthttp
-// puts its own deadline back after the request.
-type fastStallBody struct {
-	r     io.Reader
-	ctx   *fasthttp.RequestCtx
-	stall time.Duration
-}
-
-func (b *fastStallBody) Read(p []byte) (int, error) {
-	_ = b.ctx.SetReadDeadline(time.Now().Add(b.stall))
-	return b.r.Read(p)
 }
 
 // bodyBuffered reports whether br holds a whole body of length cl (a
@@ -807,8 +789,7 @@ type fastBody fastExchange
 // is then cut (counted 499); a slow stream that keeps moving is not.
 func (b *fastBody) Read(p []byte) (n int, err error) {
 	defer func() {
-		if v := recover(); v != nil {
-			b.p.log.Error("panic relaying an answer", "panic", v, "stack", string(debug.Stack()))
+		if b.p.logPanic("panic relaying an answer", recover()) {
 			b.cut = true
 			n, err = 0, errRelayPanic
 		}
@@ -876,12 +857,8 @@ var errRelayPanic = errors.New("relaying the answer failed")
 // A panic in finish (the access log's handler is the operator's code) is
 // logged: it runs on fasthttp's goroutine, where nothing else recovers it.
 func (b *fastBody) CloseWithError(err error) error {
-	p := b.p
-	defer func() {
-		if v := recover(); v != nil {
-			p.log.Error("panic ending a request", "panic", v, "stack", string(debug.Stack()))
-		}
-	}()
+	p := b.p // finish gives b back to the pool
+	defer func() { p.logPanic("panic ending a request", recover()) }()
 	(*fastExchange)(b).finish(err)
 	return nil
 }

@@ -35,6 +35,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -620,7 +621,7 @@ func httpAccessLine(r *http.Request) accessLine {
 func (p *Proxy) logAccess(l accessLine, status int, tg *target, ep *endpoint, start time.Time) {
 	defer func() {
 		if v := recover(); v != nil {
-			p.log.Error("panic writing an access log line", "request_id", l.requestID, "panic", v)
+			p.logPanic("panic writing an access log line", v, "request_id", l.requestID)
 		}
 	}()
 	attrs := []slog.Attr{
@@ -636,6 +637,18 @@ func (p *Proxy) logAccess(l accessLine, status int, tg *target, ep *endpoint, st
 		attrs = append(attrs, slog.String("service", tg.hdrService[0]), slog.String("upstream", tg.up.name), slog.String("endpoint", ep.addr))
 	}
 	p.access.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
+}
+
+// logPanic logs v, a recovered panic, as an error with msg, args and the
+// stack, and reports whether there was one (v not nil). Call it with
+// recover() from a deferred function; with args, only once v is known not
+// to be nil, since the args are built before the call.
+func (p *Proxy) logPanic(msg string, v any, args ...any) bool {
+	if v == nil {
+		return false
+	}
+	p.log.Error(msg, append(args, "panic", v, "stack", string(debug.Stack()))...)
+	return true
 }
 
 // upstreamError answers a request whose upstream could not be reached or

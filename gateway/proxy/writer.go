@@ -29,9 +29,11 @@ type deadliner interface {
 
 // stallBody reads a client's request body with a read deadline that moves
 // forward before every read: a body that makes no progress for stall ends
-// with a timeout, one that keeps coming is never cut.
+// with a timeout, one that keeps coming is never cut. dl is the net/http
+// front's response writer, or the fasthttp front's request (which puts
+// its own deadline back after the request).
 type stallBody struct {
-	r     io.ReadCloser
+	r     io.Reader
 	dl    deadliner
 	stall time.Duration
 }
@@ -41,7 +43,13 @@ func (b *stallBody) Read(p []byte) (int, error) {
 	return b.r.Read(p)
 }
 
-func (b *stallBody) Close() error { return b.r.Close() }
+// Close closes the body read, when it can be closed.
+func (b *stallBody) Close() error {
+	if c, ok := b.r.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
 
 var statusWriters = sync.Pool{New: func() any { return new(statusWriter) }}
 
