@@ -340,6 +340,10 @@ type GatewayConfig struct {
 const (
 	FrontNetHTTP  = "net/http"
 	FrontFastHTTP = "fasthttp"
+	// FrontLoop is the loop front (Linux): an epoll event loop per CPU
+	// serves the common exchange and hands the rest to the fasthttp
+	// front; with TLS, the fasthttp front serves alone.
+	FrontLoop = "loop"
 )
 
 // Addrs are the bound addresses of a running process ("" when not served).
@@ -503,6 +507,11 @@ type server struct {
 	// front, when set, does the TLS handshakes of fast's listener and
 	// hands each connection to fast or h2 (useTLS).
 	front *tlsFront
+	// loop, when set, serves ln (plain TCP, not capped by limit: the loop
+	// caps its connections itself) and hands to fast what it does not
+	// serve; capped is ln capped, for fast alone when TLS is used.
+	loop   *proxy.LoopServer
+	capped net.Listener
 }
 
 // listenFront binds addr for the proxy px on front: FrontFastHTTP (also
@@ -513,8 +522,19 @@ func listenFront(front, addr string, px *proxy.Proxy, l Limits) (*server, error)
 		return listenProxy(addr, px, l)
 	case "", FrontFastHTTP:
 		return listenFast(addr, px, l)
+	case FrontLoop:
+		s, err := listenFast(addr, px, l)
+		if err != nil {
+			return nil, err
+		}
+		s.capped = s.ln
+		if ll, ok := s.ln.(*limitListener); ok {
+			s.ln = ll.Listener
+		}
+		s.loop = proxy.NewLoopServer(px, s.fast, l.MaxConns)
+		return s, nil
 	}
-	return nil, fmt.Errorf("unknown front %q: want %q or %q", front, FrontNetHTTP, FrontFastHTTP)
+	return nil, fmt.Errorf("unknown front %q: want %q, %q or %q", front, FrontFastHTTP, FrontNetHTTP, FrontLoop)
 }
 
 // listenFast binds addr for the fasthttp front of px. Its h2 is ready for
@@ -539,6 +559,8 @@ func (s *server) serve() error {
 	switch {
 	case s.front != nil:
 		return s.front.serve()
+	case s.loop != nil:
+		return s.loop.Serve(s.ln)
 	case s.fast != nil:
 		return s.fast.Serve(s.ln) // nil after ShutdownWithContext
 	case s.tls:
@@ -555,6 +577,9 @@ func (s *server) shutdown(ctx context.Context, log *slog.Logger) {
 	switch {
 	case s.front != nil:
 		err = s.front.shutdown(ctx)
+	case s.loop != nil:
+		err = s.loop.Shutdown(ctx)
+		_ = s.ln.Close() // in case Serve had not started yet
 	case s.fast != nil:
 		err = s.fast.ShutdownWithContext(ctx)
 		_ = s.ln.Close() // in case Serve had not started yet

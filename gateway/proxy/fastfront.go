@@ -505,7 +505,6 @@ func (x *fastExchange) recycle() {
 // answer taken.
 func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *fastExchange, tg *target, rid string, ip []byte, cl int, upgrade []byte) (sent bool, err error) {
 	x.releaseUp() // a failed earlier attempt's
-	h := &ctx.Request.Header
 	writeFastHead(c.bw, ctx, ep, tg, rid, ip, cl, upgrade)
 	var body io.Reader
 	if cl > 0 || cl == -1 {
@@ -519,17 +518,24 @@ func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *f
 	if err != nil {
 		return sent, err
 	}
+	return sent, x.readAnswer(ctx, c, upgrade)
+}
+
+// readAnswer reads the endpoint's answer header on c, under the read
+// deadline c has, with fasthttp's response parser into x.up, and leaves its
+// body to stream. upgrade is as for fastSend.
+func (x *fastExchange) readAnswer(ctx *fasthttp.RequestCtx, c *upConn, upgrade []byte) error {
 	up := fasthttp.AcquireResponse()
 	x.up = up
 	up.StreamBody = true
-	up.SkipBody = h.IsHead()
+	up.SkipBody = ctx.Request.Header.IsHead()
 	// The endpoint's fields as it sent them: no Content-Type it did not.
 	up.Header.SetNoDefaultContentType(true)
 	if err := up.ReadLimitBody(c.br, 0); err != nil {
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			err = errUpstreamTimeout
 		}
-		return sent, err
+		return err
 	}
 	// The header is in: a slow body streams for as long as it takes. When
 	// the whole body is buffered already, nothing more is read from the
@@ -539,9 +545,9 @@ func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *f
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
 	if up.StatusCode() == http.StatusSwitchingProtocols && upgrade == nil {
-		return sent, errors.New("upstream switched protocols without an upgrade request")
+		return errors.New("upstream switched protocols without an upgrade request")
 	}
-	return sent, nil
+	return nil
 }
 
 // requestBody returns the client's request body as it is to be read: the
@@ -723,27 +729,7 @@ func writeFastHead(bw *bufio.Writer, ctx *fasthttp.RequestCtx, ep *endpoint, tg 
 func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 	up := x.up
 	out := &ctx.Response.Header
-	out.SetStatusCode(up.StatusCode())
-	conn := up.Header.PeekAll(fasthttp.HeaderConnection)
-	var connBuf [4][]byte
-	conn = connBuf[:copy(connBuf[:], conn)]
-	hasRID := false
-	for k, v := range up.Header.All() {
-		if skipFastResponseHeader(k) || namedInBytes(conn, b2s(k)) {
-			continue
-		}
-		if string(k) == fasthttp.HeaderTrailer {
-			_ = out.AddTrailerBytes(v)
-			continue
-		}
-		if string(k) == "X-Request-Id" {
-			hasRID = true
-		}
-		out.AddBytesKV(k, v)
-	}
-	if !hasRID {
-		out.Set("X-Request-Id", rid)
-	}
+	copyAnswerHeader(out, &up.Header, rid)
 	body := up.BodyStream()
 	if body == nil { // HEAD, 204, 304: no body to stream
 		if cl := up.Header.ContentLength(); cl >= 0 && ctx.IsHead() {
@@ -772,6 +758,34 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 	}
 	ctx.Response.SetBodyStream((*fastBody)(x), cl)
 	return true
+}
+
+// copyAnswerHeader copies the endpoint's answer header in to the client's
+// out: the status, the fields without the hop-by-hop ones (with those
+// named in Connection) and the framing, the announced trailers, and the
+// request id rid unless the endpoint set one.
+func copyAnswerHeader(out, in *fasthttp.ResponseHeader, rid string) {
+	out.SetStatusCode(in.StatusCode())
+	conn := in.PeekAll(fasthttp.HeaderConnection)
+	var connBuf [4][]byte
+	conn = connBuf[:copy(connBuf[:], conn)]
+	hasRID := false
+	for k, v := range in.All() {
+		if skipFastResponseHeader(k) || namedInBytes(conn, b2s(k)) {
+			continue
+		}
+		if string(k) == fasthttp.HeaderTrailer {
+			_ = out.AddTrailerBytes(v)
+			continue
+		}
+		if string(k) == "X-Request-Id" {
+			hasRID = true
+		}
+		out.AddBytesKV(k, v)
+	}
+	if !hasRID {
+		out.Set("X-Request-Id", rid)
+	}
 }
 
 // fastBody is the endpoint's response body as fasthttp streams it to the

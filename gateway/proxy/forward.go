@@ -134,7 +134,14 @@ type sendFunc func(c *upConn, ep *endpoint) (sent bool, err error)
 // checks (passive.go); the caller reports the answer (answered) and owns
 // x.conn on success. A failure while ctx is done is returned at once.
 func (p *Proxy) exchangeRetrying(ctx context.Context, u *upstream, a *attempt, req outbound, send sendFunc) (exchange, error) {
-	x, err := p.roundTrip(ctx, a.ep, send)
+	x, err := p.roundTrip(ctx, a.ep, send, false)
+	return p.retryFrom(ctx, u, a, req, send, x, err)
+}
+
+// retryFrom is exchangeRetrying after its first exchange x on a.ep ended
+// with err (nil: it succeeded): the loop front starts exchanges of its own
+// and continues here when one fails.
+func (p *Proxy) retryFrom(ctx context.Context, u *upstream, a *attempt, req outbound, send sendFunc, x exchange, err error) (exchange, error) {
 	for err != nil {
 		if ctx.Err() != nil {
 			return x, err
@@ -150,7 +157,7 @@ func (p *Proxy) exchangeRetrying(ctx context.Context, u *upstream, a *attempt, r
 			"request_id", req.requestID, "service", req.service,
 			"upstream", u.name, "endpoint", a.ep.addr, "next", next.addr, "err", err)
 		a.moveTo(next)
-		x, err = p.roundTrip(ctx, a.ep, send)
+		x, err = p.roundTrip(ctx, a.ep, send, false)
 	}
 	return x, nil
 }
@@ -163,9 +170,15 @@ func (p *Proxy) exchangeRetrying(ctx context.Context, u *upstream, a *attempt, r
 //
 // On failure the exchange says what happened: no connection (the connect
 // failed), whether the connection was a pooled one, and whether the body
-// was touched, which is what endpointFault and mayHaveArrived judge.
-func (p *Proxy) roundTrip(ctx context.Context, ep *endpoint, send sendFunc) (exchange, error) {
-	for attempt := 0; ; attempt++ {
+// was touched, which is what endpointFault and mayHaveArrived judge. With
+// fresh, the first connection is a newly dialled one too (a pooled one of
+// the caller's was stale already).
+func (p *Proxy) roundTrip(ctx context.Context, ep *endpoint, send sendFunc, fresh bool) (exchange, error) {
+	start := 0
+	if fresh {
+		start = 1
+	}
+	for attempt := start; ; attempt++ {
 		var (
 			c      *upConn
 			reused bool

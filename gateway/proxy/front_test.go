@@ -14,7 +14,8 @@ import (
 
 // testFront is the front the tests' gateways serve with: "fasthttp", the
 // gateway's default, unless DWARA_TEST_FRONT=net/http runs the whole suite
-// against ServeHTTP (make test runs both).
+// against ServeHTTP, or DWARA_TEST_FRONT=loop against the loop front
+// (make test runs all three).
 var testFront = cmp.Or(os.Getenv("DWARA_TEST_FRONT"), "fasthttp")
 
 // serveFront serves p on a loopback listener with the front the tests run
@@ -28,8 +29,10 @@ func serveFront(t testing.TB, p *Proxy) string {
 		srv := httptest.NewServer(p)
 		t.Cleanup(srv.Close)
 		return srv.URL
+	case "loop":
+		return "http://" + serveLoop(t, p)
 	}
-	t.Fatalf("DWARA_TEST_FRONT=%q: want fasthttp or net/http", testFront)
+	t.Fatalf("DWARA_TEST_FRONT=%q: want fasthttp, net/http or loop", testFront)
 	return ""
 }
 
@@ -54,6 +57,28 @@ func serveFast(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string 
 		_ = srv.ShutdownWithContext(ctx)
 		_ = ln.Close()
 		<-done
+	})
+	return ln.Addr().String()
+}
+
+// serveLoop serves p with the loop front on a loopback listener and
+// returns its address; the server stops when the test ends.
+func serveLoop(t testing.TB, p *Proxy) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewLoopServer(p, NewFastServer(p, time.Minute), 0)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		if err := <-done; err != nil {
+			t.Errorf("loop front: %v", err)
+		}
 	})
 	return ln.Addr().String()
 }

@@ -194,6 +194,13 @@ func (p *connPool) close() {
 	}
 }
 
+// isClosed reports whether close was called.
+func (p *connPool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
 // idleCount is the number of idle connections (for tests and metrics).
 func (p *connPool) idleCount() int {
 	p.mu.Lock()
