@@ -39,6 +39,10 @@ var contestants = []contestant{
 	// The net/http front (the one that serves HTTP/2), for comparing the
 	// fronts: CONTESTANTS=nginx,dwara,dwara-nethttp.
 	{name: "dwara-nethttp", tool: "dwara", conf: "dwara", args: []string{"--front", "net/http"}, optIn: true},
+	// The loop front (an epoll event loop per CPU, handing the rest to
+	// fasthttp): CONTESTANTS=nginx,dwara,dwara-loop.
+	{name: "dwara-loop", tool: "dwara", conf: "dwara", args: []string{"--front", "loop"}, optIn: true},
+	{name: "dwara-loop-sticky", tool: "dwara", conf: "dwara-sticky", cookie: dwaraCookie, args: []string{"--front", "loop"}, optIn: true},
 }
 
 // contestantNames returns the names of contestants, in order: all of them,

@@ -331,8 +331,6 @@ func newLoop(s *LoopServer, lnfd int) (*eloop, error) {
 // run serves the loop's connections until the server is shut down and
 // they are gone.
 func (l *eloop) run() {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	defer unix.Close(l.epfd)
 	l.now = time.Now()
 	l.nextTick = l.now.Add(loopTick)
@@ -651,7 +649,7 @@ func (l *eloop) startRequest(c *lconn, end int) {
 	start := time.Now()
 	ctx.Response.Header.SetNoDefaultContentType(true)
 	ctx.Response.SkipBody = h.IsHead()
-	if h.ConnectionClose() || l.s.closing.Load() {
+	if h.ConnectionClose() {
 		ctx.Response.SetConnectionClose()
 	}
 	x := fastExchanges.Get().(*fastExchange)
@@ -993,6 +991,9 @@ func (l *eloop) answer(c *lconn) {
 		} else {
 			x.recycle()
 		}
+	}
+	if l.s.closing.Load() {
+		ctx.Response.SetConnectionClose()
 	}
 	if name := l.s.fast.Name; name != "" && len(ctx.Response.Header.Server()) == 0 {
 		ctx.Response.Header.SetServer(name) // as the fasthttp server does
