@@ -75,6 +75,9 @@ import (
 // loopTick is how often a loop checks its deadlines (and wakes when idle).
 const loopTick = 100 * time.Millisecond
 
+// maxFreeBuffers bounds the buffers a loop keeps for reuse.
+const maxFreeBuffers = 256
+
 // LoopServer is the loop front of a Proxy. Serve runs it on a listener;
 // Shutdown stops it gracefully.
 type LoopServer struct {
@@ -291,7 +294,9 @@ type eloop struct {
 	aw  appendWriter
 	bw  *bufio.Writer
 	rh  fasthttp.ResponseHeader
-	buf []byte
+	// free holds buffers of connBufferSize for the connections that are
+	// reading or writing; an idle connection holds none.
+	free [][]byte
 	// serving: serveRequests is running (a request answered at once
 	// leaves the next one to its loop).
 	serving bool
@@ -316,7 +321,6 @@ func newLoop(s *LoopServer, lnfd int) (*eloop, error) {
 		pools: map[*connPool]*loopPool{}, svcOK: map[*service]bool{},
 		events: make([]unix.EpollEvent, 256),
 		br:     bufio.NewReaderSize(nil, connBufferSize),
-		buf:    make([]byte, connBufferSize),
 	}
 	l.bw = bufio.NewWriterSize(&l.aw, connBufferSize)
 	// Every loop waits on the listener; EPOLLEXCLUSIVE wakes one per
@@ -357,7 +361,7 @@ func (l *eloop) run() {
 		}
 		if !l.now.Before(l.nextTick) {
 			l.nextTick = l.now.Add(loopTick)
-			l.tick()
+			l.guard(nil, l.tick)
 		}
 		if l.s.closing.Load() && !stopped {
 			stopped = true
@@ -412,7 +416,7 @@ func rawWrite(fd int, b []byte) (int, error) {
 // event handles what epoll reported for fd.
 func (l *eloop) event(fd int, ev uint32) {
 	if fd == l.lnfd {
-		l.accept()
+		l.guard(nil, l.accept)
 		return
 	}
 	if fd >= len(l.fds) {
@@ -501,7 +505,7 @@ func (l *eloop) accept() {
 		}
 		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
-		c := &lconn{fd: fd, in: make([]byte, 0, connBufferSize)}
+		c := &lconn{fd: fd}
 		c.addr.remote = tcpAddrOf(sa)
 		if lsa, err := unix.Getsockname(fd); err == nil {
 			c.addr.local = tcpAddrOf(lsa)
@@ -539,6 +543,9 @@ func (l *eloop) clientEvent(c *lconn, ev uint32) {
 		// fastClientCheckInterval has passed (tick), unless the answer
 		// comes first. Once the buffer is full, or the client is gone, the
 		// socket is not watched until the answer is written.
+		if c.in == nil {
+			c.in = l.getBuf()
+		}
 		n, err := rawRead(c.fd, c.in[len(c.in):cap(c.in)])
 		switch {
 		case n > 0:
@@ -557,8 +564,14 @@ func (l *eloop) clientEvent(c *lconn, ev uint32) {
 		l.flushClient(c)
 		return
 	}
+	if c.in == nil {
+		c.in = l.getBuf()
+	}
 	n, err := rawRead(c.fd, c.in[len(c.in):cap(c.in)])
 	if err == unix.EAGAIN || err == unix.EINTR {
+		if len(c.in) == 0 {
+			c.in = l.putBuf(c.in)
+		}
 		return
 	}
 	if n <= 0 {
@@ -766,6 +779,9 @@ func (l *eloop) send(c *lconn, ep *endpoint) {
 		}
 	}
 	u.c, c.u = c, u
+	if u.out == nil {
+		u.out = l.getBuf()
+	}
 	l.aw.b = u.out[:0]
 	l.bw.Reset(&l.aw)
 	writeFastHead(l.bw, c.ctx, ep, c.x.tg, c.rid, c.x.ip, 0, nil)
@@ -816,7 +832,7 @@ func (l *eloop) dial(lp *loopPool) (*uconn, error) {
 	}
 	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
-	u := &uconn{fd: fd, lp: lp, in: make([]byte, 0, connBufferSize)}
+	u := &uconn{fd: fd, lp: lp}
 	err = unix.Connect(fd, lp.sa)
 	switch err {
 	case nil:
@@ -894,12 +910,15 @@ func (l *eloop) flushUp(u *uconn) {
 		u.outOff += n
 	}
 	u.state = uWaiting
-	u.out, u.outOff = u.out[:0], 0
+	u.out, u.outOff = l.putBuf(u.out), 0
 	l.modify(u.fd, &u.events, unix.EPOLLIN|unix.EPOLLRDHUP)
 }
 
 // readUp reads the endpoint's answer on u and relays it once it is in.
 func (l *eloop) readUp(u *uconn) {
+	if u.in == nil {
+		u.in = l.getBuf()
+	}
 	n, err := rawRead(u.fd, u.in[len(u.in):cap(u.in)])
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return
@@ -967,7 +986,9 @@ func (l *eloop) relay(u *uconn) {
 	} else if cl >= 0 && ctx.Request.Header.IsHead() {
 		ctx.Response.Header.SetContentLength(cl)
 	}
-	keep := !rh.ConnectionClose() && len(u.in) == end+len(body)
+	// A connection is kept when the answer was all it carried and the
+	// request had gone out whole (an endpoint may answer early).
+	keep := !rh.ConnectionClose() && len(u.in) == end+len(body) && u.outOff == len(u.out)
 	x := c.x
 	x.code, x.done = code, true
 	l.s.p.answered(x.tg.up, x.a.ep, code)
@@ -997,6 +1018,9 @@ func (l *eloop) answer(c *lconn) {
 	}
 	if name := l.s.fast.Name; name != "" && len(ctx.Response.Header.Server()) == 0 {
 		ctx.Response.Header.SetServer(name) // as the fasthttp server does
+	}
+	if c.out == nil {
+		c.out = l.getBuf()
 	}
 	l.aw.b = c.out[:0]
 	l.bw.Reset(&l.aw)
@@ -1030,7 +1054,10 @@ func (l *eloop) flushClient(c *lconn) {
 		}
 		c.outOff += n
 	}
-	c.out, c.outOff = c.out[:0], 0
+	c.out, c.outOff = l.putBuf(c.out), 0
+	if len(c.in) == 0 {
+		c.in = l.putBuf(c.in)
+	}
 	if c.closeAfter || l.s.closing.Load() {
 		l.closeClient(c)
 		return
@@ -1078,7 +1105,8 @@ func (l *eloop) putIdle(u *uconn) {
 		l.closeUp(u)
 		return
 	}
-	u.in, u.state, u.reused, u.idleFrom, u.deadline = u.in[:0], uIdle, false, l.now, time.Time{}
+	u.in, u.out = l.putBuf(u.in), l.putBuf(u.out)
+	u.state, u.reused, u.idleFrom, u.deadline = uIdle, false, l.now, time.Time{}
 	l.modify(u.fd, &u.events, unix.EPOLLIN|unix.EPOLLRDHUP)
 	lp.idle = append(lp.idle, u)
 }
@@ -1101,6 +1129,7 @@ func (l *eloop) closeUp(u *uconn) {
 	delete(l.ups, u)
 	l.forget(u.fd)
 	unix.Close(u.fd)
+	u.in, u.out = l.putBuf(u.in), l.putBuf(u.out)
 }
 
 // closeClient closes c; its exchange, if any, is counted as the client
@@ -1114,6 +1143,7 @@ func (l *eloop) closeClient(c *lconn) {
 	l.forget(c.fd)
 	unix.Close(c.fd)
 	l.s.open.Add(-1)
+	c.in, c.out = l.putBuf(c.in), l.putBuf(c.out)
 }
 
 // abort ends c's exchange counted code and closes c.
@@ -1142,6 +1172,27 @@ func (l *eloop) endExchange(c *lconn, code int) {
 		loopCtxs.Put(c.ctx)
 		c.ctx = nil
 	}
+}
+
+// getBuf returns an empty buffer of connBufferSize.
+func (l *eloop) getBuf() []byte {
+	if n := len(l.free); n > 0 {
+		b := l.free[n-1]
+		l.free[n-1] = nil
+		l.free = l.free[:n-1]
+		return b
+	}
+	return make([]byte, 0, connBufferSize)
+}
+
+// putBuf keeps b for getBuf when it has the size (a grown answer buffer
+// is left to the collector) and there is room, and returns nil, for the
+// field that held it.
+func (l *eloop) putBuf(b []byte) []byte {
+	if cap(b) == connBufferSize && len(l.free) < maxFreeBuffers {
+		l.free = append(l.free, b[:0])
+	}
+	return nil
 }
 
 // closeAll closes every connection of the loop.
