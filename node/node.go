@@ -272,11 +272,14 @@ type ServeConfig struct {
 	// Demo starts the built-in demo upstreams and seeds an example
 	// generation into an empty database; false starts neither.
 	Demo bool
-	// Front is the HTTP server of the proxy listener: FrontFastHTTP (also
-	// "", the default; see proxy.NewFastServer), which serves HTTP/1.1
-	// itself and, with TLS, hands the connections that negotiate HTTP/2 to
-	// a net/http server of the same proxy, or FrontNetHTTP, Go's net/http
-	// server for everything; anything else is refused.
+	// Front is the HTTP server of the proxy listener: FrontLoop (on Linux
+	// "" stands for it; see proxy.LoopServer), which serves plain HTTP/1.1
+	// requests without a body from an event loop per CPU and hands the
+	// rest, and TLS, to the fasthttp front; FrontFastHTTP (see
+	// proxy.NewFastServer; "" elsewhere), which serves HTTP/1.1 itself and,
+	// with TLS, hands the connections that negotiate HTTP/2 to a net/http
+	// server of the same proxy; or FrontNetHTTP, Go's net/http server for
+	// everything; anything else is refused.
 	Front string
 }
 
@@ -345,6 +348,15 @@ const (
 	// front; with TLS, the fasthttp front serves alone.
 	FrontLoop = "loop"
 )
+
+// DefaultFront is the front "" stands for: FrontLoop where it runs
+// (Linux), else FrontFastHTTP.
+func DefaultFront() string {
+	if proxy.LoopSupported {
+		return FrontLoop
+	}
+	return FrontFastHTTP
+}
 
 // Addrs are the bound addresses of a running process ("" when not served).
 type Addrs struct {
@@ -514,9 +526,16 @@ type server struct {
 	capped net.Listener
 }
 
-// listenFront binds addr for the proxy px on front: FrontFastHTTP (also
-// "") or FrontNetHTTP; any other front is an error.
+// listenFront binds addr for the proxy px on front: FrontLoop,
+// FrontFastHTTP or FrontNetHTTP ("": DefaultFront); any other front, or
+// FrontLoop where it does not run, is an error.
 func listenFront(front, addr string, px *proxy.Proxy, l Limits) (*server, error) {
+	if front == "" {
+		front = DefaultFront()
+	}
+	if front == FrontLoop && !proxy.LoopSupported {
+		return nil, errors.New("the loop front needs Linux (epoll); use --front fasthttp")
+	}
 	switch front {
 	case FrontNetHTTP:
 		return listenProxy(addr, px, l)

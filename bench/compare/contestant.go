@@ -36,13 +36,10 @@ var contestants = []contestant{
 	{name: "dwara", tool: "dwara", conf: "dwara"},
 	{name: "haproxy-sticky", tool: "haproxy", conf: "haproxy-sticky", cookie: "SRV"},
 	{name: "dwara-sticky", tool: "dwara", conf: "dwara-sticky", cookie: dwaraCookie},
-	// The net/http front (the one that serves HTTP/2), for comparing the
-	// fronts: CONTESTANTS=nginx,dwara,dwara-nethttp.
+	// The other fronts, for comparing them with the default (the loop
+	// front): CONTESTANTS=nginx,dwara,dwara-fasthttp,dwara-nethttp.
+	{name: "dwara-fasthttp", tool: "dwara", conf: "dwara", args: []string{"--front", "fasthttp"}, optIn: true},
 	{name: "dwara-nethttp", tool: "dwara", conf: "dwara", args: []string{"--front", "net/http"}, optIn: true},
-	// The loop front (an epoll event loop per CPU, handing the rest to
-	// fasthttp): CONTESTANTS=nginx,dwara,dwara-loop.
-	{name: "dwara-loop", tool: "dwara", conf: "dwara", args: []string{"--front", "loop"}, optIn: true},
-	{name: "dwara-loop-sticky", tool: "dwara", conf: "dwara-sticky", cookie: dwaraCookie, args: []string{"--front", "loop"}, optIn: true},
 }
 
 // contestantNames returns the names of contestants, in order: all of them,

@@ -296,16 +296,16 @@ func processFlags(fs *flag.FlagSet, p *node.Process) (finish func() (func(), err
 	}
 }
 
-// frontFlag registers --front on fs, into front (node.FrontFastHTTP by
+// frontFlag registers --front on fs, into front (node.DefaultFront by
 // default). Call check after fs.Parse; its error is a usage mistake.
 func frontFlag(fs *flag.FlagSet, front *string) (check func() error) {
-	fs.StringVar(front, "front", node.FrontFastHTTP, "HTTP server of the proxy listener: `fasthttp, net/http or loop` (fasthttp serves HTTP/1.1 itself and, with TLS, hands HTTP/2 connections to net/http; net/http serves everything; loop, on Linux, serves plain HTTP/1.1 requests without a body from an event loop per CPU and hands the rest to fasthttp)")
+	fs.StringVar(front, "front", node.DefaultFront(), "HTTP server of the proxy listener: `loop, fasthttp or net/http` (loop, on Linux, serves plain HTTP/1.1 requests without a body from an event loop per CPU and hands the rest, and TLS, to fasthttp; fasthttp serves HTTP/1.1 itself and, with TLS, hands HTTP/2 connections to net/http; net/http serves everything)")
 	return func() error {
 		switch *front {
 		case node.FrontFastHTTP, node.FrontNetHTTP, node.FrontLoop:
 			return nil
 		}
-		return usagef("--front %q: want %s, %s or %s", *front, node.FrontFastHTTP, node.FrontNetHTTP, node.FrontLoop)
+		return usagef("--front %q: want %s, %s or %s", *front, node.FrontLoop, node.FrontFastHTTP, node.FrontNetHTTP)
 	}
 }
 

@@ -67,9 +67,11 @@ func (rec *recorder) count() int {
 	return len(rec.reqs)
 }
 
-// startFastFront serves a proxy to up with the fasthttp front, whatever
-// DWARA_TEST_FRONT says, with the given request-head timeout, and returns
-// its address.
+// startFastFront serves a proxy to up with the loop front when the tests
+// run on it (the default on Linux: what it does not serve itself it hands
+// to the fasthttp front, so both parsers meet the input), else with the
+// fasthttp front (whatever else DWARA_TEST_FRONT says), with the given
+// request-head timeout, and returns its address.
 func startFastFront(t testing.TB, up string, headTimeout time.Duration) string {
 	t.Helper()
 	p := New(Options{})
@@ -77,10 +79,14 @@ func startFastFront(t testing.TB, up string, headTimeout time.Duration) string {
 	if err := p.Apply(mustParse(t, fmt.Sprintf("upstreams: [{name: a, endpoints: [%q]}]\nservices: [{name: web, upstream: a}]\n", up)), 1); err != nil {
 		t.Fatal(err)
 	}
-	return serveFast(t, p, func(srv *fasthttp.Server) {
+	configure := func(srv *fasthttp.Server) {
 		srv.ReadTimeout = headTimeout
 		srv.Logger = log.New(io.Discard, "", 0) // the bad inputs would fill the log
-	})
+	}
+	if testFront == "loop" {
+		return serveLoop(t, p, configure)
+	}
+	return serveFast(t, p, configure)
 }
 
 // exchangeRaw writes in on a new connection to addr, half-closes it unless

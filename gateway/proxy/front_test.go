@@ -12,11 +12,20 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// testFront is the front the tests' gateways serve with: "fasthttp", the
-// gateway's default, unless DWARA_TEST_FRONT=net/http runs the whole suite
-// against ServeHTTP, or DWARA_TEST_FRONT=loop against the loop front
-// (make test runs all three).
-var testFront = cmp.Or(os.Getenv("DWARA_TEST_FRONT"), "fasthttp")
+// testFront is the front the tests' gateways serve with: the gateway's
+// default ("loop" on Linux, else "fasthttp") unless DWARA_TEST_FRONT names
+// another: fasthttp, or net/http, which runs the whole suite against
+// ServeHTTP (make test runs all three).
+var testFront = cmp.Or(os.Getenv("DWARA_TEST_FRONT"), defaultTestFront())
+
+// defaultTestFront is the gateway's default front: the loop front where it
+// runs, else fasthttp.
+func defaultTestFront() string {
+	if LoopSupported {
+		return "loop"
+	}
+	return "fasthttp"
+}
 
 // serveFront serves p on a loopback listener with the front the tests run
 // with, and returns its base URL; the server stops when the test ends.
@@ -30,7 +39,7 @@ func serveFront(t testing.TB, p *Proxy) string {
 		t.Cleanup(srv.Close)
 		return srv.URL
 	case "loop":
-		return "http://" + serveLoop(t, p)
+		return "http://" + serveLoop(t, p, nil)
 	}
 	t.Fatalf("DWARA_TEST_FRONT=%q: want fasthttp, net/http or loop", testFront)
 	return ""
@@ -61,15 +70,20 @@ func serveFast(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string 
 	return ln.Addr().String()
 }
 
-// serveLoop serves p with the loop front on a loopback listener and
-// returns its address; the server stops when the test ends.
-func serveLoop(t testing.TB, p *Proxy) string {
+// serveLoop serves p with the loop front on a loopback listener, after
+// configure (when non-nil) adjusted the fasthttp server it hands over to,
+// and returns its address; the server stops when the test ends.
+func serveLoop(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewLoopServer(p, NewFastServer(p, time.Minute), 0)
+	fast := NewFastServer(p, time.Minute)
+	if configure != nil {
+		configure(fast)
+	}
+	srv := NewLoopServer(p, fast, 0)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {

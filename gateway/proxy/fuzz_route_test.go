@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -240,17 +242,21 @@ func FuzzRouteOddPaths(f *testing.F) {
 		f.Add(s[0], s[1])
 	}
 	rec := startRouteRecorder(f)
-	p := New(Options{})
+	var panics atomic.Int64
+	var lastPanic atomic.Value
+	// The loop front recovers a panic and logs it: the log counts them.
+	p := New(Options{Logger: slog.New(&panicLog{n: &panics, last: &lastPanic})})
 	if err := p.Apply(mustParse(f, fuzzRouteSpec(rec.ln.Addr().String())), 1); err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(p.Close)
-	var panics atomic.Int64
-	var lastPanic atomic.Value
 	var addr string
-	if testFront == "fasthttp" {
+	switch testFront {
+	case "fasthttp":
 		addr = serveFast(f, p, nil) // a panic there ends the fuzzing process
-	} else {
+	case "loop":
+		addr = serveLoop(f, p, nil)
+	default:
 		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			defer func() {
 				if v := recover(); v != nil {
@@ -348,3 +354,29 @@ func FuzzRouteOddPaths(f *testing.F) {
 		}
 	})
 }
+
+// panicLog is a slog handler that counts the records whose message begins
+// with "panic" (how the proxy logs a panic it recovered), keeping the last.
+type panicLog struct {
+	n    *atomic.Int64
+	last *atomic.Value
+}
+
+func (h *panicLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *panicLog) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "panic") {
+		h.n.Add(1)
+		var b strings.Builder
+		b.WriteString(r.Message)
+		r.Attrs(func(a slog.Attr) bool {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+			return true
+		})
+		h.last.Store(b.String())
+	}
+	return nil
+}
+
+func (h *panicLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *panicLog) WithGroup(string) slog.Handler      { return h }

@@ -72,6 +72,9 @@ import (
 // The front serves plain TCP only: with TLS, node uses the fasthttp
 // front, which does the handshakes and HTTP/2.
 
+// LoopSupported reports whether the loop front runs on this system.
+const LoopSupported = true
+
 // loopTick is how often a loop checks its deadlines (and wakes when idle).
 const loopTick = 100 * time.Millisecond
 
@@ -289,11 +292,11 @@ type eloop struct {
 	events   []unix.EpollEvent
 	// Parsing and writing: heads are parsed from a bytes.Reader through
 	// br, and requests and answers serialised through bw into aw's slice.
-	hr  bytes.Reader
-	br  *bufio.Reader
-	aw  appendWriter
-	bw  *bufio.Writer
-	rh  fasthttp.ResponseHeader
+	hr bytes.Reader
+	br *bufio.Reader
+	aw appendWriter
+	bw *bufio.Writer
+	rh fasthttp.ResponseHeader
 	// free holds buffers of connBufferSize for the connections that are
 	// reading or writing; an idle connection holds none.
 	free [][]byte

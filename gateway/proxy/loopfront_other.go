@@ -10,6 +10,9 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// LoopSupported reports whether the loop front runs on this system.
+const LoopSupported = false
+
 // LoopServer is the loop front, which needs Linux (epoll); elsewhere
 // Serve fails.
 type LoopServer struct{ fast *fasthttp.Server }
