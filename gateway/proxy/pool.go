@@ -40,6 +40,9 @@ type connPool struct {
 	// allowLinkLocal is the upstream's allow_link_local.
 	allowLinkLocal atomic.Bool
 
+	// shut is closed, for readers without mu (the loop front's pools).
+	shut atomic.Bool
+
 	mu     sync.Mutex
 	idle   []*upConn
 	timer  *time.Timer // armed while idle is not empty
@@ -183,6 +186,7 @@ func (p *connPool) expire() {
 func (p *connPool) close() {
 	p.mu.Lock()
 	p.closed = true
+	p.shut.Store(true)
 	idle := p.idle
 	p.idle = nil
 	if p.timer != nil {
@@ -195,11 +199,7 @@ func (p *connPool) close() {
 }
 
 // isClosed reports whether close was called.
-func (p *connPool) isClosed() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.closed
-}
+func (p *connPool) isClosed() bool { return p.shut.Load() }
 
 // idleCount is the number of idle connections (for tests and metrics).
 func (p *connPool) idleCount() int {
