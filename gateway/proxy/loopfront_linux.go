@@ -199,13 +199,14 @@ const (
 
 // lconn is a client connection of a loop.
 type lconn struct {
-	fd     int
-	state  uint8
-	events uint32
-	addr   loopAddr // for the request's ctx
-	in     []byte   // read, not yet served
-	out    []byte   // the answer being written
-	outOff int
+	fd      int
+	state   uint8
+	events  uint32
+	addr    loopAddr // for the request's ctx
+	in      []byte   // read, not yet served
+	scanned int      // how much of in headEnd looked at
+	out     []byte   // the answer being written
+	outOff  int
 	// deadline ends the current state (zero: none); closeAfter closes the
 	// connection once the answer is written.
 	deadline   time.Time
@@ -240,6 +241,7 @@ type uconn struct {
 	in       []byte
 	out      []byte
 	outOff   int
+	scanned  int       // how much of in headEnd looked at
 	deadline time.Time // connect or answer head; zero: none
 	idleFrom time.Time
 	c        *lconn // the client whose exchange it carries
@@ -500,9 +502,17 @@ func (l *eloop) accept() {
 			return
 		}
 		fd, sa, err := unix.Accept4(l.lnfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-		if err != nil {
-			if err != unix.EAGAIN && err != unix.EINTR && err != unix.ECONNABORTED {
-				l.s.p.log.Warn("loop front: accept failed", "err", err)
+		switch err {
+		case nil:
+		case unix.EAGAIN, unix.EINTR, unix.ECONNABORTED:
+			return
+		default:
+			// Out of descriptors or memory: the listener stays readable, so
+			// it leaves the set until the next tick instead of spinning.
+			l.s.p.log.Warn("loop front: accept failed; accepting again in a moment", "err", err)
+			if !l.paused {
+				_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, l.lnfd, nil)
+				l.paused = true
 			}
 			return
 		}
@@ -599,7 +609,7 @@ func (l *eloop) serveRequests(c *lconn) {
 	l.serving = true
 	defer func() { l.serving = false }()
 	for (c.state == cHead || c.state == cIdle) && len(c.in) > 0 && l.owns(c) {
-		end, bare := headEnd(c.in)
+		end, bare := headEnd(c.in, c.scanned)
 		if bare || end < 0 && len(c.in) == cap(c.in) {
 			// A bare LF (refused by the fasthttp front, or a head it
 			// answers itself), or a head larger than the buffer (431).
@@ -607,8 +617,10 @@ func (l *eloop) serveRequests(c *lconn) {
 			return
 		}
 		if end < 0 {
+			c.scanned = len(c.in)
 			return
 		}
+		c.scanned = 0
 		if c.state == cIdle {
 			c.state = cHead
 		}
@@ -619,26 +631,29 @@ func (l *eloop) serveRequests(c *lconn) {
 // headEnd returns the length of the head at the start of b, through its
 // empty line, or -1 when it is not all in; bare reports a LF without a CR
 // before it in what is there of the head.
-func headEnd(b []byte) (end int, bare bool) {
-	i := bytes.Index(b, []byte("\r\n\r\n"))
+//
+// from is how much of b an earlier call looked at and found neither in: a
+// head that arrives a byte at a time is not scanned again from its start
+// at every read.
+func headEnd(b []byte, from int) (end int, bare bool) {
+	from = max(from-3, 0)
+	end = -1
 	head := b
-	if i >= 0 {
-		head = b[:i+2]
+	if i := bytes.Index(b[from:], []byte("\r\n\r\n")); i >= 0 {
+		end = from + i + 4
+		head = b[:from+i+2]
 	}
-	for j := bytes.IndexByte(head, '\n'); j >= 0; {
-		if j == 0 || head[j-1] != '\r' {
-			return -1, true
-		}
-		k := bytes.IndexByte(head[j+1:], '\n')
+	for j := from; j < len(head); j++ {
+		k := bytes.IndexByte(head[j:], '\n')
 		if k < 0 {
 			break
 		}
-		j += 1 + k
+		j += k
+		if j == 0 || head[j-1] != '\r' {
+			return -1, true
+		}
 	}
-	if i < 0 {
-		return -1, false
-	}
-	return i + 4, false
+	return end, false
 }
 
 var loopCtxs = sync.Pool{New: func() any { return new(fasthttp.RequestCtx) }}
@@ -949,8 +964,9 @@ func (l *eloop) readUp(u *uconn) {
 // or hands the exchange over when the loop does not relay it.
 func (l *eloop) relay(u *uconn) {
 	c := u.c
-	end, _ := headEnd(u.in)
+	end, _ := headEnd(u.in, u.scanned)
 	if end < 0 {
+		u.scanned = len(u.in)
 		if len(u.in) == cap(u.in) {
 			l.continueExchange(c, u, true, nil)
 		}
@@ -1109,7 +1125,7 @@ func (l *eloop) putIdle(u *uconn) {
 		return
 	}
 	u.in, u.out = l.putBuf(u.in), l.putBuf(u.out)
-	u.state, u.reused, u.idleFrom, u.deadline = uIdle, false, l.now, time.Time{}
+	u.state, u.reused, u.idleFrom, u.deadline, u.scanned = uIdle, false, l.now, time.Time{}, 0
 	l.modify(u.fd, &u.events, unix.EPOLLIN|unix.EPOLLRDHUP)
 	lp.idle = append(lp.idle, u)
 }

@@ -530,3 +530,40 @@ func TestLoopFrontShutdown(t *testing.T) {
 		t.Error("the listener still accepts after Shutdown")
 	}
 }
+
+// headEnd called as a head arrives, resuming where it stopped, finds what
+// it finds on the whole input at once, at every length.
+func TestHeadEndIncremental(t *testing.T) {
+	for _, in := range []string{
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\nX: 1\r\n\r\n",
+		"GET / HTTP/1.1\nHost: x\n\n",
+		"GET / HTTP/1.1\r\nX: a\r\n\r",
+		"\n",
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\nbody with a bare \n after the head",
+	} {
+		for _, step := range []int{1, 2, 3, 5, 7} {
+			scanned := 0
+			for n := step; ; n += step {
+				n = min(n, len(in))
+				b := []byte(in[:n])
+				end, bare := headEnd(b, scanned)
+				wantEnd, wantBare := headEnd(b, 0)
+				if end != wantEnd || bare != wantBare {
+					t.Fatalf("%q in steps of %d, at %d: headEnd = %d, %v; on the whole: %d, %v", in, step, n, end, bare, wantEnd, wantBare)
+				}
+				if end >= 0 || bare || n == len(in) {
+					break
+				}
+				scanned = n
+			}
+		}
+	}
+	if end, bare := headEnd([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), 0); end != 27 || bare {
+		t.Errorf("headEnd = %d, %v; want 27, false", end, bare)
+	}
+	if _, bare := headEnd([]byte("GET / HTTP/1.1\r\nHost: x\n\r\n"), 0); !bare {
+		t.Error("a bare LF not found")
+	}
+}
