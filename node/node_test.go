@@ -76,14 +76,23 @@ func (p *proc) hooks(c *Process, started chan<- Addrs) {
 // waitApplied waits until the proxy applied generation gen (or a newer one).
 func (p *proc) waitApplied(t testing.TB, gen int64) {
 	t.Helper()
-	timeout := time.After(wait)
+	if !p.appliedWithin(gen, wait) {
+		t.Fatalf("generation %d not applied within %v (latest %d)", gen, wait, p.latest.Load())
+	}
+}
+
+// appliedWithin waits at most d for p to apply generation gen or a newer
+// one, and reports whether it did.
+func (p *proc) appliedWithin(gen int64, d time.Duration) bool {
+	timeout := time.After(d)
 	for p.latest.Load() < gen {
 		select {
 		case <-p.applied:
 		case <-timeout:
-			t.Fatalf("generation %d not applied within %v (latest %d)", gen, wait, p.latest.Load())
+			return false
 		}
 	}
+	return true
 }
 
 func startServe(t testing.TB, c ServeConfig) *proc {

@@ -147,7 +147,9 @@ func TestManyReplicas(t *testing.T) {
 		t.Helper()
 		for _, n := range names() {
 			p := procs[n]
-			p.waitApplied(t, gen)
+			if !p.appliedWithin(gen, wait) {
+				t.Fatalf("%s: %s did not apply generation %d within %v (latest %d)", step, n, gen, wait, p.latest.Load())
+			}
 			s, err := get(context.Background(), p.Proxy)
 			if err != nil {
 				t.Fatalf("%s: GET through %s (%s): %v", step, n, p.Proxy, err)

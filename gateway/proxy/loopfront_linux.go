@@ -135,9 +135,9 @@ func (s *LoopServer) Serve(ln net.Listener) error {
 	// The duplicate keeps the socket listening; Go's poller no longer
 	// watches it.
 	_ = ln.Close()
-	defer unix.Close(lnfd)
 	unix.CloseOnExec(lnfd)
 	if err := unix.SetNonblock(lnfd, true); err != nil {
+		unix.Close(lnfd)
 		return err
 	}
 	n := runtime.GOMAXPROCS(0)
@@ -148,15 +148,30 @@ func (s *LoopServer) Serve(ln net.Listener) error {
 			for _, l := range loops {
 				unix.Close(l.epfd)
 			}
+			unix.Close(lnfd)
 			return err
 		}
 		loops = append(loops, l)
 	}
+	// The listener is closed as soon as every loop stopped accepting (at
+	// Shutdown), not when the last connection is done: a client that
+	// connects while the loops drain is refused, and goes elsewhere,
+	// instead of waiting in the kernel's queue to be reset.
+	var accepting sync.WaitGroup
+	accepting.Add(len(loops))
+	lnClosed := make(chan struct{})
+	go func() {
+		accepting.Wait()
+		unix.Close(lnfd)
+		close(lnClosed)
+	}()
 	var wg sync.WaitGroup
 	for _, l := range loops {
+		l.accepting = &accepting
 		wg.Go(l.run)
 	}
 	wg.Wait()
+	<-lnClosed
 	return nil
 }
 
@@ -211,6 +226,9 @@ type lconn struct {
 	// connection once the answer is written.
 	deadline   time.Time
 	closeAfter bool
+	// served: an answer was written on it (a new connection that has not
+	// sent its first request yet is not idle for Shutdown).
+	served bool
 	// The exchange in flight (cWait): its request, bookkeeping, request id
 	// and endpoint connection. goneAt is set when the client half-closed
 	// or failed meanwhile: the exchange is given up then, unless the
@@ -279,19 +297,23 @@ type fdSlot struct {
 
 // eloop is one event loop.
 type eloop struct {
-	s        *LoopServer
-	epfd     int
-	lnfd     int
-	paused   bool // the listener is out of the set: at the connection cap
-	fds      []fdSlot
-	conns    map[*lconn]struct{}
-	ups      map[*uconn]struct{}
-	pools    map[*connPool]*loopPool
-	svcTable *table
-	svcOK    map[*service]bool
-	now      time.Time
-	nextTick time.Time
-	events   []unix.EpollEvent
+	s      *LoopServer
+	epfd   int
+	lnfd   int
+	paused bool // the listener is out of the set: at the connection cap
+	// accepting is done once for each loop that stopped accepting for good
+	// (stopAccepting).
+	accepting     *sync.WaitGroup
+	stoppedAccept bool
+	fds           []fdSlot
+	conns         map[*lconn]struct{}
+	ups           map[*uconn]struct{}
+	pools         map[*connPool]*loopPool
+	svcTable      *table
+	svcOK         map[*service]bool
+	now           time.Time
+	nextTick      time.Time
+	events        []unix.EpollEvent
 	// Parsing and writing: heads are parsed from a bytes.Reader through
 	// br, and requests and answers serialised through bw into aw's slice.
 	hr bytes.Reader
@@ -341,6 +363,7 @@ func newLoop(s *LoopServer, lnfd int) (*eloop, error) {
 // they are gone.
 func (l *eloop) run() {
 	defer unix.Close(l.epfd)
+	defer l.stopAccepting()
 	l.now = time.Now()
 	l.nextTick = l.now.Add(loopTick)
 	stopped := false
@@ -370,15 +393,34 @@ func (l *eloop) run() {
 		}
 		if l.s.closing.Load() && !stopped {
 			stopped = true
-			_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, l.lnfd, nil)
-			l.paused = true
-			l.tick()
+			l.stopAccepting()
+			l.guard(nil, l.tick)
 		}
 		if stopped && (len(l.conns) == 0 || l.s.force.Load()) {
 			l.closeAll()
 			return
 		}
 	}
+}
+
+// stopAccepting takes, once, the connections waiting on the listener
+// (they are served, and closed after their answer), and takes the listener
+// out of the loop's set for good.
+func (l *eloop) stopAccepting() {
+	if l.stoppedAccept {
+		return
+	}
+	l.stoppedAccept = true
+	for {
+		fd, sa, err := unix.Accept4(l.lnfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		if err != nil {
+			break
+		}
+		l.adopt(fd, sa)
+	}
+	_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, l.lnfd, nil)
+	l.paused = true
+	l.accepting.Done()
 }
 
 // epollWait waits for events at most msec milliseconds; a wait of 0, which
@@ -516,23 +558,28 @@ func (l *eloop) accept() {
 			}
 			return
 		}
-		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
-		c := &lconn{fd: fd}
-		c.addr.remote = tcpAddrOf(sa)
-		if lsa, err := unix.Getsockname(fd); err == nil {
-			c.addr.local = tcpAddrOf(lsa)
-		}
-		c.events = unix.EPOLLIN | unix.EPOLLRDHUP
-		if err := l.watch(fd, c.events, fdSlot{c: c}); err != nil {
-			unix.Close(fd)
-			continue
-		}
-		l.s.open.Add(1)
-		l.conns[c] = struct{}{}
-		if d := l.s.head; d > 0 {
-			c.deadline = l.now.Add(d)
-		}
+		l.adopt(fd, sa)
+	}
+}
+
+// adopt makes fd, a connection accepted from sa, one of the loop's.
+func (l *eloop) adopt(fd int, sa unix.Sockaddr) {
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+	c := &lconn{fd: fd}
+	c.addr.remote = tcpAddrOf(sa)
+	if lsa, err := unix.Getsockname(fd); err == nil {
+		c.addr.local = tcpAddrOf(lsa)
+	}
+	c.events = unix.EPOLLIN | unix.EPOLLRDHUP
+	if err := l.watch(fd, c.events, fdSlot{c: c}); err != nil {
+		unix.Close(fd)
+		return
+	}
+	l.s.open.Add(1)
+	l.conns[c] = struct{}{}
+	if d := l.s.head; d > 0 {
+		c.deadline = l.now.Add(d)
 	}
 }
 
@@ -1074,6 +1121,7 @@ func (l *eloop) flushClient(c *lconn) {
 		c.outOff += n
 	}
 	c.out, c.outOff = l.putBuf(c.out), 0
+	c.served = true
 	if len(c.in) == 0 {
 		c.in = l.putBuf(c.in)
 	}
@@ -1243,8 +1291,14 @@ func (l *eloop) tick() {
 			if !c.goneAt.IsZero() && !now.Before(c.goneAt) {
 				l.closeClient(c) // counted 499
 			}
-		case closing && c.state == cIdle && len(c.in) == 0:
-			l.closeClient(c)
+		case closing && c.served && c.state == cIdle && len(c.in) == 0:
+			// A request that came meanwhile is served (and the connection
+			// closed after its answer); closing a socket with unread data
+			// would reset it.
+			l.clientEvent(c, unix.EPOLLIN)
+			if l.owns(c) && c.state == cIdle && len(c.in) == 0 {
+				l.closeClient(c)
+			}
 		case !c.deadline.IsZero() && !now.Before(c.deadline):
 			if c.state == cHead && len(c.in) > 0 {
 				l.timeoutHead(c)
@@ -1267,7 +1321,7 @@ func (l *eloop) tick() {
 			}
 		}
 	}
-	if l.paused && !closing && (l.s.maxConns <= 0 || l.s.open.Load() < l.s.maxConns) {
+	if l.paused && !closing && !l.stoppedAccept && (l.s.maxConns <= 0 || l.s.open.Load() < l.s.maxConns) {
 		if unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, l.lnfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(l.lnfd)}) == nil {
 			l.paused = false
 		}
