@@ -539,7 +539,7 @@ func listenFront(front, addr string, px *proxy.Proxy, l Limits) (*server, error)
 	switch front {
 	case FrontNetHTTP:
 		return listenProxy(addr, px, l)
-	case "", FrontFastHTTP:
+	case FrontFastHTTP:
 		return listenFast(addr, px, l)
 	case FrontLoop:
 		s, err := listenFast(addr, px, l)

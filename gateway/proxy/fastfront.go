@@ -167,7 +167,7 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		x.recycle()
 		return
 	}
-	if rt, ok := p.fastRoute(ctx, x, t, rid, start); ok {
+	if rt, ok := p.fastRoute(ctx, x, t, nil, rid, start); ok {
 		p.fastServe(ctx, x, rt, rid, start) // x is the exchange's from here
 		return
 	}
@@ -175,9 +175,10 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 }
 
 // fastRoute checks and routes the request, with x's buffers for what the
-// routing needs of it. When the request is not to be forwarded it answers
-// it (and writes its access log line) and reports false.
-func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, rid string, start time.Time) (route, bool) {
+// routing needs of it; svc, when not nil, is the service t matches for it
+// (the caller matched it already). When the request is not to be forwarded
+// it answers it (and writes its access log line) and reports false.
+func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, svc *service, rid string, start time.Time) (route, bool) {
 	h := &ctx.Request.Header
 	refuse := func(status int, title, detail string, closeConn bool) (route, bool) {
 		if closeConn {
@@ -230,6 +231,7 @@ func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, r
 		clientIP:  b2s(ip),
 		tls:       ctx.IsTLS(),
 		headers:   (*fastFields)(h),
+		svc:       svc,
 	})
 	if rt.status != 0 {
 		return refuse(rt.status, rt.title, rt.detail, false)

@@ -75,6 +75,25 @@ func serveFast(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string 
 // and returns its address; the server stops when the test ends.
 func serveLoop(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string {
 	t.Helper()
+	return startLoop(t, p, 0, configure).addr
+}
+
+// loopServing is a loop front serving on a loopback listener.
+type loopServing struct {
+	srv  *LoopServer
+	addr string
+	// served is closed when Serve has returned, with err.
+	served chan struct{}
+	err    error
+}
+
+// startLoop serves p with the loop front on a loopback listener, with at
+// most maxConns connections (0: no cap), after configure (when non-nil)
+// adjusted the fasthttp server it hands over to. When the test ends the
+// server is shut down, and the test fails if Serve failed or did not
+// return within conformanceDeadline.
+func startLoop(t testing.TB, p *Proxy, maxConns int, configure func(*fasthttp.Server)) *loopServing {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -83,16 +102,23 @@ func serveLoop(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string 
 	if configure != nil {
 		configure(fast)
 	}
-	srv := NewLoopServer(p, fast, 0)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	ls := &loopServing{srv: NewLoopServer(p, fast, maxConns), addr: ln.Addr().String(), served: make(chan struct{})}
+	go func() {
+		ls.err = ls.srv.Serve(ln)
+		close(ls.served)
+	}()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(ctx)
-		if err := <-done; err != nil {
-			t.Errorf("loop front: %v", err)
+		_ = ls.srv.Shutdown(ctx)
+		select {
+		case <-ls.served:
+			if ls.err != nil {
+				t.Errorf("loop front: %v", ls.err)
+			}
+		case <-time.After(conformanceDeadline):
+			t.Error("the loop front did not stop")
 		}
 	})
-	return ln.Addr().String()
+	return ls
 }

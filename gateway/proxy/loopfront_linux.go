@@ -352,7 +352,7 @@ func newLoop(s *LoopServer, lnfd int) (*eloop, error) {
 	l.bw = bufio.NewWriterSize(&l.aw, connBufferSize)
 	// Every loop waits on the listener; EPOLLEXCLUSIVE wakes one per
 	// connection.
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, lnfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(lnfd)}); err != nil {
+	if err := l.watchListener(); err != nil {
 		unix.Close(epfd)
 		return nil, err
 	}
@@ -418,8 +418,7 @@ func (l *eloop) stopAccepting() {
 		}
 		l.adopt(fd, sa)
 	}
-	_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, l.lnfd, nil)
-	l.paused = true
+	l.pauseAccepting()
 	l.accepting.Done()
 }
 
@@ -438,26 +437,73 @@ func (l *eloop) epollWait(msec int) (int, error) {
 
 // rawRead and rawWrite are read and write on a non-blocking socket, which
 // never wait: raw system calls, so the loop keeps its P.
-func rawRead(fd int, b []byte) (int, error) {
+func rawRead(fd int, b []byte) (int, error)  { return rawIO(unix.SYS_READ, fd, b) }
+func rawWrite(fd int, b []byte) (int, error) { return rawIO(unix.SYS_WRITE, fd, b) }
+
+func rawIO(trap uintptr, fd int, b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	r, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 	if e != 0 {
 		return -1, e
 	}
 	return int(r), nil
 }
 
-func rawWrite(fd int, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
+// readInto reads what fd has into the free space of *buf, taking a buffer
+// for it first when it holds none.
+func (l *eloop) readInto(fd int, buf *[]byte) (int, error) {
+	if *buf == nil {
+		*buf = l.getBuf()
 	}
-	r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return -1, e
+	b := *buf
+	n, err := rawRead(fd, b[len(b):cap(b)])
+	if n > 0 {
+		*buf = b[:len(b)+n]
 	}
-	return int(r), nil
+	return n, err
+}
+
+// after is the deadline d from now, zero (none) when d is not positive.
+func (l *eloop) after(d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
+	}
+	return l.now.Add(d)
+}
+
+// render serialises, with write, through the loop's writer into buf
+// (a buffer is taken when it is nil) and returns the result.
+func (l *eloop) render(buf []byte, write func(*bufio.Writer)) []byte {
+	if buf == nil {
+		buf = l.getBuf()
+	}
+	l.aw.b = buf[:0]
+	l.bw.Reset(&l.aw)
+	write(l.bw)
+	_ = l.bw.Flush()
+	buf = l.aw.b
+	l.aw.b = nil
+	return buf
+}
+
+// watchListener puts the listener in the loop's set; pauseAccepting takes
+// it out (at the connection cap, or when accepting fails) until tick puts
+// it back.
+func (l *eloop) watchListener() error {
+	err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, l.lnfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(l.lnfd)})
+	if err == nil {
+		l.paused = false
+	}
+	return err
+}
+
+func (l *eloop) pauseAccepting() {
+	if !l.paused {
+		_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, l.lnfd, nil)
+		l.paused = true
+	}
 }
 
 // event handles what epoll reported for fd.
@@ -473,11 +519,7 @@ func (l *eloop) event(fd int, ev uint32) {
 	case slot.c != nil:
 		l.guard(slot.c, func() { l.clientEvent(slot.c, ev) })
 	case slot.u != nil:
-		if c := slot.u.c; c != nil {
-			l.guard(c, func() { l.upEvent(slot.u, ev) })
-		} else {
-			l.guard(nil, func() { l.upEvent(slot.u, ev) })
-		}
+		l.guard(slot.u.c, func() { l.upEvent(slot.u, ev) })
 	}
 }
 
@@ -537,10 +579,7 @@ func (l *eloop) accept() {
 		if m := l.s.maxConns; m > 0 && l.s.open.Load() >= m {
 			// The rest wait in the kernel's queue; tick puts the listener
 			// back once a connection closed.
-			if !l.paused {
-				_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, l.lnfd, nil)
-				l.paused = true
-			}
+			l.pauseAccepting()
 			return
 		}
 		fd, sa, err := unix.Accept4(l.lnfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
@@ -552,10 +591,7 @@ func (l *eloop) accept() {
 			// Out of descriptors or memory: the listener stays readable, so
 			// it leaves the set until the next tick instead of spinning.
 			l.s.p.log.Warn("loop front: accept failed; accepting again in a moment", "err", err)
-			if !l.paused {
-				_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, l.lnfd, nil)
-				l.paused = true
-			}
+			l.pauseAccepting()
 			return
 		}
 		l.adopt(fd, sa)
@@ -578,9 +614,7 @@ func (l *eloop) adopt(fd int, sa unix.Sockaddr) {
 	}
 	l.s.open.Add(1)
 	l.conns[c] = struct{}{}
-	if d := l.s.head; d > 0 {
-		c.deadline = l.now.Add(d)
-	}
+	c.deadline = l.after(l.s.head)
 }
 
 func tcpAddrOf(sa unix.Sockaddr) *net.TCPAddr {
@@ -603,13 +637,9 @@ func (l *eloop) clientEvent(c *lconn, ev uint32) {
 		// fastClientCheckInterval has passed (tick), unless the answer
 		// comes first. Once the buffer is full, or the client is gone, the
 		// socket is not watched until the answer is written.
-		if c.in == nil {
-			c.in = l.getBuf()
-		}
-		n, err := rawRead(c.fd, c.in[len(c.in):cap(c.in)])
+		n, err := l.readInto(c.fd, &c.in)
 		switch {
 		case n > 0:
-			c.in = c.in[:len(c.in)+n]
 		case err == unix.EAGAIN || err == unix.EINTR:
 			return
 		case len(c.in) == cap(c.in):
@@ -624,10 +654,7 @@ func (l *eloop) clientEvent(c *lconn, ev uint32) {
 		l.flushClient(c)
 		return
 	}
-	if c.in == nil {
-		c.in = l.getBuf()
-	}
-	n, err := rawRead(c.fd, c.in[len(c.in):cap(c.in)])
+	n, err := l.readInto(c.fd, &c.in)
 	if err == unix.EAGAIN || err == unix.EINTR {
 		if len(c.in) == 0 {
 			c.in = l.putBuf(c.in)
@@ -639,13 +666,8 @@ func (l *eloop) clientEvent(c *lconn, ev uint32) {
 		return
 	}
 	if c.state == cIdle {
-		c.state = cHead
-		c.deadline = time.Time{}
-		if d := l.s.head; d > 0 {
-			c.deadline = l.now.Add(d)
-		}
+		c.state, c.deadline = cHead, l.after(l.s.head)
 	}
-	c.in = c.in[:len(c.in)+n]
 	l.serveRequests(c)
 }
 
@@ -718,7 +740,12 @@ func (l *eloop) startRequest(c *lconn, end int) {
 	l.hr.Reset(c.in[:end])
 	l.br.Reset(&l.hr)
 	t := p.table.Load()
-	if err := h.Read(l.br); err != nil || !l.inline(t, ctx) {
+	var svc *service
+	ok := false
+	if h.Read(l.br) == nil {
+		svc, ok = l.inline(t, ctx)
+	}
+	if !ok { // a head fasthttp does not take, or a request the loop does not serve
 		loopCtxs.Put(ctx)
 		l.handOver(c)
 		return
@@ -739,7 +766,7 @@ func (l *eloop) startRequest(c *lconn, end int) {
 		l.answer(c)
 		return
 	}
-	rt, ok := p.fastRoute(ctx, x, t, rid, start)
+	rt, ok := p.fastRoute(ctx, x, t, svc, rid, start)
 	if !ok {
 		l.answer(c)
 		return
@@ -752,25 +779,26 @@ func (l *eloop) startRequest(c *lconn, end int) {
 }
 
 // inline reports whether the loop serves the request of ctx itself (see
-// the package comment above).
-func (l *eloop) inline(t *table, ctx *fasthttp.RequestCtx) bool {
+// the package comment above), with the service t matches for it, if any,
+// which routing need not match again.
+func (l *eloop) inline(t *table, ctx *fasthttp.RequestCtx) (*service, bool) {
 	h := &ctx.Request.Header
 	if cl := h.ContentLength(); cl > 0 || cl == -1 {
-		return false // a body (fasthttp's -2: no Content-Length, no body)
+		return nil, false // a body (fasthttp's -2: no Content-Length, no body)
 	}
 	if string(h.Protocol()) != "HTTP/1.1" || len(h.Peek(fasthttp.HeaderTransferEncoding)) > 0 ||
 		len(h.Peek(fasthttp.HeaderExpect)) > 0 || fastIsUpgrade(h) || l.s.p.access != nil {
-		return false
+		return nil, false
 	}
 	if t == nil {
-		return true
+		return nil, true
 	}
 	path, ok := fastRoutePath(fastTarget(h))
 	if !ok {
-		return true // refused by fastRoute
+		return nil, true // refused by fastRoute
 	}
 	svc := t.match(b2s(ctx.Host()), path)
-	return svc == nil || l.serves(t, svc)
+	return svc, svc == nil || l.serves(t, svc)
 }
 
 // serves reports whether every target of svc can be forwarded to by the
@@ -780,7 +808,7 @@ func (l *eloop) serves(t *table, svc *service) bool {
 		clear(l.svcOK)
 		l.svcTable = t
 		for cp, lp := range l.pools {
-			if cp.isClosed() {
+			if cp.closed.Load() {
 				l.dropPool(lp)
 			}
 		}
@@ -839,47 +867,41 @@ func (l *eloop) send(c *lconn, ep *endpoint) {
 	if u == nil {
 		var err error
 		if u, err = l.dial(lp); err != nil {
-			l.continueExchange(c, nil, false, dialError(err))
+			l.continueWith(c, exchange{}, dialError(err))
 			return
 		}
 	}
 	u.c, c.u = c, u
-	if u.out == nil {
-		u.out = l.getBuf()
-	}
-	l.aw.b = u.out[:0]
-	l.bw.Reset(&l.aw)
-	writeFastHead(l.bw, c.ctx, ep, c.x.tg, c.rid, c.x.ip, 0, nil)
-	_ = l.bw.Flush()
-	u.out, u.outOff = l.aw.b, 0
-	l.aw.b = nil
+	u.out = l.render(u.out, func(bw *bufio.Writer) { writeFastHead(bw, c.ctx, ep, c.x.tg, c.rid, c.x.ip, 0, nil) })
+	u.outOff = 0
 	c.state, c.deadline = cWait, time.Time{}
 	if u.state == uConnecting {
 		return // the request goes once connected
 	}
-	u.state = uSending
-	u.deadline = time.Time{}
-	if d := lp.pool.responseHeaderTimeout(); d > 0 {
-		u.deadline = l.now.Add(d)
-	}
+	u.state, u.deadline = uSending, l.after(lp.pool.responseHeaderTimeout())
 	l.flushUp(u)
 }
 
 // takeIdle pops the most recently used idle connection of lp that has not
 // expired.
 func (l *eloop) takeIdle(lp *loopPool) *uconn {
-	maxIdle := time.Duration(lp.pool.idleTimeout.Load())
 	for n := len(lp.idle); n > 0; n = len(lp.idle) {
 		u := lp.idle[n-1]
 		lp.idle[n-1] = nil
 		lp.idle = lp.idle[:n-1]
-		if maxIdle <= 0 || l.now.Sub(u.idleFrom) < maxIdle {
+		if !l.expired(u) {
 			u.reused = true
 			return u
 		}
 		l.closeUp(u)
 	}
 	return nil
+}
+
+// expired reports whether u, idle, has been so for its pool's idle timeout.
+func (l *eloop) expired(u *uconn) bool {
+	d := time.Duration(u.lp.pool.idleTimeout.Load())
+	return d > 0 && l.now.Sub(u.idleFrom) >= d
 }
 
 // dial starts a non-blocking connect to lp's endpoint.
@@ -903,10 +925,7 @@ func (l *eloop) dial(lp *loopPool) (*uconn, error) {
 	case nil:
 		u.state = uSending
 	case unix.EINPROGRESS:
-		u.state = uConnecting
-		if d := time.Duration(lp.pool.connectTimeout.Load()); d > 0 {
-			u.deadline = l.now.Add(d)
-		}
+		u.state, u.deadline = uConnecting, l.after(time.Duration(lp.pool.connectTimeout.Load()))
 	default:
 		unix.Close(fd)
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", err)}
@@ -939,13 +958,8 @@ func (l *eloop) upEvent(u *uconn, ev uint32) {
 		if ev&unix.EPOLLOUT == 0 {
 			return
 		}
-		c := u.c
-		u.state = uSending
-		u.deadline = time.Time{}
-		if d := u.lp.pool.responseHeaderTimeout(); d > 0 {
-			u.deadline = l.now.Add(d)
-		}
-		if c != nil {
+		u.state, u.deadline = uSending, l.after(u.lp.pool.responseHeaderTimeout())
+		if u.c != nil {
 			l.flushUp(u)
 		}
 	case uSending:
@@ -981,10 +995,7 @@ func (l *eloop) flushUp(u *uconn) {
 
 // readUp reads the endpoint's answer on u and relays it once it is in.
 func (l *eloop) readUp(u *uconn) {
-	if u.in == nil {
-		u.in = l.getBuf()
-	}
-	n, err := rawRead(u.fd, u.in[len(u.in):cap(u.in)])
+	n, err := l.readInto(u.fd, &u.in)
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return
 	}
@@ -1000,10 +1011,9 @@ func (l *eloop) readUp(u *uconn) {
 		}
 		// Cut in its head or body: the fasthttp front's parser and relay
 		// take what came and count it as they do.
-		l.continueExchange(u.c, u, true, nil)
+		l.continueAnswer(u.c, u)
 		return
 	}
-	u.in = u.in[:len(u.in)+n]
 	l.relay(u)
 }
 
@@ -1015,7 +1025,7 @@ func (l *eloop) relay(u *uconn) {
 	if end < 0 {
 		u.scanned = len(u.in)
 		if len(u.in) == cap(u.in) {
-			l.continueExchange(c, u, true, nil)
+			l.continueAnswer(c, u)
 		}
 		return
 	}
@@ -1027,7 +1037,7 @@ func (l *eloop) relay(u *uconn) {
 	if err := rh.Read(l.br); err != nil || rh.StatusCode() < 200 {
 		// Malformed (the fasthttp front's parser says how), or an interim
 		// answer with more heads to come.
-		l.continueExchange(c, u, true, nil)
+		l.continueAnswer(c, u)
 		return
 	}
 	ctx := c.ctx
@@ -1037,7 +1047,7 @@ func (l *eloop) relay(u *uconn) {
 	var body []byte
 	if !bodiless {
 		if cl < 0 || end+cl > cap(u.in) {
-			l.continueExchange(c, u, true, nil) // streamed
+			l.continueAnswer(c, u) // streamed
 			return
 		}
 		if len(u.in) < end+cl {
@@ -1085,15 +1095,8 @@ func (l *eloop) answer(c *lconn) {
 	if name := l.s.fast.Name; name != "" && len(ctx.Response.Header.Server()) == 0 {
 		ctx.Response.Header.SetServer(name) // as the fasthttp server does
 	}
-	if c.out == nil {
-		c.out = l.getBuf()
-	}
-	l.aw.b = c.out[:0]
-	l.bw.Reset(&l.aw)
-	_ = ctx.Response.Write(l.bw)
-	_ = l.bw.Flush()
-	c.out, c.outOff = l.aw.b, 0
-	l.aw.b = nil
+	c.out = l.render(c.out, func(bw *bufio.Writer) { _ = ctx.Response.Write(bw) })
+	c.outOff = 0
 	c.closeAfter = ctx.Response.ConnectionClose()
 	c.ctx, c.x, c.rid, c.goneAt = nil, nil, "", time.Time{}
 	loopCtxs.Put(ctx)
@@ -1108,10 +1111,7 @@ func (l *eloop) flushClient(c *lconn) {
 		n, err := rawWrite(c.fd, c.out[c.outOff:])
 		if err == unix.EAGAIN || err == unix.EINTR {
 			l.modify(c.fd, &c.events, unix.EPOLLOUT|unix.EPOLLRDHUP)
-			c.deadline = time.Time{}
-			if d := l.s.p.stall; d > 0 {
-				c.deadline = l.now.Add(d)
-			}
+			c.deadline = l.after(l.s.p.stall)
 			return
 		}
 		if err != nil {
@@ -1129,17 +1129,10 @@ func (l *eloop) flushClient(c *lconn) {
 		l.closeClient(c)
 		return
 	}
-	c.state = cIdle
-	c.deadline = time.Time{}
-	if d := l.s.idle; d > 0 {
-		c.deadline = l.now.Add(d)
-	}
+	c.state, c.deadline = cIdle, l.after(l.s.idle)
 	l.modify(c.fd, &c.events, unix.EPOLLIN|unix.EPOLLRDHUP)
 	if len(c.in) > 0 {
-		c.state = cHead
-		if d := l.s.head; d > 0 {
-			c.deadline = l.now.Add(d)
-		}
+		c.state, c.deadline = cHead, l.after(l.s.head)
 		if !l.serving { // else the caller's loop serves the next one
 			l.serveRequests(c)
 		}
@@ -1168,7 +1161,7 @@ func (l *eloop) upFailed(u *uconn, err error, connect bool) {
 // closed.
 func (l *eloop) putIdle(u *uconn) {
 	lp := u.lp
-	if len(lp.idle) >= maxIdlePerEndpoint || lp.pool.isClosed() {
+	if len(lp.idle) >= maxIdlePerEndpoint || lp.pool.closed.Load() {
 		l.closeUp(u)
 		return
 	}
@@ -1309,7 +1302,7 @@ func (l *eloop) tick() {
 	for u := range l.ups {
 		switch {
 		case u.state == uIdle:
-			if d := time.Duration(u.lp.pool.idleTimeout.Load()); d > 0 && now.Sub(u.idleFrom) >= d {
+			if l.expired(u) {
 				l.removeIdle(u)
 				l.closeUp(u)
 			}
@@ -1322,9 +1315,7 @@ func (l *eloop) tick() {
 		}
 	}
 	if l.paused && !closing && !l.stoppedAccept && (l.s.maxConns <= 0 || l.s.open.Load() < l.s.maxConns) {
-		if unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, l.lnfd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(l.lnfd)}) == nil {
-			l.paused = false
-		}
+		_ = l.watchListener()
 	}
 }
 
@@ -1336,12 +1327,8 @@ func (l *eloop) timeoutHead(c *lconn) {
 	ctx.Response.Header.SetNoDefaultContentType(true)
 	ctx.Response.SetConnectionClose()
 	fastProblem(&ctx, http.StatusRequestTimeout, "Request timeout", "the request head did not arrive in time")
-	l.aw.b = c.out[:0]
-	l.bw.Reset(&l.aw)
-	_ = ctx.Response.Write(l.bw)
-	_ = l.bw.Flush()
-	_, _ = unix.Write(c.fd, l.aw.b)
-	l.aw.b = nil
+	c.out = l.render(c.out, func(bw *bufio.Writer) { _ = ctx.Response.Write(bw) })
+	_, _ = rawWrite(c.fd, c.out)
 }
 
 // goConn makes fd, which the loop no longer watches, a Go connection (the
@@ -1390,72 +1377,62 @@ func (s *LoopServer) serveConn(nc net.Conn, rest []byte) {
 	_ = s.fast.ServeConn(c)
 }
 
-// continueExchange hands c's exchange over once it began on u (nil: no
-// connection could be had, err says why; began: u has the answer begun in
-// u.in, err is nil).
-func (l *eloop) continueExchange(c *lconn, u *uconn, began bool, err error) {
-	if !began {
-		if u != nil {
-			l.upFailed(u, err, false)
-			return
-		}
-		l.continueWith(c, exchange{}, err)
-		return
-	}
-	l.s.p.m.loopContinued.Inc()
-	reused, in, deadline := u.reused, u.in, u.deadline
+// continueAnswer hands c's exchange over once the answer began on u, in
+// u.in: the fasthttp front's parser reads it again, from there on.
+func (l *eloop) continueAnswer(c *lconn, u *uconn) {
+	fd, reused, in, deadline := u.fd, u.reused, u.in, u.deadline
 	u.c, c.u = nil, nil
 	delete(l.ups, u)
-	l.forget(u.fd)
-	un, uerr := goConn(u.fd)
-	nc, rest, cerr := l.release(c)
-	if cerr != nil || uerr != nil {
-		if un != nil {
-			un.Close()
-		}
-		if nc != nil {
-			nc.Close()
-		}
-		x := c.x
-		x.code = http.StatusBadGateway
-		x.finish(nil)
-		loopCtxs.Put(c.ctx)
-		l.s.p.log.Warn("loop front: handing an exchange over failed", "err", errors.Join(cerr, uerr))
-		return
-	}
-	ctx, x, rid := c.ctx, c.x, c.rid
-	uc := &upConn{nc: un, br: bufio.NewReaderSize(io.MultiReader(bytes.NewReader(in), un), connBufferSize), bw: bufio.NewWriterSize(un, connBufferSize)}
-	go l.s.exchangeOn(nc, rest, ctx, x, rid, func(send sendFunc) (exchange, error) {
-		_ = un.SetReadDeadline(deadline)
-		xc := exchange{conn: uc, reused: reused}
-		err := x.readAnswer(ctx, uc, nil)
+	l.forget(fd)
+	x, ctx := c.x, c.ctx
+	handed := l.handExchange(c, func(send sendFunc) (exchange, error) {
+		un, err := goConn(fd)
 		if err != nil {
-			un.Close()
+			return exchange{conn: &upConn{}, reused: reused}, err
 		}
-		return xc, err
+		uc := &upConn{nc: un, br: bufio.NewReaderSize(io.MultiReader(bytes.NewReader(in), un), connBufferSize), bw: bufio.NewWriterSize(un, connBufferSize)}
+		_ = un.SetReadDeadline(deadline)
+		if err := x.readAnswer(ctx, uc, nil); err != nil {
+			un.Close()
+			return exchange{conn: uc, reused: reused}, err
+		}
+		return exchange{conn: uc, reused: reused}, nil
 	})
+	if !handed {
+		unix.Close(fd)
+	}
 }
 
 // continueWith hands c's exchange over after its first attempt, x, failed
-// with err.
+// with err: a pooled connection the endpoint had closed is replaced once by
+// a new one, as roundTrip does, and retryFrom goes on from there.
 func (l *eloop) continueWith(c *lconn, x exchange, err error) {
-	l.s.p.m.loopContinued.Inc()
-	nc, rest, cerr := l.release(c)
-	if cerr != nil {
-		fx := c.x
-		fx.code = http.StatusBadGateway
-		fx.finish(nil)
-		loopCtxs.Put(c.ctx)
-		l.s.p.log.Warn("loop front: handing an exchange over failed", "err", cerr)
-		return
-	}
-	ctx, fx, rid := c.ctx, c.x, c.rid
-	go l.s.exchangeOn(nc, rest, ctx, fx, rid, func(send sendFunc) (exchange, error) {
+	fx := c.x
+	l.handExchange(c, func(send sendFunc) (exchange, error) {
 		if x.reused && !x.sent && staleConn(err) && fx.Err() == nil {
 			return fx.p.roundTrip(fx, fx.a.ep, send, true)
 		}
 		return x, err
 	})
+}
+
+// handExchange hands c, with its exchange, to a goroutine that goes on as
+// the fasthttp front (exchangeOn), first giving the first attempt's result;
+// it reports false, the exchange counted 502 and c closed, when c could not
+// be made a Go connection.
+func (l *eloop) handExchange(c *lconn, first func(sendFunc) (exchange, error)) bool {
+	l.s.p.m.loopContinued.Inc()
+	ctx, x, rid := c.ctx, c.x, c.rid
+	nc, rest, err := l.release(c)
+	if err != nil {
+		x.code = http.StatusBadGateway
+		x.finish(nil)
+		loopCtxs.Put(ctx)
+		l.s.p.log.Warn("loop front: handing an exchange over failed", "err", err)
+		return false
+	}
+	go l.s.exchangeOn(nc, rest, ctx, x, rid, first)
+	return true
 }
 
 // exchangeOn goes on with the exchange x of the request in ctx on the

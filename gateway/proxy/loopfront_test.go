@@ -31,10 +31,7 @@ import (
 // says, with its server for the tests that stop it.
 type loopGateway struct {
 	*gateway
-	srv *LoopServer
-	// served is closed when Serve has returned, with serveErr.
-	served   chan struct{}
-	serveErr error
+	*loopServing
 }
 
 // startLoopGateway serves a new proxy with the loop front, at most
@@ -45,34 +42,8 @@ func startLoopGateway(t *testing.T, maxConns int, configure func(*fasthttp.Serve
 	reg := prometheus.NewRegistry()
 	p := New(Options{Metrics: reg})
 	t.Cleanup(p.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fast := NewFastServer(p, time.Minute)
-	if configure != nil {
-		configure(fast)
-	}
-	srv := NewLoopServer(p, fast, maxConns)
-	g := &loopGateway{gateway: &gateway{Proxy: p, URL: "http://" + ln.Addr().String(), reg: reg}, srv: srv, served: make(chan struct{})}
-	go func() {
-		g.serveErr = srv.Serve(ln)
-		close(g.served)
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		select {
-		case <-g.served:
-			if g.serveErr != nil {
-				t.Errorf("Serve: %v", g.serveErr)
-			}
-		case <-time.After(conformanceDeadline):
-			t.Error("the loop front did not stop")
-		}
-	})
-	return g
+	ls := startLoop(t, p, maxConns, configure)
+	return &loopGateway{gateway: &gateway{Proxy: p, URL: "http://" + ls.addr, reg: reg}, loopServing: ls}
 }
 
 // paths returns the loop front's counts: inline, handed over, continued.

@@ -40,13 +40,13 @@ type connPool struct {
 	// allowLinkLocal is the upstream's allow_link_local.
 	allowLinkLocal atomic.Bool
 
-	// shut is closed, for readers without mu (the loop front's pools).
-	shut atomic.Bool
+	// closed is set by close; atomic, as the loop front's pools read it
+	// without mu.
+	closed atomic.Bool
 
-	mu     sync.Mutex
-	idle   []*upConn
-	timer  *time.Timer // armed while idle is not empty
-	closed bool
+	mu    sync.Mutex
+	idle  []*upConn
+	timer *time.Timer // armed while idle is not empty
 }
 
 // upConn is one connection to an endpoint with its buffers. It belongs to
@@ -129,7 +129,7 @@ func (p *connPool) dial(ctx context.Context) (*upConn, error) {
 func (p *connPool) put(c *upConn) {
 	c.idleFrom = time.Now()
 	p.mu.Lock()
-	if p.closed || len(p.idle) >= maxIdlePerEndpoint {
+	if p.closed.Load() || len(p.idle) >= maxIdlePerEndpoint {
 		p.mu.Unlock()
 		c.nc.Close()
 		return
@@ -171,7 +171,7 @@ func (p *connPool) expire() {
 		clear(p.idle[rest:])
 		p.idle = p.idle[:rest]
 	}
-	if len(p.idle) > 0 && !p.closed {
+	if len(p.idle) > 0 && !p.closed.Load() {
 		p.armLocked()
 	}
 	p.mu.Unlock()
@@ -185,8 +185,7 @@ func (p *connPool) expire() {
 // generation still in flight may need one), but keeps nothing.
 func (p *connPool) close() {
 	p.mu.Lock()
-	p.closed = true
-	p.shut.Store(true)
+	p.closed.Store(true)
 	idle := p.idle
 	p.idle = nil
 	if p.timer != nil {
@@ -197,9 +196,6 @@ func (p *connPool) close() {
 		c.nc.Close()
 	}
 }
-
-// isClosed reports whether close was called.
-func (p *connPool) isClosed() bool { return p.shut.Load() }
 
 // idleCount is the number of idle connections (for tests and metrics).
 func (p *connPool) idleCount() int {

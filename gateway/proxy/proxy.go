@@ -388,6 +388,10 @@ type view struct {
 	// headers reads a request field by its canonical name, for a
 	// service's override header; nil reads none.
 	headers fieldReader
+	// svc is the service host and path match, when the front matched it
+	// already (the loop front, to know whether it serves the request);
+	// nil: route matches.
+	svc *service
 }
 
 // fieldReader reads one request header field by its canonical name
@@ -416,7 +420,10 @@ func (p *Proxy) route(t *table, v view) route {
 	if rt, refused := refuse(v); refused {
 		return rt
 	}
-	svc := t.match(v.host, v.path)
+	svc := v.svc
+	if svc == nil {
+		svc = t.match(v.host, v.path)
+	}
 	if svc == nil {
 		return route{status: http.StatusNotFound, title: "No service matches", detail: "no service of the active generation matches this host and path"}
 	}
