@@ -1089,12 +1089,7 @@ func (l *eloop) answer(c *lconn) {
 			x.recycle()
 		}
 	}
-	if l.s.closing.Load() {
-		ctx.Response.SetConnectionClose()
-	}
-	if name := l.s.fast.Name; name != "" && len(ctx.Response.Header.Server()) == 0 {
-		ctx.Response.Header.SetServer(name) // as the fasthttp server does
-	}
+	l.s.finishHead(ctx)
 	c.out = l.render(c.out, func(bw *bufio.Writer) { _ = ctx.Response.Write(bw) })
 	c.outOff = 0
 	c.closeAfter = ctx.Response.ConnectionClose()
@@ -1486,9 +1481,7 @@ func (s *LoopServer) exchangeOn(nc net.Conn, rest []byte, ctx *fasthttp.RequestC
 		finished = true
 		x.finish(nil)
 	}
-	if s.closing.Load() {
-		ctx.Response.SetConnectionClose()
-	}
+	s.finishHead(ctx)
 	if p.stall > 0 {
 		_ = nc.SetWriteDeadline(time.Now().Add(p.stall))
 	}
@@ -1508,6 +1501,18 @@ func (s *LoopServer) exchangeOn(nc net.Conn, rest []byte, ctx *fasthttp.RequestC
 	}
 	_ = nc.SetWriteDeadline(time.Time{})
 	s.serveConn(nc, rest)
+}
+
+// finishHead adds to the answer in ctx what the fasthttp server adds to
+// the answers it writes: Connection: close once shutting down, and its
+// name as the Server field unless the endpoint sent one.
+func (s *LoopServer) finishHead(ctx *fasthttp.RequestCtx) {
+	if s.closing.Load() {
+		ctx.Response.SetConnectionClose()
+	}
+	if name := s.fast.Name; name != "" && len(ctx.Response.Header.Server()) == 0 {
+		ctx.Response.Header.SetServer(name)
+	}
 }
 
 // handedConn is a client connection the loop handed over: its slot in

@@ -262,6 +262,9 @@ func TestLoopFrontContinuesStreamedAnswers(t *testing.T) {
 			if resp.StatusCode != 200 || string(body) != want {
 				t.Fatalf("GET %s: %d, %d bytes, want %d", path, resp.StatusCode, len(body), len(want))
 			}
+			if got := resp.Header.Get("Server"); got != "dwara" {
+				t.Errorf("GET %s: Server %q, want dwara (as the fasthttp front names itself)", path, got)
+			}
 			if path == "/chunked" && resp.Trailer.Get("X-Sum") != "42" {
 				t.Errorf("trailer: %v", resp.Trailer)
 			}
