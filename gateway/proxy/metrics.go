@@ -76,7 +76,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 		}, []string{"service", "upstream", "outcome"}),
 		loop: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dwara_loop_front_total",
-			Help: "What the loop front (--front loop) did: inline (a request it served itself), handed_over (a connection it gave the fasthttp front before routing its request: a body, an upgrade, TLS-less HTTP/1.0, an access log, a mirror or an https endpoint), continued (an exchange it began and the fasthttp front's path finished: a streamed or interim answer, or a failed first attempt).",
+			Help: "What the loop front (--front loop) did: inline (a request it served itself), handed_over (a connection it gave the fasthttp front before routing its request: a body, Expect, an upgrade, HTTP/1.0, a head fasthttp refuses or over 16 KiB, an access log, a mirror, an https endpoint or one named by DNS), continued (an exchange it began and the fasthttp front's path finished: a streamed or interim answer, or a failed first attempt).",
 		}, []string{"path"}),
 	}
 	m.loopInline = m.loop.WithLabelValues("inline")
