@@ -43,7 +43,7 @@ func (p *Proxy) fastUpgrade(ctx *fasthttp.RequestCtx, x *fastExchange, rt route,
 	u, ep := rt.tg.up, rt.ep
 	xc, err := p.roundTrip(x, ep, func(c *upConn, ep *endpoint) (bool, error) {
 		return p.fastSend(ctx, c, ep, x, rt.tg, rid, ip, cl, upgrade)
-	}, false)
+	}, false, safeMethod(b2s(ctx.Method())) && cl == 0)
 	if err != nil {
 		x.releaseUp()
 		if x.Err() == nil && xc.endpointFault(err) {

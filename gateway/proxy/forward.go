@@ -46,6 +46,9 @@ type exchange struct {
 	// sent is true once any byte of the request body was read from the
 	// client: from then on the request cannot be sent again.
 	sent bool
+	// written is true once any byte of the request was written to the
+	// connection: from then on it may have reached the endpoint.
+	written bool
 }
 
 // forward proxies r over the connection pools of u's endpoints, starting
@@ -117,6 +120,10 @@ type outbound struct {
 	requestID, service string
 }
 
+// replayable reports whether r may be sent again after it may have
+// reached the endpoint: a safe method without a body (retry.go).
+func (r outbound) replayable() bool { return safeMethod(r.method) && !r.body }
+
 // sendFunc writes a request on c, a connection to ep, and reads the answer
 // header (each front parses answers its own way); sent reports whether any
 // of the request body was read from the client. A failure to read the
@@ -134,7 +141,7 @@ type sendFunc func(c *upConn, ep *endpoint) (sent bool, err error)
 // checks (passive.go); the caller reports the answer (answered) and owns
 // x.conn on success. A failure while ctx is done is returned at once.
 func (p *Proxy) exchangeRetrying(ctx context.Context, u *upstream, a *attempt, req outbound, send sendFunc) (exchange, error) {
-	x, err := p.roundTrip(ctx, a.ep, send, false)
+	x, err := p.roundTrip(ctx, a.ep, send, false, req.replayable())
 	return p.retryFrom(ctx, u, a, req, send, x, err)
 }
 
@@ -157,23 +164,26 @@ func (p *Proxy) retryFrom(ctx context.Context, u *upstream, a *attempt, req outb
 			"request_id", req.requestID, "service", req.service,
 			"upstream", u.name, "endpoint", a.ep.addr, "next", next.addr, "err", err)
 		a.moveTo(next)
-		x, err = p.roundTrip(ctx, a.ep, send, false)
+		x, err = p.roundTrip(ctx, a.ep, send, false, req.replayable())
 	}
 	return x, nil
 }
 
 // roundTrip sends a request with send on a pooled connection of ep. A
 // pooled connection that turns out dead before any byte of an answer (the
-// endpoint closed it while idle) is replaced once by a newly dialled one
-// (not another pooled one, which may be as dead), when nothing of the
-// request body has been read yet.
+// endpoint closed it while idle, and the look at it when it was taken did
+// not see it yet) is replaced once by a newly dialled one (not another
+// pooled one, which may be as dead) when the request cannot have reached
+// the endpoint (nothing of it was written, and nothing of its body read),
+// or when replay (a safe method without a body) allows sending it twice.
 //
 // On failure the exchange says what happened: no connection (the connect
-// failed), whether the connection was a pooled one, and whether the body
-// was touched, which is what endpointFault and mayHaveArrived judge. With
-// fresh, the first connection is a newly dialled one too (a pooled one of
-// the caller's was stale already).
-func (p *Proxy) roundTrip(ctx context.Context, ep *endpoint, send sendFunc, fresh bool) (exchange, error) {
+// failed), whether the connection was a pooled one, whether any of the
+// request was written and whether the body was touched, which is what
+// endpointFault and mayHaveArrived judge. With fresh, the first
+// connection is a newly dialled one too (a pooled one of the caller's was
+// stale already).
+func (p *Proxy) roundTrip(ctx context.Context, ep *endpoint, send sendFunc, fresh, replay bool) (exchange, error) {
 	start := 0
 	if fresh {
 		start = 1
@@ -193,16 +203,26 @@ func (p *Proxy) roundTrip(ctx context.Context, ep *endpoint, send sendFunc, fres
 			return exchange{}, dialError(err)
 		}
 		x := exchange{conn: c, reused: reused}
+		before := c.written
 		x.sent, err = send(c, ep)
+		x.written = c.written > before
 		if err == nil {
 			return x, nil
 		}
 		c.nc.Close()
-		if reused && !x.sent && attempt == 0 && staleConn(err) && ctx.Err() == nil {
+		if attempt == 0 && x.staleAgain(err, replay) && ctx.Err() == nil {
 			continue
 		}
 		return x, err
 	}
+}
+
+// staleAgain reports whether the failed exchange x, on a pooled
+// connection the endpoint had closed (no byte of an answer), may be sent
+// again on a new connection: nothing of its body was read, and nothing of
+// it was written or replay allows it.
+func (x exchange) staleAgain(err error, replay bool) bool {
+	return x.reused && !x.sent && (!x.written || replay) && staleConn(err)
 }
 
 // endpointFault reports whether err, the failure of exchange x, counts
@@ -224,15 +244,12 @@ func (x exchange) endpointFault(err error) bool {
 }
 
 // mayHaveArrived reports whether the request of the failed exchange x may
-// have reached the endpoint: anything but a failed connect, or a pooled
-// connection the endpoint had closed before the request (a reset or an end
-// of file before any answer, with no body read). Such a request is retried
-// only when it is safe to send twice (retry.go).
-func (x exchange) mayHaveArrived(err error) bool {
-	if x.conn == nil {
-		return false
-	}
-	return !(x.reused && !x.sent && staleConn(err))
+// have reached the endpoint: any byte of it was written to a connection
+// (whatever came back: a written request that meets a closed connection
+// may have been read before the close). Such a request is retried only
+// when it is safe to send twice (retry.go).
+func (x exchange) mayHaveArrived() bool {
+	return x.conn != nil && (x.written || x.sent)
 }
 
 // send writes r on c and reads the response header under the response

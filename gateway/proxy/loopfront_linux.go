@@ -883,15 +883,24 @@ func (l *eloop) send(c *lconn, ep *endpoint) {
 }
 
 // takeIdle pops the most recently used idle connection of lp that has not
-// expired.
+// expired and is clean (upcheck.go).
 func (l *eloop) takeIdle(lp *loopPool) *uconn {
 	for n := len(lp.idle); n > 0; n = len(lp.idle) {
 		u := lp.idle[n-1]
 		lp.idle[n-1] = nil
 		lp.idle = lp.idle[:n-1]
-		if !l.expired(u) {
+		if l.expired(u) {
+			l.closeUp(u)
+			continue
+		}
+		// Its epoll event may be later in the batch being served: look
+		// at the socket, as connPool.takeIdle does.
+		switch peekFD(u.fd) {
+		case idleClean:
 			u.reused = true
 			return u
+		case idleData:
+			lp.pool.watch.report(reasonUnsolicited)
 		}
 		l.closeUp(u)
 	}
@@ -944,6 +953,9 @@ func (l *eloop) upEvent(u *uconn, ev uint32) {
 	switch u.state {
 	case uIdle:
 		// The endpoint closed it, or sent what nothing asked for.
+		if peekFD(u.fd) == idleData {
+			u.lp.pool.watch.report(reasonUnsolicited)
+		}
 		l.removeIdle(u)
 		l.closeUp(u)
 	case uConnecting:
@@ -1064,7 +1076,11 @@ func (l *eloop) relay(u *uconn) {
 	}
 	// A connection is kept when the answer was all it carried and the
 	// request had gone out whole (an endpoint may answer early).
-	keep := !rh.ConnectionClose() && len(u.in) == end+len(body) && u.outOff == len(u.out)
+	clean := len(u.in) == end+len(body)
+	if !clean {
+		u.lp.pool.watch.report(reasonExtraBytes)
+	}
+	keep := !rh.ConnectionClose() && clean && u.outOff == len(u.out)
 	x := c.x
 	x.code, x.done = code, true
 	l.s.p.answered(x.tg.up, x.a.ep, code)
@@ -1140,12 +1156,15 @@ func (l *eloop) flushClient(c *lconn) {
 func (l *eloop) upFailed(u *uconn, err error, connect bool) {
 	c := u.c
 	reused := u.reused
+	// Any of the request written (all of it once the loop waits for the
+	// answer) may have reached the endpoint.
+	written := u.outOff > 0 || u.state == uWaiting || u.state == uBody
 	l.closeUp(u)
 	if c == nil {
 		return
 	}
 	c.u = nil
-	x := exchange{reused: reused}
+	x := exchange{reused: reused, written: written}
 	if !connect {
 		x.conn = &upConn{} // connected: what mayHaveArrived and endpointFault judge
 	}
@@ -1403,9 +1422,11 @@ func (l *eloop) continueAnswer(c *lconn, u *uconn) {
 // a new one, as roundTrip does, and retryFrom goes on from there.
 func (l *eloop) continueWith(c *lconn, x exchange, err error) {
 	fx := c.x
+	// The loop serves requests without a body only.
+	replay := safeMethod(b2s(c.ctx.Method()))
 	l.handExchange(c, func(send sendFunc) (exchange, error) {
-		if x.reused && !x.sent && staleConn(err) && fx.Err() == nil {
-			return fx.p.roundTrip(fx, fx.a.ep, send, true)
+		if x.staleAgain(err, replay) && fx.Err() == nil {
+			return fx.p.roundTrip(fx, fx.a.ep, send, true, replay)
 		}
 		return x, err
 	})

@@ -609,7 +609,7 @@ func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 				return false, nil
 			}
 		}
-	}, false)
+	}, false, safeMethod(j.req.Method) && j.body == nil)
 	if err != nil {
 		return err
 	}

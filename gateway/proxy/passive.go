@@ -81,6 +81,9 @@ type upstreamShared struct {
 type upstreamMetrics struct {
 	retries   *prometheus.CounterVec
 	ejections *prometheus.CounterVec
+	// protocol counts endpoint connections closed for what their endpoint
+	// sent outside an answer's frame (upcheck.go).
+	protocol *prometheus.CounterVec
 }
 
 func newUpstreamMetrics(reg prometheus.Registerer) upstreamMetrics {
@@ -93,9 +96,13 @@ func newUpstreamMetrics(reg prometheus.Registerer) upstreamMetrics {
 			Name: "dwara_upstream_ejections_total",
 			Help: "Endpoints of the upstream taken out of rotation by the passive checks.",
 		}, []string{"upstream"}),
+		protocol: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dwara_upstream_protocol_errors_total",
+			Help: "Endpoint connections closed for bytes outside an answer's frame, by reason: extra_bytes (past an answer's end: a HEAD, 204 or 304 with a body, bytes after the last chunk or the Content-Length), unsolicited (bytes on an idle connection), head_too_large (an answer head over 16 KiB, answered 502).",
+		}, []string{"upstream", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.retries, m.ejections)
+		reg.MustRegister(m.retries, m.ejections, m.protocol)
 	}
 	return m
 }
@@ -125,6 +132,7 @@ func (p *Proxy) retainShared(t *table) {
 			delete(p.shared, name)
 			p.um.retries.DeleteLabelValues(name)
 			p.um.ejections.DeleteLabelValues(name)
+			p.um.protocol.DeletePartialMatch(prometheus.Labels{"upstream": name})
 		}
 	}
 }

@@ -43,6 +43,9 @@ type connPool struct {
 	// closed is set by close; atomic, as the loop front's pools read it
 	// without mu.
 	closed atomic.Bool
+	// watch counts and logs what the endpoint sends outside an answer's
+	// frame; nil in tests that build a pool alone.
+	watch *protocolWatch
 
 	mu    sync.Mutex
 	idle  []*upConn
@@ -58,6 +61,19 @@ type upConn struct {
 	idleFrom time.Time // when it was put back
 	// body reads the request body being sent (see writeBody).
 	body clientBody
+	// written counts the bytes written to nc, so that an exchange knows
+	// whether any of its request left (roundTrip): bw writes through
+	// Write.
+	written int64
+	// peeker looks at the socket of an idle connection (idle.go).
+	peeker
+}
+
+// Write writes b to the connection, counting what went out.
+func (c *upConn) Write(b []byte) (int, error) {
+	n, err := c.nc.Write(b)
+	c.written += int64(n)
+	return n, err
 }
 
 func newConnPool(addr string) *connPool {
@@ -86,24 +102,34 @@ func (p *connPool) get(ctx context.Context) (c *upConn, reused bool, err error) 
 }
 
 // takeIdle pops the most recently used idle connection that has not
-// expired; expired ones met on the way are closed.
+// expired and is provably clean: the endpoint has neither closed it nor
+// sent anything on it since its last answer (idleState). The others met
+// on the way are closed, stray bytes counted as unsolicited.
 func (p *connPool) takeIdle() *upConn {
 	maxIdle := time.Duration(p.idleTimeout.Load())
-	p.mu.Lock()
-	for n := len(p.idle); n > 0; n = len(p.idle) {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			return nil
+		}
 		c := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
-		if maxIdle <= 0 || time.Since(c.idleFrom) < maxIdle {
-			p.mu.Unlock()
-			return c
-		}
 		p.mu.Unlock()
+		if maxIdle > 0 && time.Since(c.idleFrom) >= maxIdle {
+			c.nc.Close()
+			continue
+		}
+		switch c.idleState() {
+		case idleClean:
+			return c
+		case idleData:
+			p.watch.report(reasonUnsolicited)
+		}
 		c.nc.Close()
-		p.mu.Lock()
 	}
-	p.mu.Unlock()
-	return nil
 }
 
 // dial opens a new connection within the connect timeout.
@@ -117,16 +143,22 @@ func (p *connPool) dial(ctx context.Context) (*upConn, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return &upConn{
-		nc: nc,
-		br: bufio.NewReaderSize(nc, connBufferSize),
-		bw: bufio.NewWriterSize(nc, connBufferSize),
-	}, nil
+	c := &upConn{nc: nc, br: bufio.NewReaderSize(nc, connBufferSize)}
+	c.bw = bufio.NewWriterSize(c, connBufferSize)
+	c.peeker.init(nc)
+	return c, nil
 }
 
-// put returns a connection whose last exchange completed cleanly. It is
-// closed instead when the pool is full or closed.
+// put returns a connection whose last exchange completed: its answer was
+// read to the end of its frame. It is closed instead when anything is
+// buffered beyond that end (counted as extra_bytes: a later request must
+// never take it for its answer), or when the pool is full or closed.
 func (p *connPool) put(c *upConn) {
+	if c.br.Buffered() > 0 {
+		p.watch.report(reasonExtraBytes)
+		c.nc.Close()
+		return
+	}
 	c.idleFrom = time.Now()
 	p.mu.Lock()
 	if p.closed.Load() || len(p.idle) >= maxIdlePerEndpoint {

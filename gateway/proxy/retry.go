@@ -10,11 +10,10 @@ import (
 // another endpoint of the same upstream when
 //
 //   - it cannot have reached the endpoint (the connect was refused or timed
-//     out, or a pooled connection turned out closed before the request, with
-//     no body read), whatever its method; or it may have reached it (it was
-//     written and no header came back, or the response-header timeout
-//     passed) but is safe to send twice: a GET, HEAD, OPTIONS or TRACE
-//     without a body. PUT and DELETE are idempotent by RFC 9110 too, but
+//     out, or nothing of it was written), whatever its method; or it may
+//     have reached it (any of it was written and no header came back, the
+//     connection closed or the response-header timeout passed) but is safe
+//     to send twice: a GET, HEAD, OPTIONS or TRACE without a body. PUT and DELETE are idempotent by RFC 9110 too, but
 //     an application's handlers often are not in practice (a second DELETE
 //     answers 404, audit trails record two calls); Go's http.Transport
 //     draws the same line;
@@ -88,7 +87,7 @@ func (a *attempt) end(u *upstream, failed bool) {
 // (see the rules above). A non-nil result has taken one retry from u's
 // budget, held by a until it ends, and is counted.
 func (p *Proxy) retryTarget(r outbound, u *upstream, a *attempt, x exchange, err error) *endpoint {
-	if x.sent || x.mayHaveArrived(err) && !(safeMethod(r.method) && !r.body) {
+	if x.sent || x.mayHaveArrived() && !r.replayable() {
 		return nil
 	}
 	next := u.untried(a.tried)

@@ -323,6 +323,7 @@ func (p *Proxy) pool(upstream, host string) *connPool {
 	cp := p.pools[key]
 	if cp == nil {
 		cp = newConnPool(host)
+		cp.watch = newProtocolWatch(p.um.protocol, p.log, upstream, host)
 		p.pools[key] = cp
 	}
 	return cp

@@ -1,0 +1,139 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Endpoint protocol errors: what an endpoint sends outside the frame of
+// an answer. A connection to an endpoint is reused only when it is
+// provably clean: its last answer was read to the end of its frame
+// (Content-Length, the last chunk and its trailer, no body for HEAD, 1xx,
+// 204 and 304) with nothing buffered past it (connPool.put, the loop
+// front's relay), and nothing has arrived on it while it was idle
+// (connPool.takeIdle, the loop front's epoll watch of its idle
+// connections). Anything else closes the connection and is counted in
+// dwara_upstream_protocol_errors_total{upstream,reason}, and logged once
+// per endpoint and reason: a later request must never read another
+// exchange's bytes as its answer.
+
+// protocolReason is why an endpoint connection was closed for what its
+// endpoint sent.
+type protocolReason int
+
+const (
+	// reasonExtraBytes: bytes past the end of an answer (a HEAD, 204 or
+	// 304 answered with a body, more than the Content-Length, bytes after
+	// the last chunk).
+	reasonExtraBytes protocolReason = iota
+	// reasonUnsolicited: bytes on an idle connection, which no request
+	// asked for.
+	reasonUnsolicited
+	// reasonHeadTooLarge: an answer head over maxAnswerHead.
+	reasonHeadTooLarge
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"extra_bytes", "unsolicited", "head_too_large"}
+
+// maxAnswerHead caps an endpoint's answer head (status line and fields):
+// an answer whose head does not fit is a 502, counted head_too_large. It
+// is the size of an endpoint connection's read buffer, which every front
+// parses answer heads from.
+const maxAnswerHead = connBufferSize
+
+// errAnswerHeadTooLarge is an answer head over maxAnswerHead.
+var errAnswerHeadTooLarge = errors.New("upstream answer head over 16 KiB")
+
+// protocolWatch counts and logs the protocol errors of one endpoint of
+// one upstream (a connPool's). Nil counts nothing. Safe for concurrent
+// use.
+type protocolWatch struct {
+	upstream, endpoint string
+	counters           [numReasons]prometheus.Counter
+	logged             atomic.Uint32 // bit r: reason r was logged
+	log                *slog.Logger
+}
+
+func newProtocolWatch(vec *prometheus.CounterVec, log *slog.Logger, upstream, endpoint string) *protocolWatch {
+	w := &protocolWatch{upstream: upstream, endpoint: endpoint, log: log}
+	for r := range numReasons {
+		w.counters[r] = vec.WithLabelValues(upstream, reasonNames[r])
+	}
+	return w
+}
+
+// report counts one protocol error of reason r, and logs the first of
+// each reason.
+func (w *protocolWatch) report(r protocolReason) {
+	if w == nil {
+		return
+	}
+	w.counters[r].Inc()
+	if w.logged.Or(1<<r)&(1<<r) == 0 && w.log != nil {
+		w.log.Warn("endpoint sent bytes outside an answer's frame; its connection was closed (logged once per endpoint and reason)",
+			"upstream", w.upstream, "endpoint", w.endpoint, "reason", reasonNames[r])
+	}
+}
+
+// idleState is what an idle endpoint connection holds.
+type idleState int
+
+const (
+	idleClean  idleState = iota // nothing: it may carry a request
+	idleClosed                  // the endpoint closed or reset it
+	idleData                    // bytes no request asked for
+)
+
+// idleState looks at c, idle, without reading it (idle_unix.go): a
+// connection with anything buffered, or with bytes or an end of file
+// waiting on its socket, is not to be used.
+func (c *upConn) idleState() idleState {
+	if c.br.Buffered() > 0 {
+		return idleData
+	}
+	return c.peeker.state(c.nc)
+}
+
+// answerHeadEnd returns the length of the answer head at the start of b,
+// through the empty line that ends it, or -1 when b does not hold all of
+// it. A line may end in a bare LF (RFC 9112 section 2.2).
+func answerHeadEnd(b []byte) int {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		i += j + 1
+		switch {
+		case i < len(b) && b[i] == '\n':
+			return i + 1
+		case i+1 < len(b) && b[i] == '\r' && b[i+1] == '\n':
+			return i + 2
+		}
+	}
+}
+
+// bufferAnswerHead reads from br until it holds a whole answer head, and
+// returns its length: errAnswerHeadTooLarge when the head does not fit
+// br's buffer (maxAnswerHead), or the read's error. Reads happen under
+// the connection's read deadline.
+func bufferAnswerHead(br *bufio.Reader) (int, error) {
+	for {
+		b, _ := br.Peek(br.Buffered())
+		if n := answerHeadEnd(b); n >= 0 {
+			return n, nil
+		}
+		if len(b) >= br.Size() {
+			return 0, errAnswerHeadTooLarge
+		}
+		if _, err := br.Peek(len(b) + 1); err != nil {
+			return 0, err
+		}
+	}
+}
