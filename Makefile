@@ -46,6 +46,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzFastFrontRequest -fuzztime=30s ./gateway/proxy
 	DWARA_TEST_FRONT=fasthttp $(GO) test -run='^$$' -fuzz=FuzzFastFrontRequest -fuzztime=30s ./gateway/proxy
 	$(GO) test -run='^$$' -fuzz='^FuzzRouteOddPaths$$' -fuzztime=30s ./gateway/proxy
+	$(GO) test -run='^$$' -fuzz='^FuzzEndpointAnswer$$' -fuzztime=30s ./gateway/proxy
+	DWARA_TEST_FRONT=net/http $(GO) test -run='^$$' -fuzz='^FuzzEndpointAnswer$$' -fuzztime=30s ./gateway/proxy
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeBody$$' -fuzztime=30s ./api
 
 # The fault and abuse suite (faults/, README "Tests"): PostgreSQL stopped,

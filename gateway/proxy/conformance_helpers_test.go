@@ -36,7 +36,7 @@ func startUpstream(t *testing.T, h http.Handler) *httptest.Server {
 // service "web", upstream "a", with the one endpoint addr. fields, when not
 // empty, are more upstream fields in YAML flow syntax
 // ("response_header_timeout_ms: 300").
-func proxyTo(t *testing.T, gen int64, addr, fields string) *gateway {
+func proxyTo(t testing.TB, gen int64, addr, fields string) *gateway {
 	t.Helper()
 	if fields != "" {
 		fields = ", " + fields

@@ -315,6 +315,9 @@ type fastExchange struct {
 	cancel  context.CancelFunc
 	reqBody *fastRequestBody
 	body    io.Reader // the endpoint's body stream
+	// chunked decodes a chunked answer body (fasthttp's decoder refuses
+	// sizes with leading zeros past 15 digits).
+	chunked chunkedBody
 	out     *fasthttp.ResponseHeader
 	// remaining is what a Content-Length body still owes; -1 when the body
 	// ends at its last chunk or at the end of the connection.
@@ -444,6 +447,7 @@ func (x *fastExchange) releaseUp() {
 		fasthttp.ReleaseResponse(x.up)
 		x.up, x.body = nil, nil
 	}
+	x.chunked = chunkedBody{}
 }
 
 // finish ends the exchange: the connection goes back to the pool when its
@@ -524,8 +528,10 @@ func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *f
 }
 
 // readAnswer reads the endpoint's answer header on c, under the read
-// deadline c has, with fasthttp's response parser into x.up, and leaves its
-// body to stream. upgrade is as for fastSend.
+// deadline c has, into x.up (interim answers skipped, but a 101 to an
+// upgrade), and leaves its body to stream: a Content-Length or
+// to-the-close body as fasthttp streams it, a chunked one through
+// x.chunked. upgrade is as for fastSend.
 func (x *fastExchange) readAnswer(ctx *fasthttp.RequestCtx, c *upConn, upgrade []byte) error {
 	up := fasthttp.AcquireResponse()
 	x.up = up
@@ -533,7 +539,17 @@ func (x *fastExchange) readAnswer(ctx *fasthttp.RequestCtx, c *upConn, upgrade [
 	up.SkipBody = ctx.Request.Header.IsHead()
 	// The endpoint's fields as it sent them: no Content-Type it did not.
 	up.Header.SetNoDefaultContentType(true)
-	if err := up.ReadLimitBody(c.br, 0); err != nil {
+	err := readAnswerHead(c.br, &up.Header, x.a.ep.pool.watch)
+	if err == nil {
+		switch code := up.StatusCode(); {
+		case up.SkipBody || code < 200 || code == http.StatusNoContent || code == http.StatusNotModified:
+		case up.Header.ContentLength() == -1:
+			x.chunked.reset(c.br, &up.Header)
+		default:
+			err = up.ReadBody(c.br, 0)
+		}
+	}
+	if err != nil {
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			err = errUpstreamTimeout
 		}
@@ -543,13 +559,89 @@ func (x *fastExchange) readAnswer(ctx *fasthttp.RequestCtx, c *upConn, upgrade [
 	// the whole body is buffered already, nothing more is read from the
 	// connection for this answer, so the deadline can stay: the next
 	// request on it sets its own before reading (fastTransmit, transmit).
-	if upgrade != nil || up.BodyStream() != nil && !bodyBuffered(c.br, up.Header.ContentLength()) {
+	if upgrade != nil || x.answerBody() != nil && !bodyBuffered(c.br, up.Header.ContentLength()) {
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
 	if up.StatusCode() == http.StatusSwitchingProtocols && upgrade == nil {
 		return errors.New("upstream switched protocols without an upgrade request")
 	}
 	return nil
+}
+
+// answerBody is the endpoint's answer body to stream: nil for an answer
+// without one.
+func (x *fastExchange) answerBody() io.Reader {
+	if x.chunked.br != nil {
+		return &x.chunked
+	}
+	if s := x.up.BodyStream(); s != nil {
+		return s
+	}
+	return nil
+}
+
+// maxInterimAnswers bounds the interim (1xx) answers skipped before the
+// final one.
+const maxInterimAnswers = 8
+
+// readAnswerHead reads an answer head from br into h, skipping interim
+// answers (but a 101): each head is buffered whole first (bufferAnswerHead:
+// over maxAnswerHead is errAnswerHeadTooLarge, counted in w), and one with
+// bare LF line ends (RFC 9112 section 2.2), which fasthttp's parser does
+// not take, is parsed from a copy with CRLF ones.
+func readAnswerHead(br *bufio.Reader, h *fasthttp.ResponseHeader, w *protocolWatch) error {
+	for n := 0; ; n++ {
+		size, err := bufferAnswerHead(br)
+		if err != nil {
+			if err == errAnswerHeadTooLarge {
+				w.report(reasonHeadTooLarge)
+			}
+			return err
+		}
+		head, _ := br.Peek(size)
+		if bareLF(head) {
+			err = h.Read(bufio.NewReader(bytes.NewReader(crlfLines(head))))
+			_, _ = br.Discard(size)
+		} else {
+			err = h.Read(br)
+		}
+		if err != nil {
+			return err
+		}
+		if code := h.StatusCode(); code >= 200 || code == http.StatusSwitchingProtocols {
+			return nil
+		}
+		if n >= maxInterimAnswers {
+			return errors.New("more than 8 interim answers")
+		}
+	}
+}
+
+// bareLF reports whether b holds a LF without a CR before it.
+func bareLF(b []byte) bool {
+	for i := bytes.IndexByte(b, '\n'); i >= 0; {
+		if i == 0 || b[i-1] != '\r' {
+			return true
+		}
+		j := bytes.IndexByte(b[i+1:], '\n')
+		if j < 0 {
+			return false
+		}
+		i += j + 1
+	}
+	return false
+}
+
+// crlfLines returns a copy of head with every line ended by CRLF.
+func crlfLines(head []byte) []byte {
+	out := make([]byte, 0, len(head)+16)
+	for _, c := range head {
+		if c == '\n' && (len(out) == 0 || out[len(out)-1] != '\r') {
+			out = append(out, '\r')
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // requestBody returns the client's request body as it is to be read: the
@@ -645,7 +737,7 @@ func fastHeadBuffered(br *bufio.Reader) bool {
 	if len(b) < 13 || b[9] == '1' { // "HTTP/1.1 1xx": more heads follow
 		return false
 	}
-	return bytes.Index(b, []byte("\r\n\r\n")) >= 0
+	return answerHeadEnd(b) >= 0
 }
 
 // writeFastHead writes the request line and header for the endpoint: the
@@ -732,7 +824,7 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 	up := x.up
 	out := &ctx.Response.Header
 	copyAnswerHeader(out, &up.Header, rid)
-	body := up.BodyStream()
+	body := x.answerBody()
 	if body == nil { // HEAD, 204, 304: no body to stream
 		if cl := up.Header.ContentLength(); cl >= 0 && ctx.IsHead() {
 			out.SetContentLength(cl)

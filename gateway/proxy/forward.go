@@ -273,7 +273,15 @@ func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint) (resp *http.Respo
 		return nil, sent, err
 	}
 	for {
-		resp, err = http.ReadResponse(c.br, r)
+		// The head is buffered whole first: one over maxAnswerHead is a
+		// 502, as on the other fronts (Go's parser has no limit).
+		_, err = bufferAnswerHead(c.br)
+		if err == errAnswerHeadTooLarge {
+			ep.pool.watch.report(reasonHeadTooLarge)
+		}
+		if err == nil {
+			resp, err = http.ReadResponse(c.br, r)
+		}
 		if err != nil {
 			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 				err = errUpstreamTimeout

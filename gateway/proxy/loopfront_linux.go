@@ -1033,10 +1033,12 @@ func (l *eloop) readUp(u *uconn) {
 // or hands the exchange over when the loop does not relay it.
 func (l *eloop) relay(u *uconn) {
 	c := u.c
-	end, _ := headEnd(u.in, u.scanned)
+	end, bare := headEnd(u.in, u.scanned)
 	if end < 0 {
 		u.scanned = len(u.in)
-		if len(u.in) == cap(u.in) {
+		if bare || len(u.in) == cap(u.in) {
+			// Bare LF line ends, which the fasthttp front's path reads, or
+			// a head over the cap, which it answers 502.
 			l.continueAnswer(c, u)
 		}
 		return

@@ -55,7 +55,15 @@ type rawAnswer struct {
 // startRawEndpoint serves answer on a loopback listener until the test
 // ends. answer gets the request and its number on its connection (0 for
 // the first).
-func startRawEndpoint(t *testing.T, answer func(r *http.Request, nth int) rawAnswer) *rawEndpoint {
+func startRawEndpoint(t testing.TB, answer func(r *http.Request, nth int) rawAnswer) *rawEndpoint {
+	t.Helper()
+	return startRawEndpointIdle(t, 0, answer)
+}
+
+// startRawEndpointIdle is startRawEndpoint whose connections are closed
+// when no request comes for idle after an answer (0: they wait as long
+// as the test).
+func startRawEndpointIdle(t testing.TB, idle time.Duration, answer func(r *http.Request, nth int) rawAnswer) *rawEndpoint {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -84,6 +92,9 @@ func startRawEndpoint(t *testing.T, answer func(r *http.Request, nth int) rawAns
 				_ = c.SetDeadline(time.Now().Add(2 * conformanceDeadline))
 				br := bufio.NewReader(c)
 				for nth := 0; ; nth++ {
+					if idle > 0 && nth > 0 {
+						_ = c.SetReadDeadline(time.Now().Add(idle))
+					}
 					r, err := http.ReadRequest(br)
 					if err != nil {
 						return
@@ -413,7 +424,7 @@ func TestAnswerFraming(t *testing.T) {
 		body         string
 	}{
 		{"bare-lf", "HTTP/1.1 200 OK\nContent-Length: 2\nX-A: 1\n\nok", 200, "ok"},
-		{"bare-lf-chunked", "HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\nok\n0\n\n", 200, "ok"},
+		{"bare-lf-chunked", "HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\r\nok\r\n0\r\n\r\n", 200, "ok"},
 		{"chunk-leading-zeros", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0000000000000005\r\nhello\r\n0\r\n\r\n", 200, "hello"},
 		{"head-over-cap", big, http.StatusBadGateway, ""},
 	} {
@@ -429,6 +440,9 @@ func TestAnswerFraming(t *testing.T) {
 			resp, body := rc.readFinal("GET")
 			if resp.StatusCode != tc.want || tc.body != "" && string(body) != tc.body {
 				t.Fatalf("got %d %q, want %d %q", resp.StatusCode, body, tc.want, tc.body)
+			}
+			if n := g.protocolErrors(t, "a", "head_too_large"); (tc.want == http.StatusBadGateway) != (n == 1) {
+				t.Fatalf("dwara_upstream_protocol_errors_total{reason=head_too_large} = %v", n)
 			}
 		})
 	}
