@@ -12,7 +12,7 @@ RUN_FLAGS ?= --demo
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build install run demo-reset test bench lint fmt fuzz clean
+.PHONY: build install run demo-reset test bench lint fmt fuzz clean h2spec
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/dwara
@@ -65,6 +65,19 @@ test-faults:
 		$(GO) test -count=1 -v -timeout 20m ./faults/
 	$(GO) test -run='^$$' -fuzz='^FuzzRouteOddPaths$$' -fuzztime=$(FAULTS_FUZZTIME) -fuzzminimizetime=5s ./gateway/proxy
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeBody$$' -fuzztime=$(FAULTS_FUZZTIME) -fuzzminimizetime=5s ./api
+
+# h2spec (github.com/summerwind/h2spec 2.2.1), the HTTP/2 conformance
+# suite, built from the module proxy with the versions tools/h2spec pins
+# (its own module: nothing of it reaches dwara's). TestH2spec in cmd/dwara
+# runs it against a dwara process serving TLS; make test runs that test
+# when bin/h2spec exists, and make h2spec builds it if missing and runs
+# that test alone.
+H2SPEC ?= bin/h2spec
+$(H2SPEC): tools/h2spec/go.mod tools/h2spec/go.sum
+	cd tools/h2spec && $(GO) build -ldflags "-X main.VERSION=2.2.1" -o $(abspath $(H2SPEC)) github.com/summerwind/h2spec/cmd/h2spec
+
+h2spec: $(H2SPEC)
+	DWARA_H2SPEC=$(abspath $(H2SPEC)) $(GO) test -race -count=1 -run '^TestH2spec$$' -v ./cmd/dwara/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi

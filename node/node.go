@@ -569,6 +569,7 @@ func listenFast(addr string, px *proxy.Proxy, l Limits) (*server, error) {
 	fast.ReadTimeout = l.ReadHeaderTimeout
 	h2 := proxyServer(px, l)
 	h2.Protocols = http1And2()
+	h2.HTTP2 = http2Config()
 	return &server{name: "proxy", ln: limit(ln, l.MaxConns), fast: fast, h2: h2}, nil
 }
 

@@ -113,7 +113,24 @@ func (s *server) useTLS(r *certReloader) {
 	}
 	s.srv.TLSConfig = r.config()
 	s.srv.Protocols = http1And2()
+	s.srv.HTTP2 = http2Config()
 	s.tls = true
+}
+
+// maxReadFrameSize is the largest HTTP/2 frame the servers read: the
+// protocol's initial SETTINGS_MAX_FRAME_SIZE (RFC 9113, section 6.5.2),
+// which every peer must be able to send within, instead of Go's 1 MiB.
+// Go's framer keeps a read buffer per connection as large as the largest
+// frame it has read, so this bounds it at 16 KiB rather than letting each
+// client grow it to 1 MiB; and a header block over it gets the
+// FRAME_SIZE_ERROR h2spec expects (its case 4.2 #3 sends a 20 KB HEADERS
+// frame, taking 16 KiB for the limit whatever the server announced).
+const maxReadFrameSize = 16 << 10
+
+// http2Config is the HTTP/2 configuration of every server that serves it:
+// Go's defaults but for maxReadFrameSize.
+func http2Config() *http.HTTP2Config {
+	return &http.HTTP2Config{MaxReadFrameSize: maxReadFrameSize}
 }
 
 // http1And2 is the protocol set of a net/http server that serves TLS:

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
 	"encoding/pem"
 	"io"
 	"math/big"
@@ -155,4 +156,74 @@ func readAll(t *testing.T, resp *http.Response) string {
 		t.Fatal(err)
 	}
 	return sb.String()
+}
+
+// TestHTTP2MaxFrameSize: on each front the proxy's HTTP/2 server announces
+// SETTINGS_MAX_FRAME_SIZE maxReadFrameSize (16 KiB) in its first SETTINGS
+// frame, not Go's 1 MiB, so a larger frame is a FRAME_SIZE_ERROR (h2spec
+// 4.2 #3, which cmd/dwara's TestH2spec runs).
+func TestHTTP2MaxFrameSize(t *testing.T) {
+	t.Parallel()
+	for _, front := range []string{FrontNetHTTP, FrontFastHTTP} {
+		t.Run(strings.ReplaceAll(front, "/", ""), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cert := writeCert(t, dir, "h2")
+			a, b := pools(t)
+			file := filepath.Join(dir, "dwara.yaml")
+			if err := os.WriteFile(file, []byte(splitFile(a, b, 100, 0)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c := GatewayConfig{ConfigFile: file, Front: front}
+			c.TLS = &TLSFiles{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
+			gw := startGateway(t, c)
+			gw.waitApplied(t, 1)
+			const settingMaxFrameSize = 0x5
+			if got, ok := serverSettings(t, gw.Proxy, cert)[settingMaxFrameSize]; !ok || got != maxReadFrameSize {
+				t.Errorf("SETTINGS_MAX_FRAME_SIZE = %d (announced: %v), want %d", got, ok, maxReadFrameSize)
+			}
+		})
+	}
+}
+
+// serverSettings opens an HTTP/2 connection to addr that trusts cert,
+// sends the client preface and returns the settings of the server's first
+// frame, which must be SETTINGS (RFC 9113, section 3.4).
+func serverSettings(t *testing.T, addr string, cert *x509.Certificate) map[uint16]uint32 {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: wait}, "tcp", addr, &tls.Config{RootCAs: roots, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("negotiated %q, want h2", p)
+	}
+	if err := conn.SetDeadline(time.Now().Add(wait)); err != nil {
+		t.Fatal(err)
+	}
+	// The preface, then an empty SETTINGS frame: length 0, type 4, no
+	// flags, stream 0.
+	if _, err := io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+		t.Fatal(err)
+	}
+	var head [9]byte
+	if _, err := io.ReadFull(conn, head[:]); err != nil {
+		t.Fatalf("read the server's first frame: %v", err)
+	}
+	n := int(head[0])<<16 | int(head[1])<<8 | int(head[2])
+	if head[3] != 0x4 || n%6 != 0 || n > 1<<14 {
+		t.Fatalf("the server's first frame has type %d and length %d, want SETTINGS", head[3], n)
+	}
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(conn, payload); err != nil {
+		t.Fatalf("read the server's SETTINGS: %v", err)
+	}
+	settings := make(map[uint16]uint32, n/6)
+	for p := payload; len(p) >= 6; p = p[6:] {
+		settings[binary.BigEndian.Uint16(p)] = binary.BigEndian.Uint32(p[2:6])
+	}
+	return settings
 }
