@@ -121,10 +121,21 @@ func (s *LoopServer) Serve(ln net.Listener) error {
 		return errors.New("the loop front serves once")
 	}
 	s.started = true
+	if s.closing.Load() {
+		// Shut down before it began: nothing to serve (as net/http's
+		// Serve after Shutdown, but nil, as promised).
+		s.mu.Unlock()
+		close(s.done)
+		_ = ln.Close()
+		return nil
+	}
 	s.mu.Unlock()
 	defer close(s.done)
 	f, err := tl.File()
 	if err != nil {
+		if s.closing.Load() {
+			return nil // the listener was closed by a shutdown meanwhile
+		}
 		return err
 	}
 	lnfd, err := unix.Dup(int(f.Fd()))
@@ -180,8 +191,10 @@ func (s *LoopServer) Serve(ln net.Listener) error {
 // it, the rest are closed (exchanges counted as the client gone). The
 // connections handed over are shut down with the fasthttp server.
 func (s *LoopServer) Shutdown(ctx context.Context) error {
-	s.closing.Store(true)
+	// closing is set under mu, so Serve either sees it before it starts
+	// (and returns nil at once) or has started, and is waited for.
 	s.mu.Lock()
+	s.closing.Store(true)
 	started := s.started
 	s.mu.Unlock()
 	var err error
@@ -419,6 +432,10 @@ func (l *eloop) stopAccepting() {
 		l.adopt(fd, sa)
 	}
 	l.pauseAccepting()
+	// The listener's descriptor is closed once every loop is done with it
+	// (Serve), and its number may then be given to a socket of any loop:
+	// no event may be taken for the listener's from here on.
+	l.lnfd = -1
 	l.accepting.Done()
 }
 
@@ -507,6 +524,17 @@ func (l *eloop) pauseAccepting() {
 }
 
 // event handles what epoll reported for fd.
+//
+// A descriptor closed while a batch of events is served (closeUp,
+// closeClient) may be given to a new socket (a dial, an accept) before
+// the batch is over, and a later event of the batch for the old socket
+// then reaches the new one's slot. Every handler therefore takes an event
+// as a hint, never as a fact: reads and writes are non-blocking and an
+// EAGAIN waits for the next event; a connect is taken as done only when
+// SO_ERROR and EPOLLOUT say so and a write then succeeds; an idle
+// endpoint connection is closed only when a look at its socket
+// (peekFD) finds bytes or an end. The listener's number is never
+// compared after the loop stopped accepting (stopAccepting).
 func (l *eloop) event(fd int, ev uint32) {
 	if fd == l.lnfd {
 		l.guard(nil, l.accept)
@@ -952,8 +980,13 @@ func (l *eloop) dial(lp *loopPool) (*uconn, error) {
 func (l *eloop) upEvent(u *uconn, ev uint32) {
 	switch u.state {
 	case uIdle:
-		// The endpoint closed it, or sent what nothing asked for.
-		if peekFD(u.fd) == idleData {
+		// The endpoint closed it, or sent what nothing asked for (or the
+		// event was meant for an earlier socket of the same number: see
+		// event).
+		switch peekFD(u.fd) {
+		case idleClean:
+			return
+		case idleData:
 			u.lp.pool.watch.report(reasonUnsolicited)
 		}
 		l.removeIdle(u)
