@@ -754,9 +754,8 @@ func writeFastHead(bw *bufio.Writer, ctx *fasthttp.RequestCtx, ep *endpoint, tg 
 	bw.WriteString(" HTTP/1.1\r\nHost: ")
 	bw.WriteString(ep.hostHeader)
 	bw.WriteString("\r\n")
-	conn := h.PeekAll(fasthttp.HeaderConnection)
-	var connBuf [4][]byte
-	conn = connBuf[:copy(connBuf[:], conn)]
+	var connBuf [8][]byte
+	conn := connectionFields(&connBuf, h.PeekAll(fasthttp.HeaderConnection))
 	xffHop := namedInBytes(conn, "X-Forwarded-For")
 	for k, v := range h.All() {
 		if skipFastRequestHeader(k) || namedInBytes(conn, b2s(k)) {
@@ -860,9 +859,8 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 // request id rid unless the endpoint set one.
 func copyAnswerHeader(out, in *fasthttp.ResponseHeader, rid string) {
 	out.SetStatusCode(in.StatusCode())
-	conn := in.PeekAll(fasthttp.HeaderConnection)
-	var connBuf [4][]byte
-	conn = connBuf[:copy(connBuf[:], conn)]
+	var connBuf [8][]byte
+	conn := connectionFields(&connBuf, in.PeekAll(fasthttp.HeaderConnection))
 	hasRID := false
 	for k, v := range in.All() {
 		if skipFastResponseHeader(k) || namedInBytes(conn, b2s(k)) {
@@ -1227,6 +1225,14 @@ func skipFastRequestHeader(k []byte) bool {
 func skipFastResponseHeader(k []byte) bool {
 	s := b2s(k)
 	return s == fasthttp.HeaderContentLength || skipResponseHeader(s) && s != fasthttp.HeaderTrailer
+}
+
+// connectionFields copies a header's Connection values (fasthttp's
+// PeekAll, whose slice the next look-up reuses) into buf, or into a new
+// slice when there are more lines than buf holds: every line counts,
+// however many the client or the endpoint sent.
+func connectionFields(buf *[8][]byte, all [][]byte) [][]byte {
+	return append(buf[:0], all...)
 }
 
 // namedInBytes is namedIn over fasthttp's field values.

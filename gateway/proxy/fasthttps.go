@@ -157,9 +157,8 @@ func fastStdRequest(ctx *fasthttp.RequestCtx, rt route, rid string, ip, upgrade 
 		u.Opaque = string(path) // written as it came
 	}
 	hdr := make(http.Header, 16)
-	conn := h.PeekAll(fasthttp.HeaderConnection)
-	var connBuf [4][]byte
-	conn = connBuf[:copy(connBuf[:], conn)]
+	var connBuf [8][]byte
+	conn := connectionFields(&connBuf, h.PeekAll(fasthttp.HeaderConnection))
 	for k, v := range h.All() {
 		if skipFastRequestHeader(k) || namedInBytes(conn, b2s(k)) {
 			continue

@@ -447,3 +447,45 @@ func TestAnswerFraming(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectionLinesAllCount: a request with five Connection lines, each
+// naming a field of its own, reaches the endpoint without any of those
+// fields, and an answer with five such lines reaches the client without
+// its named fields, on every front (the fasthttp-side copiers read only
+// the first four lines).
+func TestConnectionLinesAllCount(t *testing.T) {
+	t.Parallel()
+	seen := make(chan http.Header, 1)
+	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		offerSeen(seen, r.Header.Clone())
+		for i := 1; i <= 5; i++ {
+			w.Header().Add("Connection", fmt.Sprintf("X-R%d", i))
+			w.Header().Set(fmt.Sprintf("X-R%d", i), "hop")
+		}
+		w.Header().Set("X-Kept", "1")
+		_, _ = io.WriteString(w, "ok")
+	}))
+	g := proxyTo(t, 1, hostOf(up.URL), "")
+	head := []string{"Host: a.example"}
+	for i := 1; i <= 5; i++ {
+		head = append(head, fmt.Sprintf("Connection: X-C%d", i), fmt.Sprintf("X-C%d: hop", i))
+	}
+	rc := dialRaw(t, g)
+	rc.write(rawHead("GET /x HTTP/1.1", append(head, "X-Kept: 1")...))
+	resp, body := rc.readFinal("GET")
+	if resp.StatusCode != 200 || string(body) != "ok" {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	got := recvWithin(t, seen, "the request at the endpoint")
+	for i := 1; i <= 5; i++ {
+		if v := got.Get(fmt.Sprintf("X-C%d", i)); v != "" {
+			t.Errorf("the endpoint got X-C%d: %q, named in the client's Connection line %d", i, v, i)
+		}
+		if v := resp.Header.Get(fmt.Sprintf("X-R%d", i)); v != "" {
+			t.Errorf("the client got X-R%d: %q, named in the endpoint's Connection line %d", i, v, i)
+		}
+	}
+	if got.Get("X-Kept") != "1" || resp.Header.Get("X-Kept") != "1" {
+		t.Errorf("X-Kept lost: request %q, answer %q", got.Get("X-Kept"), resp.Header.Get("X-Kept"))
+	}
+}
