@@ -347,11 +347,7 @@ func TestUnsafeRequestNotSentTwice(t *testing.T) {
 					return rawAnswer{bytes: okAnswer(r)}
 				})
 				g := proxyTo(t, 1, ep.addr, "")
-				rc := dialRaw(t, g)
-				rc.write(rawHead("GET /warm HTTP/1.1", "Host: a.example"))
-				if resp, _ := rc.readFinal("GET"); resp.StatusCode != 200 {
-					t.Fatalf("warm-up: %d", resp.StatusCode)
-				}
+				rc := warmUp(t, g)
 				head := []string{"Host: a.example"}
 				if tc.cl != "" {
 					head = append(head, "Content-Length: "+tc.cl)
@@ -367,6 +363,18 @@ func TestUnsafeRequestNotSentTwice(t *testing.T) {
 			})
 		}
 	}
+}
+
+// warmUp dials g and sends GET /warm on the connection, which leaves an
+// endpoint connection in the gateway's pool, and returns the connection.
+func warmUp(t *testing.T, g *gateway) *rawConn {
+	t.Helper()
+	rc := dialRaw(t, g)
+	rc.write(rawHead("GET /warm HTTP/1.1", "Host: a.example"))
+	if resp, _ := rc.readFinal("GET"); resp.StatusCode != 200 {
+		t.Fatalf("warm-up: %d", resp.StatusCode)
+	}
+	return rc
 }
 
 // TestBodyAfterIdleClose: an endpoint that answered keep-alive and then
@@ -390,11 +398,7 @@ func TestBodyAfterIdleClose(t *testing.T) {
 				return rawAnswer{bytes: okAnswer(r)}
 			})
 			g := proxyTo(t, 1, ep.addr, "")
-			rc := dialRaw(t, g)
-			rc.write(rawHead("GET /warm HTTP/1.1", "Host: a.example"))
-			if resp, _ := rc.readFinal("GET"); resp.StatusCode != 200 {
-				t.Fatalf("warm-up: %d", resp.StatusCode)
-			}
+			rc := warmUp(t, g)
 			recvWithin(t, closed, "the endpoint's close")
 			head := []string{"Host: a.example"}
 			if tc.body != "" {
