@@ -323,7 +323,6 @@ type eloop struct {
 	ups           map[*uconn]struct{}
 	pools         map[*connPool]*loopPool
 	svcTable      *table
-	svcOK         map[*service]bool
 	now           time.Time
 	nextTick      time.Time
 	events        []unix.EpollEvent
@@ -358,7 +357,7 @@ func newLoop(s *LoopServer, lnfd int) (*eloop, error) {
 	l := &eloop{
 		s: s, epfd: epfd, lnfd: lnfd,
 		conns: map[*lconn]struct{}{}, ups: map[*uconn]struct{}{},
-		pools: map[*connPool]*loopPool{}, svcOK: map[*service]bool{},
+		pools: map[*connPool]*loopPool{},
 		events: make([]unix.EpollEvent, 256),
 		br:     bufio.NewReaderSize(nil, connBufferSize),
 	}
@@ -829,11 +828,11 @@ func (l *eloop) inline(t *table, ctx *fasthttp.RequestCtx) (*service, bool) {
 	return svc, svc == nil || l.serves(t, svc)
 }
 
-// serves reports whether every target of svc can be forwarded to by the
-// loop: no mirror, and http endpoints at IP addresses.
+// serves reports whether the loop serves the requests of svc, a service
+// of t, itself: the generation decided it (service.fastPath). A new table
+// first lets go of the loop's pools that the generation closed.
 func (l *eloop) serves(t *table, svc *service) bool {
 	if l.svcTable != t {
-		clear(l.svcOK)
 		l.svcTable = t
 		for cp, lp := range l.pools {
 			if cp.closed.Load() {
@@ -841,23 +840,7 @@ func (l *eloop) serves(t *table, svc *service) bool {
 			}
 		}
 	}
-	ok, seen := l.svcOK[svc]
-	if seen {
-		return ok
-	}
-	ok = true
-	for _, tg := range svc.targets {
-		if tg.mirror != nil {
-			ok = false
-		}
-		for _, ep := range tg.up.endpoints {
-			if ep.pool == nil || !l.pool(ep.pool).ap.IsValid() {
-				ok = false
-			}
-		}
-	}
-	l.svcOK[svc] = ok
-	return ok
+	return svc.fastPath
 }
 
 // pool returns the loop's pool for cp.
