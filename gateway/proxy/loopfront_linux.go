@@ -829,18 +829,26 @@ func (l *eloop) inline(t *table, ctx *fasthttp.RequestCtx) (*service, bool) {
 }
 
 // serves reports whether the loop serves the requests of svc, a service
-// of t, itself: the generation decided it (service.fastPath). A new table
-// first lets go of the loop's pools that the generation closed.
+// of t, itself: the generation decided it (service.fastPath).
 func (l *eloop) serves(t *table, svc *service) bool {
-	if l.svcTable != t {
-		l.svcTable = t
-		for cp, lp := range l.pools {
-			if cp.closed.Load() {
-				l.dropPool(lp)
-			}
+	l.sawTable(t)
+	return svc.fastPath
+}
+
+// sawTable lets go of the loop's pools that the generation of t closed
+// (the endpoints it no longer has), once per table: when a request meets
+// the new table, or at the next tick after it was applied, whichever
+// comes first.
+func (l *eloop) sawTable(t *table) {
+	if l.svcTable == t {
+		return
+	}
+	l.svcTable = t
+	for cp, lp := range l.pools {
+		if cp.closed.Load() {
+			l.dropPool(lp)
 		}
 	}
-	return svc.fastPath
 }
 
 // pool returns the loop's pool for cp.
@@ -1310,6 +1318,7 @@ func (l *eloop) closeAll() {
 func (l *eloop) tick() {
 	now := l.now
 	closing := l.s.closing.Load()
+	l.sawTable(l.s.p.table.Load())
 	for c := range l.conns {
 		switch {
 		case c.state == cWait:

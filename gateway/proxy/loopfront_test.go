@@ -541,3 +541,31 @@ func TestHeadEndIncremental(t *testing.T) {
 		t.Error("a bare LF not found")
 	}
 }
+
+// TestLoopFrontDrainsRemovedPoolsAtApply: the loop's idle connections to
+// an endpoint that a generation removed are closed at its next tick, with
+// no request needed to meet the new table.
+func TestLoopFrontDrainsRemovedPoolsAtApply(t *testing.T) {
+	t.Parallel()
+	closed := make(chan struct{}, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			offerSeen(closed, struct{}{})
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	other, _ := countingUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	g := startLoopGateway(t, 0, nil)
+	g.apply(t, 1, fmt.Sprintf("upstreams: [{name: a, endpoints: [%q]}]\nservices: [{name: web, upstream: a}]\n", hostOf(srv.URL)))
+	c := oneConnClient(t)
+	if resp, _ := get(t, c, g.URL+"/", nil); resp.StatusCode != 200 {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+	if p := g.paths(); p[0] != 1 {
+		t.Fatalf("paths = %v, want the request served inline (its connection in the loop's pool)", p)
+	}
+	g.apply(t, 2, fmt.Sprintf("upstreams: [{name: b, endpoints: [%q]}]\nservices: [{name: web, upstream: b}]\n", other))
+	recvWithin(t, closed, "the removed endpoint's connection closed")
+}
