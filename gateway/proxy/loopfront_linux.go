@@ -357,7 +357,7 @@ func newLoop(s *LoopServer, lnfd int) (*eloop, error) {
 	l := &eloop{
 		s: s, epfd: epfd, lnfd: lnfd,
 		conns: map[*lconn]struct{}{}, ups: map[*uconn]struct{}{},
-		pools: map[*connPool]*loopPool{},
+		pools:  map[*connPool]*loopPool{},
 		events: make([]unix.EpollEvent, 256),
 		br:     bufio.NewReaderSize(nil, connBufferSize),
 	}
