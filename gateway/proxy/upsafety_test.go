@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dwara/dwara/internal/testrun"
 )
 
 // The endpoint side of the forwarding path: a connection to an endpoint is
@@ -296,7 +298,7 @@ func TestStrayBytesOnIdleConnection(t *testing.T) {
 	// connection is idle by then.
 	close(proceed)
 	recvWithin(t, lateSent, "stray answer written")
-	waitFor(t, "the stray bytes counted", func() bool {
+	testrun.Eventually(t, "the stray bytes counted", func() bool {
 		// The loop front sees them as they come; the pools look at an
 		// idle connection when they take it.
 		rc.write(rawHead("GET /second HTTP/1.1", "Host: a.example"))
@@ -306,18 +308,6 @@ func TestStrayBytesOnIdleConnection(t *testing.T) {
 		}
 		return g.protocolErrors(t, "a", "unsolicited") == 1
 	})
-}
-
-// waitFor calls cond until it holds, for conformanceDeadline at most.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(conformanceDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, conformanceDeadline)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestUnsafeRequestNotSentTwice: an endpoint that reads a request on a

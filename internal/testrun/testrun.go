@@ -1,8 +1,9 @@
 // Package testrun runs the parts of a test that work in the background and
 // waits on their signals: Background runs a function until the test ends
-// and checks how it stopped, Recv waits for one value from a channel, and
-// Main, called from TestMain, fails a package whose tests leave goroutines
-// behind. Every wait is on a signal, bounded by Timeout; nothing sleeps.
+// and checks how it stopped, Recv waits for one value from a channel,
+// Eventually for a condition no signal announces, and Main, called from
+// TestMain, fails a package whose tests leave goroutines behind. Every
+// wait is bounded by Timeout; only Eventually polls.
 //
 // It is for tests only.
 package testrun
@@ -65,6 +66,26 @@ func Recv[T any](t testing.TB, ch <-chan T, what string) T {
 		panic("unreachable")
 	}
 }
+
+// Eventually calls cond until it reports true, and fails the test
+// (t.Fatalf) when it has not within Timeout; what names the condition in
+// that failure. It is for conditions no signal announces (a counter of
+// another process, a metric, a connection's state): cond is called again
+// every pollInterval, so a passing test waits only as long as the
+// condition takes. cond may fail the test itself.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", Timeout, what)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// pollInterval is how often Eventually looks at its condition.
+const pollInterval = 10 * time.Millisecond
 
 // Main runs the tests of m, then each release function (to let go of what
 // the tests shared, such as the idle connections of a shared http.Client),

@@ -70,3 +70,17 @@ func TestRecv(t *testing.T) {
 		t.Errorf("Recv = %d, want 7", got)
 	}
 }
+
+// TestEventually returns once the condition holds, calling it again until
+// then.
+func TestEventually(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	testrun.Eventually(t, "the third call", func() bool {
+		calls++
+		return calls == 3
+	})
+	if calls != 3 {
+		t.Fatalf("cond called %d times, want 3", calls)
+	}
+}
