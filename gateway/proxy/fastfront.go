@@ -970,43 +970,26 @@ func (b *fastBody) CloseWithError(err error) error {
 }
 
 // fastForwardError answers a request whose exchange failed before anything
-// was written to the client, like forwardError: 499 and the connection
-// closed without an answer when the client went away (x.gone, or a body
-// that could not be read from a client now gone), 400 for a request body
-// that cannot be read from a client still there, 504 for a timeout, else
-// 502; the cause of a 502 or 504 is logged, never sent.
+// was written to the client, as exchangeFailure decides (the client gone:
+// x.gone, or its connection found ended), and returns the status counted:
+// for 499 the connection is closed without an answer.
 func (p *Proxy) fastForwardError(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, err error) int {
-	if cbe, ok := errors.AsType[clientBodyError](err); ok && !x.gone {
-		// Not the endpoint's failure: the client's body stalled (past the
-		// stall timeout), does not parse, or the client went away while
-		// sending it (as forwardError, counted 499 then).
-		if ne, ok := errors.AsType[net.Error](cbe.err); ok && ne.Timeout() {
-			ctx.SetConnectionClose()
-			ctx.Response.Header.Set("X-Request-Id", rid)
-			fastProblem(ctx, http.StatusRequestTimeout, "Request body stalled", "the request body stopped arriving")
-			return http.StatusRequestTimeout
-		}
-		x.gone = fastPeerGone(ctx.Conn())
+	f := p.exchangeFailure(err, func() bool {
 		if !x.gone {
-			ctx.SetConnectionClose()
-			ctx.Response.Header.Set("X-Request-Id", rid)
-			fastProblem(ctx, http.StatusBadRequest, "Bad request body", "the request body could not be read")
-			return http.StatusBadRequest
+			x.gone = fastPeerGone(ctx.Conn())
 		}
-	}
-	if x.gone {
+		return x.gone
+	}, rid, rt.tg.hdrService[0], rt.tg.hdrUpstream[0], rt.ep.addr)
+	if f.status == statusClientGone {
 		fastHangUp(ctx)
-		return statusClientGone
+		return f.status
 	}
-	p.log.Warn("upstream request failed",
-		"request_id", rid,
-		"service", rt.tg.hdrService[0],
-		"upstream", rt.tg.hdrUpstream[0],
-		"endpoint", rt.ep.addr, "err", err)
+	if f.close {
+		ctx.SetConnectionClose()
+	}
 	ctx.Response.Header.Set("X-Request-Id", rid)
-	status, title, detail := upstreamProblem(err)
-	fastProblem(ctx, status, title, detail)
-	return status
+	fastProblem(ctx, f.status, f.title, f.detail)
+	return f.status
 }
 
 // fastHangUp closes the client's connection without an answer (nginx's

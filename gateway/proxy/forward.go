@@ -631,51 +631,22 @@ func isEventStream(h http.Header) bool {
 	return len(ct) > 0 && strings.HasPrefix(ct[0], "text/event-stream")
 }
 
-// forwardError answers a request whose exchange failed before anything was
-// written to the client: 408 for a request body that stalled, 400 for one
-// that cannot be read, 504 for an endpoint's timeout, 499 (logged, nothing
-// sent) when the client went away, else 502. The cause of a 502 or 504 is
-// logged, never sent.
+// forwardError answers a request whose exchange on ep failed before
+// anything was written to the client, as exchangeFailure decides, and
+// returns the status counted.
 func (p *Proxy) forwardError(w http.ResponseWriter, r *http.Request, ep *endpoint, err error) int {
-	if cbe, ok := errors.AsType[clientBodyError](err); ok {
-		// Not the endpoint's failure: the client's body stalled (past the
-		// stall timeout, which also cancelled the request's context), does
-		// not parse (a bad chunk size, say), or ended early. Its
-		// connection cannot be read any further.
-		status, title, detail := http.StatusBadRequest, "Bad request body", "the request body could not be read"
-		if ne, ok := errors.AsType[net.Error](cbe.err); ok && ne.Timeout() {
-			status, title, detail = http.StatusRequestTimeout, "Request body stalled", "the request body stopped arriving"
-		} else if r.Context().Err() != nil {
-			return statusClientGone
-		}
-		w.Header()["X-Request-Id"] = r.Header["X-Request-Id"]
+	h := r.Header
+	f := p.exchangeFailure(err, func() bool { return r.Context().Err() != nil },
+		h.Get("X-Request-Id"), h.Get("X-Dwara-Service"), h.Get("X-Dwara-Upstream"), ep.addr)
+	if f.status == statusClientGone {
+		return f.status
+	}
+	w.Header()["X-Request-Id"] = h["X-Request-Id"]
+	if f.close {
 		w.Header()["Connection"] = []string{"close"}
-		writeProblem(w, status, title, detail)
-		return status
 	}
-	if r.Context().Err() != nil {
-		return statusClientGone
-	}
-	p.log.Warn("upstream request failed",
-		"request_id", r.Header.Get("X-Request-Id"),
-		"service", r.Header.Get("X-Dwara-Service"),
-		"upstream", r.Header.Get("X-Dwara-Upstream"),
-		"endpoint", ep.addr, "err", err)
-	w.Header()["X-Request-Id"] = r.Header["X-Request-Id"]
-	status, title, detail := upstreamProblem(err)
-	writeProblem(w, status, title, detail)
-	return status
-}
-
-// upstreamProblem is the answer to a request whose endpoint failed before
-// an answer: 504 for a timeout (the forwarding path's errUpstreamTimeout,
-// or a net.Error timeout of the standard library's transport), else 502.
-// It names neither the endpoint nor the error.
-func upstreamProblem(err error) (status int, title, detail string) {
-	if ne, ok := errors.AsType[net.Error](err); errors.Is(err, errUpstreamTimeout) || ok && ne.Timeout() {
-		return http.StatusGatewayTimeout, "Upstream timeout", "the upstream endpoint did not answer in time"
-	}
-	return http.StatusBadGateway, "Upstream unreachable", "the upstream endpoint could not be reached or failed"
+	writeProblem(w, f.status, f.title, f.detail)
+	return f.status
 }
 
 // dialError marks a connect timeout as errUpstreamTimeout.

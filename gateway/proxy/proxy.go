@@ -658,23 +658,19 @@ func (p *Proxy) logPanic(msg string, v any, args ...any) bool {
 	return true
 }
 
-// upstreamError answers a request whose upstream could not be reached or
-// failed mid-response with 502 problem+json; the error itself is logged, not
-// sent to the client.
+// upstreamError is the error handler of the standard library's reverse
+// proxy (upgrades, https endpoints): it answers as exchangeFailure decides
+// (the client gone: the request's context cancelled).
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, context.Canceled) {
-		// The client went away; nobody reads the answer.
-		w.WriteHeader(statusClientGone)
+	h := r.Header
+	f := p.exchangeFailure(err, func() bool { return errors.Is(err, context.Canceled) },
+		h.Get("X-Request-Id"), h.Get("X-Dwara-Service"), h.Get("X-Dwara-Upstream"), r.URL.Host)
+	if f.status == statusClientGone {
+		w.WriteHeader(statusClientGone) // nobody reads it
 		return
 	}
-	w.Header()["X-Request-Id"] = r.Header["X-Request-Id"]
-	p.log.Warn("upstream request failed",
-		"request_id", r.Header.Get("X-Request-Id"),
-		"service", r.Header.Get("X-Dwara-Service"),
-		"upstream", r.Header.Get("X-Dwara-Upstream"),
-		"url", r.URL.Redacted(), "err", err)
-	status, title, detail := upstreamProblem(err)
-	writeProblem(w, status, title, detail)
+	w.Header()["X-Request-Id"] = h["X-Request-Id"]
+	writeProblem(w, f.status, f.title, f.detail)
 }
 
 // requestID returns the request's X-Request-Id when it is 1..128 characters
