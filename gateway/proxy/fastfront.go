@@ -683,13 +683,7 @@ var errClientGone = errors.New("the client went away before the answer")
 // read to its end before the client is looked at, so the look never
 // competes with a read of the body.
 func (p *Proxy) fastTransmit(x *fastExchange, c *upConn, ep *endpoint, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
-	if body != nil {
-		sent = true
-		if err := p.writeBody(c, body, length, trailer); err != nil {
-			return sent, err
-		}
-	}
-	if err := c.bw.Flush(); err != nil {
+	if sent, err = p.writeRest(c, body, length, trailer); err != nil {
 		return sent, err
 	}
 	d := ep.pool.responseHeaderTimeout()

@@ -453,13 +453,7 @@ func namedIn(conn []string, k string) bool {
 // touched. On success the read deadline is still set: the caller reads the
 // answer header under it and clears it.
 func (p *Proxy) transmit(c *upConn, ep *endpoint, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
-	if body != nil {
-		sent = true
-		if err := p.writeBody(c, body, length, trailer); err != nil {
-			return sent, err
-		}
-	}
-	if err := c.bw.Flush(); err != nil {
+	if sent, err = p.writeRest(c, body, length, trailer); err != nil {
 		return sent, err
 	}
 	// Always set: a pooled connection may keep the deadline of its last
@@ -476,6 +470,19 @@ func (p *Proxy) transmit(c *upConn, ep *endpoint, body io.Reader, length int64, 
 		return sent, staleError{err}
 	}
 	return sent, nil
+}
+
+// writeRest sends the rest of a request whose head the caller has
+// written to c.bw: the body from body (none when nil), then flushes. sent
+// reports whether the body was touched.
+func (p *Proxy) writeRest(c *upConn, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
+	if body != nil {
+		sent = true
+		if err := p.writeBody(c, body, length, trailer); err != nil {
+			return sent, err
+		}
+	}
+	return sent, c.bw.Flush()
 }
 
 // writeBody streams a request body on c: as is when length is above 0,
