@@ -81,10 +81,10 @@ func TestAnswerHeadEnd(t *testing.T) {
 		}
 	}
 	big := "HTTP/1.1 200 OK\r\nX: " + strings.Repeat("a", 100) + "\r\n\r\n"
-	if _, err := bufferAnswerHead(bufio.NewReaderSize(strings.NewReader(big), 64)); err != errAnswerHeadTooLarge {
+	if _, err := bufferAnswerHead(bufio.NewReaderSize(strings.NewReader(big), 64), nil); err != errAnswerHeadTooLarge {
 		t.Errorf("a head over the buffer: %v, want errAnswerHeadTooLarge", err)
 	}
-	if n, err := bufferAnswerHead(bufio.NewReaderSize(iotestOneByte(big), 256)); err != nil || n != len(big) {
+	if n, err := bufferAnswerHead(bufio.NewReaderSize(iotestOneByte(big), 256), nil); err != nil || n != len(big) {
 		t.Errorf("a head a byte at a time: %d, %v; want %d", n, err, len(big))
 	}
 }

@@ -591,11 +591,8 @@ const maxInterimAnswers = 8
 // not take, is parsed from a copy with CRLF ones.
 func readAnswerHead(br *bufio.Reader, h *fasthttp.ResponseHeader, w *protocolWatch) error {
 	for n := 0; ; n++ {
-		size, err := bufferAnswerHead(br)
+		size, err := bufferAnswerHead(br, w)
 		if err != nil {
-			if err == errAnswerHeadTooLarge {
-				w.report(reasonHeadTooLarge)
-			}
 			return err
 		}
 		head, _ := br.Peek(size)

@@ -275,10 +275,7 @@ func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint) (resp *http.Respo
 	for {
 		// The head is buffered whole first: one over maxAnswerHead is a
 		// 502, as on the other fronts (Go's parser has no limit).
-		_, err = bufferAnswerHead(c.br)
-		if err == errAnswerHeadTooLarge {
-			ep.pool.watch.report(reasonHeadTooLarge)
-		}
+		_, err = bufferAnswerHead(c.br, ep.pool.watch)
 		if err == nil {
 			resp, err = http.ReadResponse(c.br, r)
 		}

@@ -598,8 +598,11 @@ func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 			return false, staleError{err}
 		}
 		for {
-			var err error
-			if resp, err = http.ReadResponse(c.br, &j.req); err != nil {
+			_, err := bufferAnswerHead(c.br, ep.pool.watch)
+			if err == nil {
+				resp, err = http.ReadResponse(c.br, &j.req)
+			}
+			if err != nil {
 				if isNetTimeout(err) {
 					err = errUpstreamTimeout
 				}

@@ -120,16 +120,17 @@ func answerHeadEnd(b []byte) int {
 }
 
 // bufferAnswerHead reads from br until it holds a whole answer head, and
-// returns its length: errAnswerHeadTooLarge when the head does not fit
-// br's buffer (maxAnswerHead), or the read's error. Reads happen under
-// the connection's read deadline.
-func bufferAnswerHead(br *bufio.Reader) (int, error) {
+// returns its length: errAnswerHeadTooLarge (counted in w) when the head
+// does not fit br's buffer (maxAnswerHead), or the read's error. Reads
+// happen under the connection's read deadline.
+func bufferAnswerHead(br *bufio.Reader, w *protocolWatch) (int, error) {
 	for {
 		b, _ := br.Peek(br.Buffered())
 		if n := answerHeadEnd(b); n >= 0 {
 			return n, nil
 		}
 		if len(b) >= br.Size() {
+			w.report(reasonHeadTooLarge)
 			return 0, errAnswerHeadTooLarge
 		}
 		if _, err := br.Peek(len(b) + 1); err != nil {
