@@ -123,7 +123,7 @@ http {
             proxy_set_header X-Request-Id $request_id;
             proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
             proxy_set_header X-Forwarded-Proto $scheme;
-            proxy_set_header X-Forwarded-Host $host;
+            proxy_set_header X-Forwarded-Host $http_host;
             proxy_set_header X-Dwara-Service bench;
             proxy_set_header X-Dwara-Upstream $canary_split;
             proxy_set_header X-Dwara-Generation 1;
