@@ -15,7 +15,7 @@ func testConf() proxyConf {
 		CanaryPercent: 5,
 		Dir:           "/tmp/dwara-bench-compare-x/round1-get-nginx",
 		User:          "root root",
-		Workload:      workloadNamed("get"),
+		Workload:      mustWorkload("get"),
 		Cert: certFiles{
 			Cert:     "/tmp/dwara-bench-compare-x/tls/cert.pem",
 			Key:      "/tmp/dwara-bench-compare-x/tls/key.pem",
@@ -24,13 +24,13 @@ func testConf() proxyConf {
 	}
 }
 
-// workloadNamed returns the workload called name.
-func workloadNamed(name string) workload {
-	ws, err := parseWorkloads(name)
-	if err != nil || len(ws) != 1 {
+// mustWorkload returns the workload called name.
+func mustWorkload(name string) workload {
+	w, ok := workloadNamed(name)
+	if !ok {
 		panic("no workload " + name)
 	}
-	return ws[0]
+	return w
 }
 
 // TestRenderGolden: every configuration for workload get as
@@ -116,7 +116,7 @@ func TestRenderSendsDwarasRequestFields(t *testing.T) {
 	}
 	for _, w := range []string{"tls", "h2"} {
 		c := testConf()
-		c.Workload = workloadNamed(w)
+		c.Workload = mustWorkload(w)
 		got, _ := render("haproxy", c)
 		if !strings.Contains(string(got), "set-header X-Forwarded-Proto https") {
 			t.Errorf("haproxy for %s does not send X-Forwarded-Proto https", w)
@@ -141,7 +141,7 @@ func TestRenderTLS(t *testing.T) {
 		{"haproxy", "get", []string{"bind 127.0.0.1:40000\n"}, []string{"ssl"}},
 	} {
 		c := testConf()
-		c.Workload = workloadNamed(tt.workload)
+		c.Workload = mustWorkload(tt.workload)
 		got, err := render(tt.conf, c)
 		if err != nil {
 			t.Fatal(err)
@@ -158,7 +158,7 @@ func TestRenderTLS(t *testing.T) {
 		}
 	}
 	c := testConf()
-	c.Workload = workloadNamed("tls")
+	c.Workload = mustWorkload("tls")
 	c.Cert = certFiles{}
 	if _, err := render("nginx", c); err == nil {
 		t.Error("render of a TLS workload without certificate files succeeded")

@@ -237,6 +237,11 @@ func writeTable(w io.Writer, sums []summary) error {
 		"# *-sticky: the load generator sends no cookie, so every request is a new session: each answer sets a cookie\n"+
 		"#   and nothing is ever pinned; this measures the first request of a session, not a sticky steady state.\n")
 	for _, s := range sums {
+		if wl, ok := workloadNamed(s.Workload); ok && s.Contestant == "direct" && wl.noCeiling != "" {
+			fmt.Fprintf(w, "# direct is no ceiling in %s:\n#   %s.\n", wl.name, wl.noCeiling)
+		}
+	}
+	for _, s := range sums {
 		for _, m := range s.Missing {
 			fmt.Fprintf(w, "# MISSING %s %s %s\n", s.Workload, s.Contestant, m)
 		}

@@ -58,6 +58,7 @@ func sampleRows() []row {
 		rows[i].Workload = "get"
 	}
 	return append(rows,
+		row{Round: 1, Slot: 3, Workload: "newconn", Contestant: "direct", RPS: 3000, P50: 9 * ms, P99: 30 * ms, Requests: 30000, CPU: 3 * time.Second, Stable: 30000},
 		row{Round: 1, Slot: 1, Workload: "post4k", Contestant: "dwara", RPS: 6000, P50: 4 * ms, P99: 12 * ms, Requests: 60000, CPU: 3 * time.Second, Stable: 57000, Canary: 3000, Split: true},
 		row{Round: 1, Slot: 2, Workload: "post4k", Contestant: "nginx", RPS: 5000, P50: 5 * ms, P99: 10 * ms, Requests: 50000, CPU: 3 * time.Second, Stable: 47500, Canary: 2500, Split: true},
 	)
@@ -123,7 +124,7 @@ func TestSummarize(t *testing.T) {
 func TestWriteTable(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
-	if err := writeTable(&b, summarize([]string{"get", "post4k"}, []string{"direct", "nginx", "dwara"}, sampleRows())); err != nil {
+	if err := writeTable(&b, summarize([]string{"get", "post4k", "newconn"}, []string{"direct", "nginx", "dwara"}, sampleRows())); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -133,10 +134,14 @@ func TestWriteTable(t *testing.T) {
 		"# MISSING get nginx round 3: nginx refused its configuration",
 		"# ERRORS get dwara: the load generator counted 3 errors",
 		"every request is a new session",
+		"# direct is no ceiling in newconn:\n#   the upstream (Go's net/http) accepts",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q", want)
 		}
+	}
+	if strings.Contains(out, "no ceiling in get") {
+		t.Error("direct of get is called no ceiling")
 	}
 	golden(t, "table.txt", b.Bytes())
 }

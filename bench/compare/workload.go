@@ -26,6 +26,8 @@ type workload struct {
 	bigAnswers bool
 	// bigBuffers: payloads over HAProxy's stock 16 KiB buffer.
 	bigBuffers bool
+	// noCeiling, when not empty, says why direct is no ceiling for w.
+	noCeiling string
 }
 
 // workloads lists every workload, in the order of the table.
@@ -35,9 +37,11 @@ var workloads = []workload{
 	{name: "get256k", desc: "GET /bytes/262144 (256 KiB answer), keep-alive", path: "/bytes/262144", bigAnswers: true, bigBuffers: true},
 	{name: "post4k", desc: "POST / with a 4 KiB body (read and discarded upstream), keep-alive", path: "/", postBytes: 4 << 10},
 	{name: "post1m", desc: "POST / with a 1 MiB body (read and discarded upstream), keep-alive", path: "/", postBytes: 1 << 20, bigBuffers: true},
-	{name: "newconn", desc: "GET / with Connection: close, a new TCP connection per request", path: "/", connClose: true},
+	{name: "newconn", desc: "GET / with Connection: close, a new TCP connection per request", path: "/", connClose: true,
+		noCeiling: "the upstream (Go's net/http) accepts and closes every connection itself; a proxy does that in its own front and reuses pooled upstream connections"},
 	{name: "tls", desc: "GET / over TLS 1.3, HTTP/1.1 keep-alive, self-signed ECDSA P-256 certificate", path: "/", tls: true},
-	{name: "h2", desc: "GET / over TLS 1.3, HTTP/2 (ALPN h2), self-signed ECDSA P-256 certificate", path: "/", tls: true, h2: true},
+	{name: "h2", desc: "GET / over TLS 1.3, HTTP/2 (ALPN h2), self-signed ECDSA P-256 certificate", path: "/", tls: true, h2: true,
+		noCeiling: "the upstream serves HTTP/2 itself (Go's net/http); a proxy does that in its own front and speaks HTTP/1.1 upstream"},
 }
 
 // scheme is the URL scheme the contestant is loaded over.
@@ -54,6 +58,15 @@ func (w workload) loadGen() string {
 		return "h2load"
 	}
 	return "wrk"
+}
+
+// workloadNamed returns the workload called name, if there is one.
+func workloadNamed(name string) (workload, bool) {
+	i := slices.IndexFunc(workloads, func(w workload) bool { return w.name == name })
+	if i < 0 {
+		return workload{}, false
+	}
+	return workloads[i], true
 }
 
 // workloadNames returns the names of every workload, in order.

@@ -64,7 +64,7 @@ func TestWorkloadRequests(t *testing.T) {
 		{"tls", "https", "/", "wrk", 0, nil},
 		{"h2", "https", "/", "h2load", 0, nil},
 	} {
-		w := workloadNamed(tt.name)
+		w := mustWorkload(tt.name)
 		if w.scheme() != tt.scheme || w.path != tt.path || w.loadGen() != tt.gen || w.postBytes != tt.post || !slices.Equal(w.wrkArgs(), tt.args) {
 			t.Errorf("%s: %s %s via %s, post %d, args %q; want %s %s via %s, post %d, args %q", tt.name,
 				w.scheme(), w.path, w.loadGen(), w.postBytes, w.wrkArgs(), tt.scheme, tt.path, tt.gen, tt.post, tt.args)
@@ -103,13 +103,13 @@ Available multiplexer protocols :
 		t.Errorf("without OpenSSL: %+v", got)
 	}
 	b := &bench{haproxy: haproxyCaps{TLS: true}}
-	if why := b.skipReason(lookup("haproxy"), workloadNamed("h2")); why == "" {
+	if why := b.skipReason(lookup("haproxy"), mustWorkload("h2")); why == "" {
 		t.Error("haproxy without h2 is not skipped for h2")
 	}
-	if why := b.skipReason(lookup("haproxy-sticky"), workloadNamed("tls")); why != "" {
+	if why := b.skipReason(lookup("haproxy-sticky"), mustWorkload("tls")); why != "" {
 		t.Errorf("haproxy with TLS skipped for tls: %s", why)
 	}
-	if why := (&bench{}).skipReason(lookup("dwara"), workloadNamed("h2")); why != "" {
+	if why := (&bench{}).skipReason(lookup("dwara"), mustWorkload("h2")); why != "" {
 		t.Errorf("dwara skipped for h2: %s", why)
 	}
 }
