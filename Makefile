@@ -87,8 +87,9 @@ clean:
 	rm -rf bin
 
 # Side-by-side benchmark: direct, nginx, HAProxy and dwara doing the same
-# canary split on 127.0.0.1 (bench/README.md). Knobs as variables or
-# environment: ROUNDS DURATION CONNECTIONS CANARY_PERCENT DWARA_BIN CONTESTANTS.
+# canary split on 127.0.0.1, over a matrix of workloads (bench/README.md).
+# Knobs as variables or environment: ROUNDS DURATION WARMUP CONNECTIONS
+# CANARY_PERCENT DWARA_BIN CONTESTANTS WORKLOADS H2_CLIENTS H2_STREAMS.
 .PHONY: bench-compare
 bench-compare: build
 	$(GO) build -o bin/bench-compare ./bench/compare

@@ -8,7 +8,9 @@
 #   CONTESTANT_NAME=dwara CONTESTANT_CMD="$PWD/bench/contestant.sh" path/to/bench/run.sh
 #
 # Environment (set by the harness): CONTESTANT_PORT, STABLE_PORTS,
-# CANARY_PORTS, CANARY_PERCENT, BENCH_WORKDIR. DWARA_BIN overrides the binary.
+# CANARY_PORTS, CANARY_PERCENT, BENCH_WORKDIR, and for its TLS workloads
+# (WORKLOAD=tls, h2) TLS_CERT and TLS_KEY, which dwara then serves TLS with.
+# DWARA_BIN overrides the binary.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${DWARA_BIN:-$here/../bin/dwara}
@@ -30,5 +32,7 @@ services:
         - {upstream: stable, weight: $((100 - CANARY_PERCENT))}
         - {upstream: canary, weight: $CANARY_PERCENT}
 YAML
+tls=()
+if [[ -n ${TLS_CERT:-} ]]; then tls=(--tls-cert "$TLS_CERT" --tls-key "$TLS_KEY"); fi
 DWARA_LOG_LEVEL=${DWARA_LOG_LEVEL:-warn} exec "$bin" gateway --config "$spec" \
-	--listen "127.0.0.1:$CONTESTANT_PORT" --metrics-listen 127.0.0.1:0
+	--listen "127.0.0.1:$CONTESTANT_PORT" --metrics-listen 127.0.0.1:0 ${tls[@]+"${tls[@]}"}

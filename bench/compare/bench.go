@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -27,8 +28,19 @@ type bench struct {
 	pools     pools
 	upstreams []*proc // stable[0], stable[1], canary[0], canary[1]
 	wrk       wrkLoad
-	versions  string
-	logf      func(string, ...any)
+	h2        h2Load
+	scripts   map[string]string // workload name -> path of its wrk script
+	// cert is the run's self-signed certificate, made when a workload is
+	// served over TLS; tlsClient trusts it; directTLS is the first stable
+	// upstream's TLS port, which direct is loaded on for those workloads.
+	cert      certFiles
+	tlsClient *http.Client
+	directTLS int
+	// haproxy says what the installed HAProxy can serve.
+	haproxy  haproxyCaps
+	versions string
+	logf     func(string, ...any)
+	logs     int // h2load log files written, for their names
 }
 
 // run runs the whole comparison and prints the table to stdout; progress
@@ -68,42 +80,68 @@ func run(ctx context.Context, k knobs, stdout, stderr io.Writer) (err error) {
 	runID := start.UTC().Format("20060102T150405Z")
 	logf("raw rows: %s", k.ResultsTSV)
 
+	// Which contestants run which workload; what cannot run is reported
+	// below the table.
+	var skipped []string
+	runs := map[string][]string{} // workload -> contestants
+	for _, w := range k.Workloads {
+		for _, name := range k.Contestants {
+			if why := b.skipReason(lookup(name), w); why != "" {
+				skipped = append(skipped, fmt.Sprintf("%s %s: %s", w.name, name, why))
+				continue
+			}
+			runs[w.name] = append(runs[w.name], name)
+		}
+	}
+	for _, s := range skipped {
+		logf("skipped: %s", s)
+	}
+
 	rng := rand.New(rand.NewPCG(k.Seed, k.Seed^0x9e3779b97f4a7c15))
 	var rows []row
 	var orders []string
 rounds:
 	for round := 1; round <= k.Rounds; round++ {
-		order := slices.Clone(k.Contestants)
-		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		orders = append(orders, fmt.Sprintf("round %d: %s", round, strings.Join(order, " ")))
-		logf("round %d/%d, order: %s", round, k.Rounds, strings.Join(order, " "))
-		for slot, name := range order {
-			if ctx.Err() != nil {
-				break rounds
-			}
-			r := b.measure(ctx, lookup(name), round, slot+1)
-			if ctx.Err() != nil {
-				break rounds // an interrupted measurement is no measurement
-			}
-			rows = append(rows, r)
-			if err := writeTSV(tsv, runID, k.Seed, []row{r}); err != nil {
-				return err
-			}
-			if r.Missing != "" {
-				logf("   %s: MISSING: %s", name, r.Missing)
-			} else {
-				logf("   %s: %.0f req/s, p50 %.2f ms, p99 %.2f ms, %.3f CPU s/10k, canary %s%% %s",
-					name, r.RPS, ms(r.P50), ms(r.P99), r.cpuPer10k(), num(r.canaryPercent(), 2), r.Note)
-			}
-			if err := sleepCtx(ctx, settle); err != nil {
-				break rounds
+		for _, w := range k.Workloads {
+			order := slices.Clone(runs[w.name])
+			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			orders = append(orders, fmt.Sprintf("round %d %s: %s", round, w.name, strings.Join(order, " ")))
+			logf("round %d/%d, workload %s, order: %s", round, k.Rounds, w.name, strings.Join(order, " "))
+			for slot, name := range order {
+				if ctx.Err() != nil {
+					break rounds
+				}
+				r := b.measure(ctx, lookup(name), w, round, slot+1)
+				if ctx.Err() != nil {
+					break rounds // an interrupted measurement is no measurement
+				}
+				rows = append(rows, r)
+				if err := writeTSV(tsv, runID, k.Seed, []row{r}); err != nil {
+					return err
+				}
+				if r.Missing != "" {
+					logf("   %s %s: MISSING: %s", w.name, name, r.Missing)
+				} else {
+					logf("   %s %s: %.0f req/s, p50 %.2f ms, p99 %.2f ms, %.1f CPU us/req, canary %s%% %s",
+						w.name, name, r.RPS, ms(r.P50), ms(r.P99), r.cpuPerReq(), num(r.canaryPercent(), 2), r.Note)
+				}
+				if err := sleepCtx(ctx, settle); err != nil {
+					break rounds
+				}
 			}
 		}
 	}
 
 	b.header(stdout, start, orders)
-	if err := writeTable(stdout, summarize(k.Contestants, rows)); err != nil {
+	var wnames []string
+	for _, w := range k.Workloads {
+		wnames = append(wnames, w.name)
+	}
+	if err := writeTable(stdout, summarize(wnames, k.Contestants, rows)); err != nil {
 		return err
+	}
+	for _, s := range skipped {
+		fmt.Fprintf(stdout, "# SKIPPED %s\n", s)
 	}
 	fmt.Fprintf(stdout, "# raw rows (TSV): %s\n", k.ResultsTSV)
 
@@ -122,10 +160,17 @@ rounds:
 	return nil
 }
 
-// prepare finds (or installs) the tools, writes the wrk script and starts
-// the upstreams.
+// prepare finds (or installs) the tools, writes the wrk scripts, makes the
+// certificate when a workload needs TLS and starts the upstreams.
 func (b *bench) prepare(ctx context.Context) error {
-	need := []string{"wrk"}
+	var need []string
+	anyTLS := false
+	for _, w := range b.k.Workloads {
+		if t := w.loadGen(); !slices.Contains(need, t) {
+			need = append(need, t)
+		}
+		anyTLS = anyTLS || w.tls
+	}
 	dwara := false
 	for _, name := range b.k.Contestants {
 		switch t := lookup(name).tool; t {
@@ -151,14 +196,40 @@ func (b *bench) prepare(ctx context.Context) error {
 	}
 	b.bins = bins
 	b.versions = b.toolVersions(ctx)
-
-	script := filepath.Join(b.dir, "report.lua")
-	if err := os.WriteFile(script, []byte(wrkScript), 0o644); err != nil {
-		return fmt.Errorf("wrk script: %w", err)
+	if p, ok := bins["haproxy"]; ok && anyTLS {
+		out, err := b.ps.run(ctx, 5*time.Second, "haproxy -vv", nil, p, "-vv")
+		if err != nil {
+			b.logf("haproxy -vv failed (%v): taking it to have no TLS", err)
+		}
+		b.haproxy = parseHAProxyCaps(out)
 	}
-	b.wrk = wrkLoad{Bin: bins["wrk"], Script: script, Threads: b.k.Threads, Connections: b.k.Connections}
 
-	ports := make([]int, 4)
+	b.scripts = map[string]string{}
+	for _, w := range b.k.Workloads {
+		if w.h2 {
+			continue
+		}
+		script := filepath.Join(b.dir, "wrk-"+w.name+".lua")
+		if err := os.WriteFile(script, []byte(w.wrkScript()), 0o644); err != nil {
+			return fmt.Errorf("wrk script: %w", err)
+		}
+		b.scripts[w.name] = script
+	}
+	b.wrk = wrkLoad{Bin: bins["wrk"], Threads: b.k.Threads, Connections: b.k.Connections}
+	b.h2 = h2Load{Bin: bins["h2load"], Threads: b.k.Threads, Clients: b.k.H2Clients, Streams: b.k.H2Streams}
+
+	if anyTLS {
+		if b.cert, err = makeCert(filepath.Join(b.dir, "tls"), time.Now()); err != nil {
+			return err
+		}
+		b.tlsClient = tlsClient(b.cert.pool)
+		b.logf("self-signed ECDSA P-256 certificate for %s: %s", loopback, b.cert.Cert)
+	}
+
+	ports := make([]int, 4, 5) // and the TLS port of the first, when needed
+	if anyTLS {
+		ports = ports[:5]
+	}
 	for i := range ports {
 		p, err := freePort()
 		if err != nil {
@@ -172,38 +243,69 @@ func (b *bench) prepare(ctx context.Context) error {
 		ports[i] = p
 	}
 	b.pools = pools{Stable: [2]int{ports[0], ports[1]}, Canary: [2]int{ports[2], ports[3]}}
-	for i, port := range ports {
+	for i, port := range ports[:4] {
 		pool := "stable"
 		if i >= 2 {
 			pool = "canary"
 		}
-		p, err := b.ps.start(fmt.Sprintf("upstream %s %d", pool, port), nil, nil,
-			b.k.UpstreamBin, "-listen", fmt.Sprintf("%s:%d", loopback, port), "-pool", pool)
+		argv := []string{b.k.UpstreamBin, "-listen", fmt.Sprintf("%s:%d", loopback, port), "-pool", pool}
+		if i == 0 && anyTLS {
+			b.directTLS = ports[4]
+			argv = append(argv, "-tls-listen", fmt.Sprintf("%s:%d", loopback, b.directTLS), "-cert", b.cert.Cert, "-key", b.cert.Key)
+		}
+		p, err := b.ps.start(fmt.Sprintf("upstream %s %d", pool, port), nil, nil, argv...)
 		if err != nil {
 			return err
 		}
 		b.upstreams = append(b.upstreams, p)
 	}
-	for i, port := range ports {
-		if err := waitReady(ctx, port, "/healthz", b.upstreams[i]); err != nil {
+	for i, port := range ports[:4] {
+		if err := waitReady(ctx, client, localURL(port, "/healthz"), b.upstreams[i]); err != nil {
 			return fmt.Errorf("upstream on %s did not come up: %w", localURL(port, "/"), err)
 		}
 	}
-	b.logf("upstreams up on 127.0.0.1: stable %d %d, canary %d %d", ports[0], ports[1], ports[2], ports[3])
+	tlsNote := ""
+	if anyTLS {
+		url := schemeURL("https", b.directTLS, "/healthz")
+		if err := waitReady(ctx, b.tlsClient, url, b.upstreams[0]); err != nil {
+			return fmt.Errorf("upstream on %s did not come up: %w", url, err)
+		}
+		tlsNote = fmt.Sprintf("; the first also over TLS on %d", b.directTLS)
+	}
+	b.logf("upstreams up on 127.0.0.1: stable %d %d, canary %d %d%s", ports[0], ports[1], ports[2], ports[3], tlsNote)
 	return nil
 }
 
-// measure runs one contestant once: start, wait until ready, warm up
-// (discarded), measure while reading CPU times and upstream counts around
-// the run, check stickiness, stop. A failure is reported in the row's
-// Missing, never as an error.
-func (b *bench) measure(ctx context.Context, c contestant, round, slot int) row {
-	r := row{Round: round, Slot: slot, Contestant: c.name, Split: c.tool != ""}
+// clientFor returns the client of the benchmark's own requests to a
+// contestant serving w.
+func (b *bench) clientFor(w workload) *http.Client {
+	if w.tls {
+		return b.tlsClient
+	}
+	return client
+}
+
+// load runs w's load generator against the contestant on port for d.
+func (b *bench) load(ctx context.Context, w workload, port int, d time.Duration) (wrkResult, error) {
+	url := schemeURL(w.scheme(), port, w.path)
+	if w.h2 {
+		b.logs++
+		return b.h2.run(ctx, b.ps, url, filepath.Join(b.dir, fmt.Sprintf("h2load-%d.log", b.logs)), d)
+	}
+	return b.wrk.run(ctx, b.ps, url, b.scripts[w.name], w.wrkArgs(), d)
+}
+
+// measure runs one contestant once on workload w: start, wait until
+// ready, warm up (discarded), measure while reading CPU times and upstream
+// counts around the run, check stickiness, stop. A failure is reported in
+// the row's Missing, never as an error.
+func (b *bench) measure(ctx context.Context, c contestant, w workload, round, slot int) row {
+	r := row{Round: round, Slot: slot, Workload: w.name, Contestant: c.name, Split: c.tool != ""}
 	fail := func(err error) row {
-		r = row{Round: round, Slot: slot, Contestant: c.name, Split: r.Split, Missing: err.Error()}
+		r = row{Round: round, Slot: slot, Workload: w.name, Contestant: c.name, Split: r.Split, Missing: err.Error()}
 		return r
 	}
-	port, p, err := b.launch(ctx, c, round)
+	port, p, err := b.launch(ctx, c, w, round)
 	if err != nil {
 		return fail(err)
 	}
@@ -211,7 +313,7 @@ func (b *bench) measure(ctx context.Context, c contestant, round, slot int) row 
 		defer b.ps.stop(p)
 	}
 	if b.k.Warmup > 0 {
-		if _, err := b.wrk.run(ctx, b.ps, port, b.k.Warmup); err != nil {
+		if _, err := b.load(ctx, w, port, b.k.Warmup); err != nil {
 			return fail(fmt.Errorf("warm-up: %w", err))
 		}
 	}
@@ -228,7 +330,7 @@ func (b *bench) measure(ctx context.Context, c contestant, round, slot int) row 
 	if err != nil {
 		return fail(err)
 	}
-	res, err := b.wrk.run(ctx, b.ps, port, b.k.Duration)
+	res, err := b.load(ctx, w, port, b.k.Duration)
 	if err != nil {
 		return fail(fmt.Errorf("measured run: %w", err))
 	}
@@ -254,10 +356,10 @@ func (b *bench) measure(ctx context.Context, c contestant, round, slot int) row 
 	r.Stable, r.Canary = s1-s0, c1-c0
 	var notes []string
 	if res.Errors > 0 {
-		notes = append(notes, fmt.Sprintf("wrk errors %d (non-2xx/3xx %d)", res.Errors, res.ErrStatus))
+		notes = append(notes, fmt.Sprintf("%s errors %d (non-2xx/3xx %d)", w.loadGen(), res.Errors, res.ErrStatus))
 	}
 	if c.cookie != "" {
-		note, err := stickyCheck(ctx, port, c.cookie, 10)
+		note, err := stickyCheck(ctx, b.clientFor(w), schemeURL(w.scheme(), port, "/"), c.cookie, 10)
 		if err != nil {
 			note = err.Error()
 		}
@@ -287,8 +389,19 @@ func (b *bench) header(w io.Writer, start time.Time, orders []string) {
 	fmt.Fprintf(w, "\n# dwara bench-compare, %s, took %s\n", start.UTC().Format("2006-01-02 15:04 UTC"), time.Since(start).Round(time.Second))
 	fmt.Fprintf(w, "# host: %d CPUs, Linux %s, load avg at the end %s\n", runtime.NumCPU(), strings.TrimSpace(string(kernel)), strings.Join(strings.Fields(string(load))[:3], " "))
 	fmt.Fprintf(w, "# %s\n", b.versions)
-	fmt.Fprintf(w, "# wrk -t%d -c%d -d%ds after a %s warm-up (discarded); canary %d%%; %d rounds, seed %d (SEED=%d repeats the orders)\n",
-		b.k.Threads, b.k.Connections, int(b.k.Duration/time.Second), b.k.Warmup, b.k.CanaryPercent, b.k.Rounds, b.k.Seed, b.k.Seed)
+	secs := int(b.k.Duration / time.Second)
+	for _, wl := range b.k.Workloads {
+		gen := fmt.Sprintf("wrk -t%d -c%d -d%ds", b.k.Threads, b.k.Connections, secs)
+		if wl.connClose {
+			gen += " -H 'Connection: close'"
+		}
+		if wl.h2 {
+			gen = fmt.Sprintf("h2load -t%d -c%d -m%d -D %d", b.h2.threads(), b.k.H2Clients, b.k.H2Streams, secs)
+		}
+		fmt.Fprintf(w, "# workload %s: %s; %s %s\n", wl.name, wl.desc, gen, wl.scheme()+"://127.0.0.1:PORT"+wl.path)
+	}
+	fmt.Fprintf(w, "# each after a %s warm-up (discarded); canary %d%%; %d rounds, seed %d (SEED=%d repeats the orders)\n",
+		b.k.Warmup, b.k.CanaryPercent, b.k.Rounds, b.k.Seed, b.k.Seed)
 	for _, o := range orders {
 		fmt.Fprintf(w, "#   %s\n", o)
 	}
@@ -298,9 +411,13 @@ func (b *bench) header(w io.Writer, start time.Time, orders []string) {
 // toolVersions lists the versions of the tools in use.
 func (b *bench) toolVersions(ctx context.Context) string {
 	var vs []string
-	for _, tool := range []string{"nginx", "haproxy", "wrk"} {
+	for _, tool := range []string{"nginx", "haproxy", "wrk", "h2load"} {
 		if p, ok := b.bins[tool]; ok {
-			vs = append(vs, tool+" "+toolVersion(ctx, b.ps, p, "-v"))
+			arg := "-v"
+			if tool == "h2load" {
+				arg = "--version"
+			}
+			vs = append(vs, tool+" "+toolVersion(ctx, b.ps, p, arg))
 		}
 	}
 	vs = append(vs, "go "+runtime.Version())

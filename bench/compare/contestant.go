@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 )
 
@@ -54,22 +55,28 @@ func contestantNames(all bool) []string {
 	return names
 }
 
-// launch starts c on a fresh port in a directory of its own under b.dir
-// and waits until GET / answers 200. For direct it starts nothing and
-// returns the first stable upstream's port and process.
-func (b *bench) launch(ctx context.Context, c contestant, round int) (int, *proc, error) {
+// launch starts c, configured for workload w, on a fresh port in a
+// directory of its own under b.dir and waits until GET / answers 200 (over
+// https for a TLS workload). For direct it starts nothing and returns the
+// first stable upstream's port (its TLS port for a TLS workload) and
+// process.
+func (b *bench) launch(ctx context.Context, c contestant, w workload, round int) (int, *proc, error) {
 	if c.tool == "" {
+		if w.tls {
+			return b.directTLS, b.upstreams[0], nil
+		}
 		return b.pools.Stable[0], b.upstreams[0], nil
 	}
 	port, err := freePort()
 	if err != nil {
 		return 0, nil, err
 	}
-	dir := filepath.Join(b.dir, fmt.Sprintf("round%d-%s", round, c.name))
+	dir := filepath.Join(b.dir, fmt.Sprintf("round%d-%s-%s", round, w.name, c.name))
 	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
 		return 0, nil, fmt.Errorf("launch %s: %w", c.name, err)
 	}
-	conf := proxyConf{Listen: port, Pools: b.pools, CanaryPercent: b.k.CanaryPercent, Dir: dir, User: nginxUser()}
+	conf := proxyConf{Listen: port, Pools: b.pools, CanaryPercent: b.k.CanaryPercent, Dir: dir, User: nginxUser(),
+		Workload: w, Cert: b.cert}
 	text, err := render(c.conf, conf)
 	if err != nil {
 		return 0, nil, err
@@ -91,6 +98,9 @@ func (b *bench) launch(ctx context.Context, c contestant, round int) (int, *proc
 		file := filepath.Join(dir, "spec.yaml")
 		argv = []string{b.k.DwaraBin, "gateway", "--config", file,
 			"--listen", loopback + ":" + strconv.Itoa(port), "--metrics-listen", loopback + ":0"}
+		if w.tls {
+			argv = append(argv, "--tls-cert", b.cert.Cert, "--tls-key", b.cert.Key)
+		}
 		argv = append(argv, c.args...)
 		env = []string{"DWARA_LOG_LEVEL=warn", "DWARA_DATABASE_URL="}
 		err = os.WriteFile(file, text, 0o644)
@@ -109,9 +119,10 @@ func (b *bench) launch(ctx context.Context, c contestant, round int) (int, *proc
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := waitReady(ctx, port, "/", p); err != nil {
+	url := schemeURL(w.scheme(), port, "/")
+	if err := waitReady(ctx, b.clientFor(w), url, p); err != nil {
 		b.ps.stop(p)
-		return 0, nil, fmt.Errorf("%s did not come up on %s: %w", c.name, localURL(port, "/"), err)
+		return 0, nil, fmt.Errorf("%s did not come up on %s: %w", c.name, url, err)
 	}
 	return port, p, nil
 }
@@ -132,4 +143,36 @@ func nginxUser() string {
 		return u.Username
 	}
 	return u.Username + " " + g.Name
+}
+
+// haproxyCaps is what the installed HAProxy can serve besides plain HTTP.
+type haproxyCaps struct {
+	TLS bool // built with OpenSSL
+	H2  bool // and with an HTTP/2 front-end mux
+}
+
+var (
+	haproxyOpenSSL = regexp.MustCompile(`USE_OPENSSL=1|\+OPENSSL|Built with OpenSSL`)
+	haproxyH2FE    = regexp.MustCompile(`(?m)^\s*h2 : mode=HTTP.*side=[A-Z|]*FE`)
+)
+
+// parseHAProxyCaps reads the output of `haproxy -vv`.
+func parseHAProxyCaps(vv []byte) haproxyCaps {
+	tls := haproxyOpenSSL.Match(vv)
+	return haproxyCaps{TLS: tls, H2: tls && haproxyH2FE.Match(vv)}
+}
+
+// skipReason says why contestant c cannot run workload w here, or "" when
+// it can.
+func (b *bench) skipReason(c contestant, w workload) string {
+	if c.tool != "haproxy" {
+		return ""
+	}
+	switch {
+	case w.tls && !b.haproxy.TLS:
+		return "this haproxy is built without OpenSSL (no TLS)"
+	case w.h2 && !b.haproxy.H2:
+		return "this haproxy has no HTTP/2 front-end"
+	}
+	return ""
 }

@@ -1,17 +1,20 @@
 // Command compare is dwara's side-by-side benchmark (`make bench-compare`):
 // the same 95/5 stable/canary split done by nginx, HAProxy and dwara, plus
-// wrk straight at an upstream, and a sticky-session variant of HAProxy and
-// dwara, all on 127.0.0.1.
+// the load generator straight at an upstream, and a sticky-session variant
+// of HAProxy and dwara, all on 127.0.0.1, over a matrix of workloads (small
+// GET, 16 KiB and 256 KiB answers, 4 KiB and 1 MiB POST bodies, a new
+// connection per request, HTTP/1.1 over TLS, HTTP/2).
 //
 // Four upstreams (bench/upstream: two stable, two canary) are started once.
-// Each round runs every contestant in a fresh shuffled order: start it on a
-// free port, wait until GET / answers 200, warm up with wrk (discarded),
-// then measure `wrk -t2 -c64 -d10s` while reading, from /proc, the CPU time
-// of the contestant's process group and, from the upstreams' /stats, how
-// many requests each pool served; stop it. The table gives, per contestant,
-// the min/median/max over rounds of each metric as a ratio to nginx in the
-// same round, plus absolute medians and the realised canary share. The raw
-// rows go to a TSV file.
+// Each round runs, for each workload, every contestant in a fresh shuffled
+// order: start it on a free port configured for the workload, wait until
+// GET / answers 200, warm up (discarded), then measure (`wrk -t2 -c64
+// -d10s`, or h2load for HTTP/2) while reading, from /proc, the CPU time of
+// the contestant's process group and, from the upstreams' /stats, how many
+// requests each pool served; stop it. The table gives, per workload and
+// contestant, the min/median/max over rounds of each metric as a ratio to
+// nginx on the same workload in the same round, plus absolute medians and
+// the realised canary share. The raw rows go to a TSV file.
 //
 // Every process it starts (upstreams, proxies, wrk, apt-get) runs in a
 // process group of its own and is stopped by that group's id when it is no
@@ -65,7 +68,10 @@ type knobs struct {
 	CanaryPercent int
 	DwaraBin      string
 	UpstreamBin   string
-	Contestants   []string // in table order
+	Contestants   []string   // in table order
+	Workloads     []workload // in table order
+	H2Clients     int        // h2load -c
+	H2Streams     int        // h2load -m
 	Seed          uint64
 	ResultsTSV    string
 	Deadline      time.Duration // the whole run, from start to the last process stopped
@@ -83,6 +89,8 @@ func parseKnobs(args []string, getenv func(string) string, stderr io.Writer) (kn
 		CanaryPercent: 5,
 		DwaraBin:      "bin/dwara",
 		UpstreamBin:   defaultUpstreamBin(),
+		H2Clients:     20,
+		H2Streams:     10,
 	}
 	contestantList := strings.Join(contestantNames(false), ",")
 	fs := flag.NewFlagSet("bench-compare", flag.ContinueOnError)
@@ -98,18 +106,21 @@ func parseKnobs(args []string, getenv func(string) string, stderr io.Writer) (kn
 		knobList = append(knobList, knob{name, env})
 		return "[" + env + "] "
 	}
-	fs.IntVar(&k.Rounds, "rounds", k.Rounds, add("rounds", "ROUNDS")+"rounds; each runs every contestant once, in a fresh shuffled order")
-	fs.Var((*seconds)(&k.Duration), "duration", add("duration", "DURATION")+"measured wrk run per contestant and round, whole `seconds` (10 or 10s)")
-	fs.Var((*seconds)(&k.Warmup), "warmup", add("warmup", "WARMUP")+"discarded wrk warm-up before it, whole `seconds`; 0 skips it")
-	fs.IntVar(&k.Threads, "threads", k.Threads, add("threads", "THREADS")+"wrk threads (-t)")
+	fs.IntVar(&k.Rounds, "rounds", k.Rounds, add("rounds", "ROUNDS")+"rounds; each runs every workload once with every contestant, in a fresh shuffled order")
+	fs.Var((*seconds)(&k.Duration), "duration", add("duration", "DURATION")+"measured run per workload, contestant and round, whole `seconds` (10 or 10s)")
+	fs.Var((*seconds)(&k.Warmup), "warmup", add("warmup", "WARMUP")+"discarded warm-up before it, whole `seconds`; 0 skips it")
+	fs.IntVar(&k.Threads, "threads", k.Threads, add("threads", "THREADS")+"wrk threads (-t); h2load's too, at most H2_CLIENTS")
 	fs.IntVar(&k.Connections, "connections", k.Connections, add("connections", "CONNECTIONS")+"wrk connections (-c)")
 	fs.IntVar(&k.CanaryPercent, "canary-percent", k.CanaryPercent, add("canary-percent", "CANARY_PERCENT")+"share of requests for the canary pool, 1..99")
 	fs.StringVar(&k.DwaraBin, "dwara-bin", k.DwaraBin, add("dwara-bin", "DWARA_BIN")+"dwara binary")
 	fs.StringVar(&k.UpstreamBin, "upstream-bin", k.UpstreamBin, add("upstream-bin", "UPSTREAM_BIN")+"bench/upstream binary")
 	fs.String("contestants", contestantList, add("contestants", "CONTESTANTS")+"comma- or space-separated subset to run")
+	fs.String("workloads", "get", add("workloads", "WORKLOADS")+"comma- or space-separated workloads, each run by every contestant: "+strings.Join(workloadNames(), " "))
+	fs.IntVar(&k.H2Clients, "h2-clients", k.H2Clients, add("h2-clients", "H2_CLIENTS")+"workload h2: h2load connections (-c)")
+	fs.IntVar(&k.H2Streams, "h2-streams", k.H2Streams, add("h2-streams", "H2_STREAMS")+"workload h2: h2load concurrent streams per connection (-m)")
 	fs.Uint64Var(&k.Seed, "seed", k.Seed, add("seed", "SEED")+"seed of the round orders; 0 picks one at random")
 	fs.StringVar(&k.ResultsTSV, "results-tsv", "", add("results-tsv", "RESULTS_TSV")+"file the raw rows are appended to (default $TMPDIR/dwara-bench-compare-TIME.tsv)")
-	fs.Var((*seconds)(&k.Deadline), "deadline", add("deadline", "DEADLINE")+"deadline of the whole run, `seconds` (default: 10 min, plus wrk's time and 30 s per measurement)")
+	fs.Var((*seconds)(&k.Deadline), "deadline", add("deadline", "DEADLINE")+"deadline of the whole run, `seconds` (default: 10 min, plus the load's time and 30 s per measurement)")
 
 	for _, kn := range knobList {
 		if v := getenv(kn.env); v != "" {
@@ -128,6 +139,9 @@ func parseKnobs(args []string, getenv func(string) string, stderr io.Writer) (kn
 	if k.Contestants, err = parseContestants(fs.Lookup("contestants").Value.String()); err != nil {
 		return knobs{}, err
 	}
+	if k.Workloads, err = parseWorkloads(fs.Lookup("workloads").Value.String()); err != nil {
+		return knobs{}, err
+	}
 	for k.Seed == 0 {
 		k.Seed = rand.Uint64()
 	}
@@ -136,7 +150,7 @@ func parseKnobs(args []string, getenv func(string) string, stderr io.Writer) (kn
 	}
 	if k.Deadline == 0 {
 		per := k.Warmup + k.Duration + 30*time.Second
-		k.Deadline = 10*time.Minute + time.Duration(k.Rounds*len(k.Contestants))*per
+		k.Deadline = 10*time.Minute + time.Duration(k.Rounds*len(k.Contestants)*len(k.Workloads))*per
 	}
 	return k, k.validate()
 }
@@ -155,6 +169,8 @@ func (k knobs) validate() error {
 	check(k.Threads >= 1 && k.Threads <= 64, "THREADS must be 1..64, got %d", k.Threads)
 	check(k.Connections >= k.Threads && k.Connections <= 4096, "CONNECTIONS must be THREADS..4096, got %d", k.Connections)
 	check(k.CanaryPercent >= 1 && k.CanaryPercent <= 99, "CANARY_PERCENT must be 1..99, got %d", k.CanaryPercent)
+	check(k.H2Clients >= 1 && k.H2Clients <= 1000, "H2_CLIENTS must be 1..1000, got %d", k.H2Clients)
+	check(k.H2Streams >= 1 && k.H2Streams <= 1000, "H2_STREAMS must be 1..1000, got %d", k.H2Streams)
 	check(k.Deadline >= time.Minute, "DEADLINE must be at least 60 seconds, got %s", k.Deadline)
 	return errors.Join(errs...)
 }

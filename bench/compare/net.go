@@ -23,10 +23,15 @@ const readyTimeout = 10 * time.Second
 // this machine expect them.
 var reservedPorts = map[int]bool{3306: true, 5432: true, 6379: true}
 
-// localURL returns http://127.0.0.1:port + path. Every URL the benchmark
-// requests is built here.
+// localURL returns http://127.0.0.1:port + path.
 func localURL(port int, path string) string {
-	return "http://" + net.JoinHostPort(loopback, strconv.Itoa(port)) + path
+	return schemeURL("http", port, path)
+}
+
+// schemeURL returns scheme://127.0.0.1:port + path. Every URL the benchmark
+// requests is built here.
+func schemeURL(scheme string, port int, path string) string {
+	return scheme + "://" + net.JoinHostPort(loopback, strconv.Itoa(port)) + path
 }
 
 // freePort asks the kernel for a port that is free on 127.0.0.1 now.
@@ -53,17 +58,17 @@ var client = &http.Client{
 	Timeout:   2 * time.Second,
 }
 
-// get requests path on 127.0.0.1:port with the given Cookie header (none
+// get requests url (on 127.0.0.1) with cl and the given Cookie header (none
 // when empty) and returns the status, the headers and up to 4 KiB of body.
-func get(ctx context.Context, port int, path, cookie string) (int, http.Header, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, localURL(port, path), nil)
+func get(ctx context.Context, cl *http.Client, url, cookie string) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, nil, nil, err
 	}
 	if cookie != "" {
 		req.Header.Set("Cookie", cookie)
 	}
-	resp, err := client.Do(req)
+	resp, err := cl.Do(req)
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -72,10 +77,10 @@ func get(ctx context.Context, port int, path, cookie string) (int, http.Header, 
 	return resp.StatusCode, resp.Header, body, err
 }
 
-// waitReady polls GET path on 127.0.0.1:port until it answers 200, for at
-// most readyTimeout. It gives up early when p (if not nil) exits, quoting
-// the end of its output.
-func waitReady(ctx context.Context, port int, path string, p *proc) error {
+// waitReady polls GET url with cl until it answers 200, for at most
+// readyTimeout. It gives up early when p (if not nil) exits, quoting the
+// end of its output.
+func waitReady(ctx context.Context, cl *http.Client, url string, p *proc) error {
 	deadline := time.NewTimer(readyTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -85,16 +90,16 @@ func waitReady(ctx context.Context, port int, path string, p *proc) error {
 		exited = p.done
 	}
 	for {
-		status, _, _, err := get(ctx, port, path, "")
+		status, _, _, err := get(ctx, cl, url, "")
 		if err == nil && status == http.StatusOK {
 			return nil
 		}
 		if err == nil {
-			err = fmt.Errorf("GET %s answered %d", localURL(port, path), status)
+			err = fmt.Errorf("GET %s answered %d", url, status)
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("%s exited before answering GET %s (%v)%s", p.name, localURL(port, path), p.err, p.tail(8))
+			return fmt.Errorf("%s exited before answering GET %s (%v)%s", p.name, url, p.err, p.tail(8))
 		case <-deadline.C:
 			return fmt.Errorf("not ready within %s: %w", readyTimeout, err)
 		case <-ctx.Done():
@@ -106,7 +111,7 @@ func waitReady(ctx context.Context, port int, path string, p *proc) error {
 
 // served reads the GET / count of the upstream on port from its /stats.
 func served(ctx context.Context, port int) (int64, error) {
-	status, _, body, err := get(ctx, port, "/stats", "")
+	status, _, body, err := get(ctx, client, localURL(port, "/stats"), "")
 	if err != nil {
 		return 0, fmt.Errorf("stats of %d: %w", port, err)
 	}
@@ -139,13 +144,13 @@ func poolCounts(ctx context.Context, p pools) (stable, canary int64, err error) 
 	return stable, canary, nil
 }
 
-// stickyCheck makes one cookie-less request to 127.0.0.1:port, takes the
-// affinity cookie named cookie from its Set-Cookie, and sends it back n
-// times: it reports how many of those landed in the same pool (X-Pool) as
-// the first. (HAProxy's cookie pins a server; dwara's pins the split's
-// target, and the upstream's balancer picks the endpoint inside it.)
-func stickyCheck(ctx context.Context, port int, cookie string, n int) (string, error) {
-	_, h, _, err := get(ctx, port, "/", "")
+// stickyCheck makes one cookie-less GET of url with cl, takes the affinity
+// cookie named cookie from its Set-Cookie, and sends it back n times: it
+// reports how many of those landed in the same pool (X-Pool) as the first.
+// (HAProxy's cookie pins a server; dwara's pins the split's target, and
+// the upstream's balancer picks the endpoint inside it.)
+func stickyCheck(ctx context.Context, cl *http.Client, url, cookie string, n int) (string, error) {
+	_, h, _, err := get(ctx, cl, url, "")
 	if err != nil {
 		return "", fmt.Errorf("sticky check: %w", err)
 	}
@@ -161,7 +166,7 @@ func stickyCheck(ctx context.Context, port int, cookie string, n int) (string, e
 	pool := h.Get("X-Pool")
 	same := 0
 	for range n {
-		_, h, _, err := get(ctx, port, "/", cookie+"="+value)
+		_, h, _, err := get(ctx, cl, url, cookie+"="+value)
 		if err != nil {
 			return "", fmt.Errorf("sticky check: %w", err)
 		}

@@ -27,7 +27,22 @@ type proxyConf struct {
 	// workers keep running as the invoking user when that user is root
 	// (nginx otherwise drops them to nobody).
 	User string
+	// Workload is what the load generator sends; some workloads change
+	// nginx's and HAProxy's settings (see the templates).
+	Workload workload
+	// Cert holds the run's certificate files; used when the workload is
+	// served over TLS.
+	Cert certFiles
 }
+
+// TLS, H2, BigAnswers, Bodies, BigBuffers and Scheme are the workload's
+// settings, for the templates.
+func (c proxyConf) TLS() bool        { return c.Workload.tls }
+func (c proxyConf) H2() bool         { return c.Workload.h2 }
+func (c proxyConf) BigAnswers() bool { return c.Workload.bigAnswers }
+func (c proxyConf) Bodies() bool     { return c.Workload.postBytes > 0 }
+func (c proxyConf) BigBuffers() bool { return c.Workload.bigBuffers }
+func (c proxyConf) Scheme() string   { return c.Workload.scheme() }
 
 // StableWeight is the stable share, 100-CanaryPercent.
 func (c proxyConf) StableWeight() int { return 100 - c.CanaryPercent }
@@ -58,6 +73,20 @@ http {
     # wrk keeps its connections open; the default of 1000 requests per
     # client connection would make it reconnect (haproxy has no such cap).
     keepalive_requests 100000;
+{{- if .BigAnswers}}
+    # Answers over the stock 8 x 4 KiB proxy buffers: 64 KiB reads, and
+    # never spooled to a temp file (memory only, as the others).
+    proxy_buffer_size 64k;
+    proxy_buffers 8 64k;
+    proxy_busy_buffers_size 128k;
+    proxy_max_temp_file_size 0;
+{{- end}}
+{{- if .Bodies}}
+    # Request bodies up to 2 MiB, buffered in memory rather than in
+    # client_body_temp_path files.
+    client_max_body_size 2m;
+    client_body_buffer_size 1m;
+{{- end}}
 
     # Per-request split: $request_id is 32 random hex characters per request,
     # hashed by split_clients into the percentage buckets.
@@ -78,11 +107,26 @@ http {
         keepalive_requests 100000;
     }
     server {
-        listen {{.Host}}:{{.Listen}};
+        listen {{.Host}}:{{.Listen}}{{if .TLS}} ssl{{if .H2}} http2{{end}}{{end}};
+{{- if .TLS}}
+        ssl_certificate     {{.Cert.Cert}};
+        ssl_certificate_key {{.Cert.Key}};
+        ssl_conf_command Ciphersuites {{tls13Suites}};
+        ssl_prefer_server_ciphers on;
+{{- end}}
         location / {
             proxy_pass http://$canary_split;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
+            # The seven request fields dwara sets (DESIGN section 3), so
+            # that the upstreams do the same work behind both.
+            proxy_set_header X-Request-Id $request_id;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto $scheme;
+            proxy_set_header X-Forwarded-Host $http_host;
+            proxy_set_header X-Dwara-Service bench;
+            proxy_set_header X-Dwara-Upstream $canary_split;
+            proxy_set_header X-Dwara-Generation 1;
         }
     }
 }
@@ -93,6 +137,10 @@ http {
 global
     nbthread 2
     maxconn 4096
+{{- if .BigBuffers}}
+    # payloads over the stock 16 KiB buffer: 64 KiB buffers
+    tune.bufsize 65536
+{{- end}}
 defaults
     mode http
     timeout connect 2s
@@ -101,7 +149,16 @@ defaults
     timeout http-keep-alive 30s
     http-reuse safe
 frontend fe
-    bind {{.Host}}:{{.Listen}}
+    bind {{.Host}}:{{.Listen}}{{if .TLS}} ssl crt {{.Cert.Combined}} alpn {{if .H2}}h2,{{end}}http/1.1 ciphersuites {{tls13Suites}}{{end}}
+    # The request fields dwara sets (DESIGN section 3), so that the
+    # upstreams do the same work behind both; X-Dwara-Upstream is set by
+    # the backend.
+    option forwardfor
+    http-request set-header X-Request-Id %[uuid]
+    http-request set-header X-Forwarded-Proto {{.Scheme}}
+    http-request set-header X-Forwarded-Host %[req.hdr(host)]
+    http-request set-header X-Dwara-Service bench
+    http-request set-header X-Dwara-Generation 1
 {{- end}}
 
 {{- define "haproxy" -}}
@@ -111,10 +168,12 @@ frontend fe
     default_backend stable
 backend stable
     balance roundrobin
+    http-request set-header X-Dwara-Upstream stable
     server s1 {{.Host}}:{{index .Pools.Stable 0}}
     server s2 {{.Host}}:{{index .Pools.Stable 1}}
 backend canary
     balance roundrobin
+    http-request set-header X-Dwara-Upstream canary
     server c1 {{.Host}}:{{index .Pools.Canary 0}}
     server c2 {{.Host}}:{{index .Pools.Canary 1}}
 {{end}}
@@ -128,6 +187,8 @@ backend split
     # sends SRV=<id> sticks to that server.
     balance roundrobin
     cookie SRV insert indirect nocache
+    # the chosen server's name (s1..c2): the pool is known only then
+    http-send-name-header X-Dwara-Upstream
     server s1 {{.Host}}:{{index .Pools.Stable 0}} weight {{.StableWeight}} cookie s1
     server s2 {{.Host}}:{{index .Pools.Stable 1}} weight {{.StableWeight}} cookie s2
     server c1 {{.Host}}:{{index .Pools.Canary 0}} weight {{.CanaryPercent}} cookie c1
@@ -158,7 +219,10 @@ services:
 `
 
 var confTemplates = template.Must(template.New("").Option("missingkey=error").
-	Funcs(template.FuncMap{"stickyCookie": func() string { return dwaraCookie }}).
+	Funcs(template.FuncMap{
+		"stickyCookie": func() string { return dwaraCookie },
+		"tls13Suites":  func() string { return tls13Suites },
+	}).
 	Parse(confTemplateText))
 
 // render renders the configuration template name ("nginx", "haproxy",
@@ -166,6 +230,12 @@ var confTemplates = template.Must(template.New("").Option("missingkey=error").
 func render(name string, c proxyConf) ([]byte, error) {
 	if c.CanaryPercent < 1 || c.CanaryPercent > 99 {
 		return nil, fmt.Errorf("render %s: canary percent %d is not 1..99", name, c.CanaryPercent)
+	}
+	if c.Workload.name == "" {
+		return nil, fmt.Errorf("render %s: no workload", name)
+	}
+	if c.Workload.tls && (c.Cert.Cert == "" || c.Cert.Key == "" || c.Cert.Combined == "") {
+		return nil, fmt.Errorf("render %s: workload %s needs the certificate files", name, c.Workload.name)
 	}
 	var b bytes.Buffer
 	if err := confTemplates.ExecuteTemplate(&b, name, c); err != nil {

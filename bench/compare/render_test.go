@@ -13,26 +13,155 @@ func testConf() proxyConf {
 		Listen:        40000,
 		Pools:         pools{Stable: [2]int{40001, 40002}, Canary: [2]int{40003, 40004}},
 		CanaryPercent: 5,
-		Dir:           "/tmp/dwara-bench-compare-x/round1-nginx",
+		Dir:           "/tmp/dwara-bench-compare-x/round1-get-nginx",
 		User:          "root root",
+		Workload:      mustWorkload("get"),
+		Cert: certFiles{
+			Cert:     "/tmp/dwara-bench-compare-x/tls/cert.pem",
+			Key:      "/tmp/dwara-bench-compare-x/tls/key.pem",
+			Combined: "/tmp/dwara-bench-compare-x/tls/cert-and-key.pem",
+		},
 	}
 }
 
+// mustWorkload returns the workload called name.
+func mustWorkload(name string) workload {
+	w, ok := workloadNamed(name)
+	if !ok {
+		panic("no workload " + name)
+	}
+	return w
+}
+
+// TestRenderGolden: every configuration for workload get as
+// testdata/NAME.EXT, and for each other workload as
+// testdata/NAME-WORKLOAD.EXT where it differs from get's (the dwara specs
+// never do: TLS is a flag).
 func TestRenderGolden(t *testing.T) {
 	t.Parallel()
 	for _, c := range contestants {
 		if c.conf == "" || c.conf != c.name { // another contestant's configuration
 			continue
 		}
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			got, err := render(c.conf, testConf())
-			if err != nil {
-				t.Fatal(err)
+		ext := map[string]string{"nginx": ".conf", "haproxy": ".cfg", "dwara": ".yaml"}[c.tool]
+		for _, w := range workloads {
+			t.Run(c.name+"/"+w.name, func(t *testing.T) {
+				t.Parallel()
+				conf := testConf()
+				got, err := render(c.conf, conf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if w.name == "get" {
+					golden(t, c.name+ext, got)
+					return
+				}
+				base := got
+				conf.Workload = w
+				if got, err = render(c.conf, conf); err != nil {
+					t.Fatal(err)
+				}
+				differs := string(got) != string(base)
+				if want := wantDiffers(c.tool, w); differs != want {
+					t.Fatalf("%s for %s differs from get's: %v, want %v", c.name, w.name, differs, want)
+				}
+				if differs {
+					golden(t, c.name+"-"+w.name+ext, got)
+				}
+			})
+		}
+	}
+}
+
+// wantDiffers says whether tool's configuration for w differs from get's.
+func wantDiffers(tool string, w workload) bool {
+	switch tool {
+	case "nginx":
+		return w.tls || w.bigAnswers || w.postBytes > 0
+	case "haproxy":
+		return w.tls || w.bigBuffers
+	}
+	return false
+}
+
+// TestRenderSendsDwarasRequestFields: nginx and HAProxy set the seven
+// request fields of DESIGN section 3 that dwara sets, so that the
+// upstreams do the same work behind each.
+func TestRenderSendsDwarasRequestFields(t *testing.T) {
+	t.Parallel()
+	fields := []string{"X-Request-Id", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host",
+		"X-Dwara-Service", "X-Dwara-Upstream", "X-Dwara-Generation"}
+	for _, name := range []string{"nginx", "haproxy", "haproxy-sticky"} {
+		got, err := render(name, testConf())
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(got)
+		for _, f := range fields {
+			var ok bool
+			switch {
+			case name == "nginx":
+				ok = strings.Contains(text, "proxy_set_header "+f+" ")
+			case f == "X-Forwarded-For":
+				ok = strings.Contains(text, "option forwardfor")
+			case f == "X-Dwara-Upstream" && name == "haproxy-sticky":
+				ok = strings.Contains(text, "http-send-name-header "+f)
+			default:
+				ok = strings.Contains(text, "http-request set-header "+f+" ")
 			}
-			ext := map[string]string{"nginx": ".conf", "haproxy": ".cfg", "dwara": ".yaml"}[c.tool]
-			golden(t, c.name+ext, got)
-		})
+			if !ok {
+				t.Errorf("%s does not set %s", name, f)
+			}
+		}
+	}
+	for _, w := range []string{"tls", "h2"} {
+		c := testConf()
+		c.Workload = mustWorkload(w)
+		got, _ := render("haproxy", c)
+		if !strings.Contains(string(got), "set-header X-Forwarded-Proto https") {
+			t.Errorf("haproxy for %s does not send X-Forwarded-Proto https", w)
+		}
+	}
+}
+
+// TestRenderTLS: the TLS workloads serve TLS with the run's certificate,
+// HTTP/2 only for h2, with the same cipher suite preference.
+func TestRenderTLS(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		conf, workload string
+		want, not      []string
+	}{
+		{"nginx", "tls", []string{"listen 127.0.0.1:40000 ssl;", "ssl_certificate     /tmp/dwara-bench-compare-x/tls/cert.pem;",
+			"ssl_certificate_key /tmp/dwara-bench-compare-x/tls/key.pem;", "ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256:"}, []string{"http2"}},
+		{"nginx", "h2", []string{"listen 127.0.0.1:40000 ssl http2;"}, nil},
+		{"nginx", "get", []string{"listen 127.0.0.1:40000;"}, []string{"ssl"}},
+		{"haproxy", "tls", []string{"bind 127.0.0.1:40000 ssl crt /tmp/dwara-bench-compare-x/tls/cert-and-key.pem alpn http/1.1 ciphersuites TLS_AES_128_GCM_SHA256:"}, []string{"h2"}},
+		{"haproxy-sticky", "h2", []string{" ssl crt ", " alpn h2,http/1.1 "}, nil},
+		{"haproxy", "get", []string{"bind 127.0.0.1:40000\n"}, []string{"ssl"}},
+	} {
+		c := testConf()
+		c.Workload = mustWorkload(tt.workload)
+		got, err := render(tt.conf, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(string(got), w) {
+				t.Errorf("%s for %s lacks %q", tt.conf, tt.workload, w)
+			}
+		}
+		for _, w := range tt.not {
+			if strings.Contains(string(got), w) {
+				t.Errorf("%s for %s has %q", tt.conf, tt.workload, w)
+			}
+		}
+	}
+	c := testConf()
+	c.Workload = mustWorkload("tls")
+	c.Cert = certFiles{}
+	if _, err := render("nginx", c); err == nil {
+		t.Error("render of a TLS workload without certificate files succeeded")
 	}
 }
 
@@ -45,17 +174,21 @@ func TestRenderLoopbackOnly(t *testing.T) {
 		if c.conf == "" {
 			continue
 		}
-		got, err := render(c.conf, testConf())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ips := addr.FindAllString(string(got), -1)
-		if len(ips) != 5 && !(c.tool == "dwara" && len(ips) == 4) {
-			t.Errorf("%s: %d addresses %v, want the listener and four upstreams", c.name, len(ips), ips)
-		}
-		for _, ip := range ips {
-			if ip != loopback {
-				t.Errorf("%s: address %s is not %s", c.name, ip, loopback)
+		for _, w := range workloads {
+			conf := testConf()
+			conf.Workload = w
+			got, err := render(c.conf, conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ips := addr.FindAllString(string(got), -1)
+			if len(ips) != 5 && !(c.tool == "dwara" && len(ips) == 4) {
+				t.Errorf("%s %s: %d addresses %v, want the listener and four upstreams", w.name, c.name, len(ips), ips)
+			}
+			for _, ip := range ips {
+				if ip != loopback {
+					t.Errorf("%s %s: address %s is not %s", w.name, c.name, ip, loopback)
+				}
 			}
 		}
 	}
@@ -71,8 +204,8 @@ func TestRenderNginxAsTheSharedHarness(t *testing.T) {
 	}
 	for _, want := range []string{
 		"worker_processes 2;", "daemon off;", "master_process on;",
-		"pid /tmp/dwara-bench-compare-x/round1-nginx/nginx.pid;",
-		"error_log /tmp/dwara-bench-compare-x/round1-nginx/error.log warn;",
+		"pid /tmp/dwara-bench-compare-x/round1-get-nginx/nginx.pid;",
+		"error_log /tmp/dwara-bench-compare-x/round1-get-nginx/error.log warn;",
 		"access_log off;", "keepalive_requests 100000;", `split_clients "${request_id}" $canary_split`,
 		"5% canary;", "keepalive 64;", "proxy_http_version 1.1;", `proxy_set_header Connection "";`,
 		"user root root;",

@@ -38,11 +38,12 @@ func TestSpreadOf(t *testing.T) {
 	})
 }
 
-// sampleRows: three rounds; nginx is missing in round 3, so round 3 gives
-// no ratios; dwara did not come up in round 2.
+// sampleRows: three rounds of workload get; nginx is missing in round 3,
+// so round 3 gives no ratios; dwara did not come up in round 2. Then one
+// round of post4k, where the ratios are to post4k's nginx.
 func sampleRows() []row {
 	ms := time.Millisecond
-	return []row{
+	rows := []row{
 		{Round: 1, Slot: 1, Contestant: "nginx", RPS: 10000, P50: 2 * ms, P99: 8 * ms, Requests: 100000, CPU: 5 * time.Second, Stable: 95000, Canary: 5000, Split: true},
 		{Round: 1, Slot: 2, Contestant: "dwara", RPS: 8000, P50: 3 * ms, P99: 10 * ms, Requests: 80000, CPU: 6 * time.Second, Stable: 76000, Canary: 4000, Split: true},
 		{Round: 1, Slot: 3, Contestant: "direct", RPS: 30000, P50: 1 * ms, P99: 4 * ms, Requests: 300000, CPU: 9 * time.Second, Stable: 300000},
@@ -53,15 +54,28 @@ func sampleRows() []row {
 		{Round: 3, Slot: 2, Contestant: "dwara", RPS: 9000, P50: 3 * ms, P99: 9 * ms, Requests: 90000, CPU: 4500 * ms, Stable: 85000, Canary: 5000, Split: true, Errors: 3},
 		{Round: 3, Slot: 3, Contestant: "direct", RPS: 33000, P50: 1 * ms, P99: 3 * ms, Requests: 330000, CPU: 9 * time.Second, Stable: 330000},
 	}
+	for i := range rows {
+		rows[i].Workload = "get"
+	}
+	return append(rows,
+		row{Round: 1, Slot: 3, Workload: "newconn", Contestant: "direct", RPS: 3000, P50: 9 * ms, P99: 30 * ms, Requests: 30000, CPU: 3 * time.Second, Stable: 30000},
+		row{Round: 1, Slot: 1, Workload: "post4k", Contestant: "dwara", RPS: 6000, P50: 4 * ms, P99: 12 * ms, Requests: 60000, CPU: 3 * time.Second, Stable: 57000, Canary: 3000, Split: true},
+		row{Round: 1, Slot: 2, Workload: "post4k", Contestant: "nginx", RPS: 5000, P50: 5 * ms, P99: 10 * ms, Requests: 50000, CPU: 3 * time.Second, Stable: 47500, Canary: 2500, Split: true},
+	)
 }
 
 func TestSummarize(t *testing.T) {
 	t.Parallel()
-	sums := summarize([]string{"direct", "nginx", "dwara"}, sampleRows())
-	if len(sums) != 3 {
-		t.Fatalf("got %d summaries, want 3", len(sums))
+	sums := summarize([]string{"get", "post4k", "tls"}, []string{"direct", "nginx", "dwara"}, sampleRows())
+	if len(sums) != 5 {
+		t.Fatalf("got %d summaries, want 5 (get: 3, post4k: nginx and dwara, tls: none)", len(sums))
 	}
 	direct, nginx, dwara := sums[0], sums[1], sums[2]
+	for i, want := range []string{"get direct", "get nginx", "get dwara", "post4k nginx", "post4k dwara"} {
+		if got := sums[i].Workload + " " + sums[i].Contestant; got != want {
+			t.Errorf("summary %d is %s, want %s", i, got, want)
+		}
+	}
 
 	near := func(what string, got, want float64) {
 		t.Helper()
@@ -90,31 +104,44 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("dwara p50 ratios: N = %d, want 1", dwara.Ratio[1].N)
 	}
 	near("dwara p50 ratio", dwara.Ratio[1].Med, 1.5)
-	near("dwara cpu/10k ratio", dwara.Ratio[3].Med, 1.5)
+	near("dwara cpu/req ratio", dwara.Ratio[3].Med, 1.5)
+	near("dwara absolute CPU us/req median", dwara.Abs[3], 62.5) // 75 and 50
 	near("dwara absolute p99 median", dwara.Abs[2], 9.5)
 	near("dwara canary median", dwara.Canary.Med, (5.0+100.0*5000/90000)/2)
 	if dwara.Errors != 3 {
 		t.Errorf("dwara errors = %d, want 3", dwara.Errors)
 	}
+	// post4k: against post4k's nginx of the same round, not get's.
+	post := sums[4]
+	if post.Rounds != 1 || post.Ratio[0].N != 1 {
+		t.Fatalf("post4k dwara: %+v", post)
+	}
+	near("post4k dwara rps ratio", post.Ratio[0].Med, 1.2)
+	near("post4k dwara p99 ratio", post.Ratio[2].Med, 1.2)
+	near("post4k dwara cpu ratio", post.Ratio[3].Med, 50.0/60)
 }
 
 func TestWriteTable(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
-	if err := writeTable(&b, summarize([]string{"direct", "nginx", "dwara"}, sampleRows())); err != nil {
+	if err := writeTable(&b, summarize([]string{"get", "post4k", "newconn"}, []string{"direct", "nginx", "dwara"}, sampleRows())); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
 	for _, want := range []string{
 		"MISSING 2/3", // both nginx and dwara
-		"# MISSING dwara round 2: dwara did not come up",
-		"# MISSING nginx round 3: nginx refused its configuration",
-		"# ERRORS dwara: wrk counted 3 errors",
+		"# MISSING get dwara round 2: dwara did not come up",
+		"# MISSING get nginx round 3: nginx refused its configuration",
+		"# ERRORS get dwara: the load generator counted 3 errors",
 		"every request is a new session",
+		"# direct is no ceiling in newconn:\n#   the upstream (Go's net/http) accepts",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q", want)
 		}
+	}
+	if strings.Contains(out, "no ceiling in get") {
+		t.Error("direct of get is called no ceiling")
 	}
 	golden(t, "table.txt", b.Bytes())
 }
@@ -137,8 +164,14 @@ func TestWriteTSV(t *testing.T) {
 			t.Errorf("line %d has %d columns, want %d: %q", i, n, cols, l)
 		}
 	}
-	if !strings.HasPrefix(lines[3], "run1\t42\t2\t1\tdwara\tmissing\t\t") {
-		t.Errorf("missing row = %q, want status missing and empty values", lines[3])
+	if !strings.HasPrefix(lines[3], "run1\t42\t2\t1\tdwara\tmissing\t\t") || !strings.HasSuffix(lines[3], "\tdwara did not come up\tget") {
+		t.Errorf("missing row = %q, want status missing, empty values, the reason and the workload", lines[3])
+	}
+	if !strings.HasSuffix(lines[len(lines)-1], "\tpost4k") {
+		t.Errorf("last row = %q, want workload post4k in the last column", lines[len(lines)-1])
+	}
+	if !strings.HasSuffix(tsvHeader, "\tnote\tworkload\n") {
+		t.Errorf("tsvHeader = %q, want workload last, after note", tsvHeader)
 	}
 	if !strings.Contains(lines[0], "\t10000.0\t2.000\t8.000\t100000\t0\t5.00\t0.5000\t") {
 		t.Errorf("nginx row = %q", lines[0])

@@ -34,18 +34,31 @@ func lookTool(name string) (string, error) {
 	return "", fmt.Errorf("%s not found in PATH, /usr/sbin or /sbin", name)
 }
 
-// ensureTools returns the path of each tool in names (each also the name of
-// its Debian package). Missing ones are installed with `apt-get install -y`;
-// only when that fails is `apt-get update` run, then the install once more.
-// Each step is bounded; installing needs root.
+// toolPackages names the Debian package of a tool whose package has
+// another name; the others are packaged under their own name.
+var toolPackages = map[string]string{"h2load": "nghttp2-client"}
+
+// debianPackage returns the Debian package that installs tool.
+func debianPackage(tool string) string {
+	if p, ok := toolPackages[tool]; ok {
+		return p
+	}
+	return tool
+}
+
+// ensureTools returns the path of each tool in names. Missing ones are
+// installed with `apt-get install -y` (their Debian packages, see
+// debianPackage); only when that fails is `apt-get update` run, then the
+// install once more. Each step is bounded; installing needs root.
 func ensureTools(ctx context.Context, ps *procs, logf func(string, ...any), names []string) (map[string]string, error) {
 	found := map[string]string{}
-	var missing []string
+	var missing, pkgs []string
 	for _, n := range names {
 		if p, err := lookTool(n); err == nil {
 			found[n] = p
 		} else {
 			missing = append(missing, n)
+			pkgs = append(pkgs, debianPackage(n))
 		}
 	}
 	if len(missing) == 0 {
@@ -53,14 +66,14 @@ func ensureTools(ctx context.Context, ps *procs, logf func(string, ...any), name
 	}
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("missing %s; install with: sudo apt-get install -y %s",
-			strings.Join(missing, ", "), strings.Join(missing, " "))
+			strings.Join(missing, ", "), strings.Join(pkgs, " "))
 	}
 	apt, err := lookTool("apt-get")
 	if err != nil {
 		return nil, fmt.Errorf("missing %s and no apt-get to install them: %w", strings.Join(missing, ", "), err)
 	}
 	env := []string{"DEBIAN_FRONTEND=noninteractive"}
-	install := append([]string{apt, "install", "-y"}, missing...)
+	install := append([]string{apt, "install", "-y"}, pkgs...)
 	logf("installing %s: %s", strings.Join(missing, ", "), strings.Join(install, " "))
 	out, err := ps.run(ctx, aptInstallTimeout, "apt-get install", env, install...)
 	if err != nil {
@@ -69,10 +82,10 @@ func ensureTools(ctx context.Context, ps *procs, logf func(string, ...any), name
 		}
 		logf("apt-get install failed (%v)%s\nrunning apt-get update and trying again", err, lastLines(out, 5))
 		if out, err := ps.run(ctx, aptUpdateTimeout, "apt-get update", env, apt, "update"); err != nil {
-			return nil, fmt.Errorf("install %s: %w%s", strings.Join(missing, " "), err, lastLines(out, 10))
+			return nil, fmt.Errorf("install %s: %w%s", strings.Join(pkgs, " "), err, lastLines(out, 10))
 		}
 		if out, err = ps.run(ctx, aptInstallTimeout, "apt-get install", env, install...); err != nil {
-			return nil, fmt.Errorf("install %s: %w%s", strings.Join(missing, " "), err, lastLines(out, 10))
+			return nil, fmt.Errorf("install %s: %w%s", strings.Join(pkgs, " "), err, lastLines(out, 10))
 		}
 	}
 	for _, n := range missing {

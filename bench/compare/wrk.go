@@ -10,9 +10,10 @@ import (
 	"time"
 )
 
-// wrkScript is the Lua hook that makes wrk print one machine-readable line
-// after its run: latencies are wrk's own histogram, in microseconds.
-const wrkScript = `-- Written by bench/compare: one machine-readable summary line.
+// wrkReport is the Lua hook that makes wrk print one machine-readable line
+// after its run: latencies are wrk's own histogram, in microseconds. Every
+// workload's script ends with it (workload.wrkScript).
+const wrkReport = `-- Written by bench/compare: one machine-readable summary line.
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
@@ -23,7 +24,8 @@ done = function(summary, latency, requests)
 end
 `
 
-// wrkResult is the summary line printed by wrkScript.
+// wrkResult is the summary line printed by wrkReport; h2load's output is
+// turned into one too (parseH2Load).
 type wrkResult struct {
 	Requests int64
 	Duration time.Duration
@@ -78,24 +80,27 @@ func parseWRK(out []byte) (wrkResult, error) {
 	}, nil
 }
 
-// wrkLoad is one wrk invocation against a port on 127.0.0.1.
+// wrkLoad is how wrk is run: the same threads and connections for every
+// workload.
 type wrkLoad struct {
 	Bin         string
-	Script      string // path of a file holding wrkScript
 	Threads     int
 	Connections int
 }
 
-// wrkSlack is how much longer than its -d wrk may take before it is stopped.
+// wrkSlack is how much longer than its -d a load generator may take before
+// it is stopped.
 const wrkSlack = 20 * time.Second
 
-// run loads 127.0.0.1:port with wrk for d (whole seconds) and parses the
+// run loads url (on 127.0.0.1) with wrk for d (whole seconds), running the
+// Lua script at path script with the extra arguments, and parses the
 // result. The run is bounded by d+wrkSlack and by ctx.
-func (w wrkLoad) run(ctx context.Context, ps *procs, port int, d time.Duration) (wrkResult, error) {
+func (w wrkLoad) run(ctx context.Context, ps *procs, url, script string, extra []string, d time.Duration) (wrkResult, error) {
 	secs := int(d / time.Second)
-	out, err := ps.run(ctx, d+wrkSlack, "wrk", nil, w.Bin,
-		"-t"+strconv.Itoa(w.Threads), "-c"+strconv.Itoa(w.Connections), "-d"+strconv.Itoa(secs)+"s",
-		"--timeout", "5s", "-s", w.Script, localURL(port, "/"))
+	argv := []string{w.Bin, "-t" + strconv.Itoa(w.Threads), "-c" + strconv.Itoa(w.Connections), "-d" + strconv.Itoa(secs) + "s",
+		"--timeout", "5s", "-s", script}
+	argv = append(append(argv, extra...), url)
+	out, err := ps.run(ctx, d+wrkSlack, "wrk", nil, argv...)
 	if err != nil {
 		return wrkResult{}, fmt.Errorf("%w%s", err, lastLines(out, 5))
 	}

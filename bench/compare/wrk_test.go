@@ -51,8 +51,8 @@ WRKRESULT requests=182345 duration_us=10000123 rps=18234.1 p50_us=2950 p99_us=74
 func TestWRKScriptMatchesParser(t *testing.T) {
 	t.Parallel()
 	for _, k := range []string{"requests=", "duration_us=", "rps=", "p50_us=", "p99_us=", "max_us=", "errors=", "err_status="} {
-		if !strings.Contains(wrkScript, k) {
-			t.Errorf("wrkScript does not print %s", k)
+		if !strings.Contains(wrkReport, k) {
+			t.Errorf("wrkReport does not print %s", k)
 		}
 	}
 }

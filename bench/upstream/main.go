@@ -2,33 +2,48 @@
 // contestant: a tiny HTTP server on a loopback address that counts what it
 // serves.
 //
-//	GET /        200, a short body naming the pool; headers X-Pool, X-Upstream
-//	GET /healthz 200 "ok" (not counted)
-//	GET /stats   200, the number of GET / served so far, as a decimal line
+//	GET  /         200, a short body naming the pool; headers X-Pool, X-Upstream
+//	GET  /bytes/N  200, a fixed body of exactly N bytes (0 <= N <= 16 MiB), same headers
+//	POST /         reads the request body and discards it, then answers as GET /
+//	GET  /healthz  200 "ok" (not counted)
+//	GET  /stats    200, the number of benchmark requests (the three above)
+//	               served so far, as a decimal line
 //
 // bench/compare reads /stats on every upstream before and after a measured
-// run to learn the canary share a proxy realised under load. It refuses any
-// address that is not a loopback one.
+// run to learn the canary share a proxy realised under load. With
+// -tls-listen, -cert and -key the same routes are also served over TLS
+// (HTTP/1.1 and HTTP/2 by ALPN) on a second address, for the direct
+// contestant of the TLS workloads. It refuses any address that is not a
+// loopback one.
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 )
 
+// maxBytes is the largest N of /bytes/N.
+const maxBytes = 16 << 20
+
 func main() {
 	listen := flag.String("listen", "", "loopback address to listen on, e.g. 127.0.0.1:18101 (required)")
 	pool := flag.String("pool", "", `pool this instance belongs to: "stable" or "canary"`)
+	tlsListen := flag.String("tls-listen", "", "also serve the same routes over TLS (h2 and http/1.1) on this loopback address (needs -cert and -key)")
+	certFile := flag.String("cert", "", "PEM certificate for -tls-listen")
+	keyFile := flag.String("key", "", "PEM key for -tls-listen")
 	flag.Parse()
 	if err := checkListen(*listen); err != nil {
 		log.Fatalf("upstream: %v", err)
@@ -36,19 +51,38 @@ func main() {
 	if *pool != "stable" && *pool != "canary" {
 		log.Fatalf("upstream: -pool must be stable or canary, got %q", *pool)
 	}
-
-	srv := &http.Server{
-		Addr:              *listen,
-		Handler:           handler(*pool, *listen),
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       120 * time.Second,
+	if *tlsListen != "" {
+		if err := checkListen(*tlsListen); err != nil {
+			log.Fatalf("upstream: %v", err)
+		}
+		if *certFile == "" || *keyFile == "" {
+			log.Fatal("upstream: -tls-listen needs -cert and -key")
+		}
 	}
+
+	h := handler(*pool, *listen)
+	newServer := func(addr string) *http.Server {
+		return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
+	}
+	srv := newServer(*listen)
+	var tsrv *http.Server
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-sig
 		srv.Close()
+		if tsrv != nil {
+			tsrv.Close()
+		}
 	}()
+	if *tlsListen != "" {
+		tsrv = newServer(*tlsListen)
+		go func() {
+			if err := tsrv.ListenAndServeTLS(*certFile, *keyFile); !errors.Is(err, http.ErrServerClosed) {
+				log.Fatalf("upstream: tls: %v", err)
+			}
+		}()
+	}
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 		log.Fatalf("upstream: %v", err)
 	}
@@ -69,18 +103,24 @@ func checkListen(addr string) error {
 	return nil
 }
 
-// handler serves /, /healthz and /stats. The headers of / are built once, so
-// a request only copies slices and bumps one atomic counter.
+// sized is the prebuilt answer of one /bytes/N.
+type sized struct {
+	body []byte
+	cl   []string
+}
+
+// handler serves /, /bytes/N, POST /, /healthz and /stats. Headers are
+// built once (a /bytes/N body once per N), so a request only copies slices
+// and bumps one atomic counter.
 func handler(pool, listen string) http.Handler {
 	body := []byte("pool=" + pool + " upstream=" + listen + "\n")
 	poolHdr := []string{pool}
 	upHdr := []string{listen}
 	ctHdr := []string{"text/plain; charset=utf-8"}
+	octHdr := []string{"application/octet-stream"}
 	clHdr := []string{strconv.Itoa(len(body))}
 	var served atomic.Uint64
-
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+	small := func(w http.ResponseWriter) {
 		served.Add(1)
 		h := w.Header()
 		h["X-Pool"] = poolHdr
@@ -88,6 +128,40 @@ func handler(pool, listen string) http.Handler {
 		h["Content-Type"] = ctHdr
 		h["Content-Length"] = clHdr
 		w.Write(body)
+	}
+	var sizes sync.Map // int -> *sized; a run asks for one or two sizes
+	sizedBody := func(n int) *sized {
+		if v, ok := sizes.Load(n); ok {
+			return v.(*sized)
+		}
+		b := bytes.Repeat([]byte("0123456789abcdef"), n/16+1)[:n]
+		v, _ := sizes.LoadOrStore(n, &sized{body: b, cl: []string{strconv.Itoa(n)}})
+		return v.(*sized)
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { small(w) })
+	mux.HandleFunc("POST /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			http.Error(w, "body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		small(w)
+	})
+	mux.HandleFunc("GET /bytes/{n}", func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(r.PathValue("n"))
+		if err != nil || n < 0 || n > maxBytes {
+			http.Error(w, "want /bytes/N with 0 <= N <= 16777216", http.StatusBadRequest)
+			return
+		}
+		served.Add(1)
+		s := sizedBody(n)
+		h := w.Header()
+		h["X-Pool"] = poolHdr
+		h["X-Upstream"] = upHdr
+		h["Content-Type"] = octHdr
+		h["Content-Length"] = s.cl
+		w.Write(s.body)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header()["X-Pool"] = poolHdr

@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -20,23 +19,37 @@ func TestCheckListen(t *testing.T) {
 	}
 }
 
-func TestHandlerCountsOnlyRoot(t *testing.T) {
+func TestHandlerCountsBenchmarkRequests(t *testing.T) {
 	t.Parallel()
 	h := handler("canary", "127.0.0.1:18103")
-	get := func(path string) *httptest.ResponseRecorder {
+	do := func(method, path, body string) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		h.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
 		return w
 	}
 	for range 3 {
-		if w := get("/"); w.Code != 200 || w.Header().Get("X-Pool") != "canary" || w.Header().Get("X-Upstream") != "127.0.0.1:18103" {
+		if w := do("GET", "/", ""); w.Code != 200 || w.Header().Get("X-Pool") != "canary" || w.Header().Get("X-Upstream") != "127.0.0.1:18103" {
 			t.Fatalf("GET / = %d %v", w.Code, w.Header())
 		}
 	}
-	get("/healthz")
-	get("/nothing")
-	body, _ := io.ReadAll(get("/stats").Body)
-	if got := strings.TrimSpace(string(body)); got != "3" {
-		t.Errorf("/stats = %q, want 3", got)
+	if w := do("GET", "/bytes/16384", ""); w.Code != 200 || w.Body.Len() != 16384 || w.Header().Get("Content-Length") != "16384" ||
+		w.Header().Get("X-Pool") != "canary" {
+		t.Errorf("GET /bytes/16384 = %d, %d bytes, %v", w.Code, w.Body.Len(), w.Header())
+	}
+	if w := do("GET", "/bytes/0", ""); w.Code != 200 || w.Body.Len() != 0 {
+		t.Errorf("GET /bytes/0 = %d, %d bytes", w.Code, w.Body.Len())
+	}
+	if w := do("POST", "/", strings.Repeat("x", 4096)); w.Code != 200 || w.Header().Get("X-Pool") != "canary" ||
+		!strings.HasPrefix(w.Body.String(), "pool=canary") {
+		t.Errorf("POST / = %d %q", w.Code, w.Body.String())
+	}
+	// not counted:
+	for _, path := range []string{"/bytes/x", "/bytes/-1", "/bytes/16777217", "/healthz", "/nothing"} {
+		do("GET", path, "")
+	}
+	do("PUT", "/", "x")
+	body, _ := io.ReadAll(do("GET", "/stats", "").Body)
+	if got := strings.TrimSpace(string(body)); got != "6" {
+		t.Errorf("/stats = %q, want 6 (3 GET /, 2 /bytes/N, 1 POST /)", got)
 	}
 }
