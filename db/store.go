@@ -6,9 +6,10 @@
 // A publish inserts the generation and notifies NotifyChannel in one
 // transaction. Each process runs one Listener on a dedicated connection and
 // fans its notifications out to its consumers (package node); the data
-// plane's consumer, gateway/source.Database, loads the newest generation on
-// every notification and every (re)connect, so a notification missed while
-// disconnected is never a missed generation.
+// plane's consumer, gateway/source.Database, asks for the newest generation
+// id on every notification and every (re)connect (NewestID) and loads the
+// generation when it is newer than the one applied, so a notification
+// missed while disconnected is never a missed generation.
 //
 // Errors from PostgreSQL are translated to the sentinels of this package
 // (ErrNotFound, ErrPreconditionFailed, ErrUnavailable) at the boundary;
