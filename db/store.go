@@ -361,6 +361,18 @@ func (s *Store) Get(ctx context.Context, id int64) (apiv1.Generation, error) {
 	return g, nil
 }
 
+// Head returns generation id without its spec, as List lists it, or
+// ErrNotFound: what a caller that only names the generation (an event of
+// its publish) needs, without reading the spec out of the row.
+func (s *Store) Head(ctx context.Context, id int64) (apiv1.Generation, error) {
+	row := s.pool.QueryRow(ctx, `SELECT `+generationListColumns+` FROM generations WHERE id = $1`, id)
+	g, err := scanGeneration(row, false)
+	if err != nil {
+		return apiv1.Generation{}, fmt.Errorf("load generation %d: %w", id, translate(err))
+	}
+	return g, nil
+}
+
 // List returns up to limit generations, newest first, without their specs.
 // beforeID > 0 returns only generations with id < beforeID (the next page
 // after a page whose last id was beforeID); 0 starts at the newest. A limit

@@ -278,6 +278,25 @@ func TestPublishReturnsTheStoredBytes(t *testing.T) {
 	check("Edit", g, err, 3, false)
 }
 
+func TestHead(t *testing.T) {
+	t.Parallel()
+	s, _ := dbtest.NewStore(t)
+	ctx := context.Background()
+	if _, err := s.Head(ctx, 1); !errors.Is(err, db.ErrNotFound) {
+		t.Errorf("Head(1) on an empty database = %v, want ErrNotFound", err)
+	}
+	publish(t, s, 1)
+	g := publish(t, s, 2)
+	h, err := s.Head(ctx, 2)
+	if err != nil || h.Spec != nil {
+		t.Fatalf("Head(2) = %+v, %v; want generation 2 without its spec", h, err)
+	}
+	if h.ID != 2 || h.ParentID == nil || *h.ParentID != 1 || h.Action != g.Action || h.Author != g.Author ||
+		h.Message != g.Message || !h.CreatedAt.Equal(g.CreatedAt) {
+		t.Errorf("Head(2) = %+v, want %+v without its spec", h, g)
+	}
+}
+
 func TestGetAndCurrentNotFound(t *testing.T) {
 	t.Parallel()
 	s, _ := dbtest.NewStore(t)
