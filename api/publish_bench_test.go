@@ -67,9 +67,9 @@ func BenchmarkPublish(b *testing.B) {
 		}
 		bodies[i] = body
 	}
+	i := 0 // across runs of "create" (-count), so every call stores a new generation
 	b.Run("create", func(b *testing.B) {
 		b.ReportAllocs()
-		i := 0
 		for b.Loop() {
 			post(b, "/api/v1/generations", bodies[i%2], http.StatusCreated)
 			i++
