@@ -53,12 +53,12 @@ type Store interface {
 // The stored spec is loaded and decoded once per generation with
 // config.ParseAs (JSON) and handed to Apply. A spec that does not decode,
 // or that Apply refuses, is logged and retried on the next trigger, from
-// the spec decoded then (it is not loaded again). After each successful apply the
-// Database records Instance (AppliedGeneration, AppliedAt, and the endpoint
-// states from Endpoints) with Store.UpsertGateway, and every Heartbeat it
-// refreshes the instance's LastHeartbeat and endpoint states. While
-// PostgreSQL is down it retries with backoff and applies nothing, so the
-// data plane keeps serving the last generation it applied.
+// the spec decoded then (it is not loaded again). After each successful
+// apply the Database records Instance (AppliedGeneration, AppliedAt, and
+// the endpoint states from Endpoints) with Store.UpsertGateway, and every
+// Heartbeat it refreshes the instance's LastHeartbeat and endpoint states.
+// While PostgreSQL is down it retries with backoff and applies nothing, so
+// the data plane keeps serving the last generation it applied.
 //
 // Set the fields before Run. Notify, Ready and Applied are safe for
 // concurrent use, also before Run starts; a Database must not be copied
