@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -186,9 +185,9 @@ func (s *Server) adoptCanary(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, editProblem(err, name, cur.ID))
 			return
 		}
-		body, err := json.Marshal(next)
+		body, err := encodeSpec(next)
 		if err != nil {
-			s.internalError(w, r, fmt.Errorf("encode spec: %w", err))
+			s.internalError(w, r, err)
 			return
 		}
 		message := req.Message

@@ -154,7 +154,7 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // toEvent turns a notification into its event: a published generation is
-// loaded (and sent without its spec); a gateway instance is re-encoded; a
+// loaded without its spec (and sent so); a gateway instance is re-encoded; a
 // controller's canary action is re-encoded as canary_promoted or
 // canary_rolled_back. An operator's pause or resume of a canary group is no
 // event: toEvent returns an event without a name and no error.
@@ -167,11 +167,10 @@ func (s *Server) toEvent(ctx context.Context, n notification) (event, error) {
 		}
 		ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 		defer cancel()
-		g, err := s.store.Get(ctx, id)
+		g, err := s.store.Head(ctx, id)
 		if err != nil {
 			return event{}, fmt.Errorf("load generation %d: %w", id, err)
 		}
-		g.Spec = nil
 		data, err := json.Marshal(g)
 		return event{name: apiv1.EventGenerationPublished, data: data}, err
 	case db.GatewayNotifyChannel:

@@ -93,13 +93,6 @@ func hasStable(spec *config.Spec) bool {
 // derived from the new generation's actual parent, then stores the result
 // as publish does (p.IfMatch checked, an unchanged spec not stored again).
 func (s *Server) publishAllocated(w http.ResponseWriter, r *http.Request, spec *config.Spec, p db.PublishParams) {
-	if body, err := json.Marshal(spec); err != nil {
-		s.internalError(w, r, fmt.Errorf("encode spec: %w", err))
-		return
-	} else if err := checkSpecText(body); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var next *config.Spec
 	g, err := s.store.Edit(r.Context(), func(cur apiv1.Generation) (db.PublishParams, error) {
 		var parent *config.Spec
@@ -111,9 +104,9 @@ func (s *Server) publishAllocated(w http.ResponseWriter, r *http.Request, spec *
 		}
 		next = spec.Clone()
 		config.Allocate(parent, next)
-		body, err := json.Marshal(next)
+		body, err := encodeSpec(next)
 		if err != nil {
-			return db.PublishParams{}, fmt.Errorf("encode spec: %w", err)
+			return db.PublishParams{}, err
 		}
 		p.Spec = body
 		return p, nil
@@ -150,7 +143,7 @@ func readEnvelope(r *http.Request) (config.Envelope, error) {
 	if format == config.FormatJSON {
 		// The JSON decoder would store invalid UTF-8 as U+FFFD without a
 		// word; YAML's refuses it, and a NUL is caught on the decoded
-		// values (checkMessage, the spec's validation, checkSpecText).
+		// values (checkMessage, the spec's validation).
 		if errs := textErrors(bytes.TrimPrefix(body, utf8BOM)); len(errs) > 0 {
 			for i, e := range errs {
 				// The spec's own paths are relative to the spec.
@@ -188,13 +181,9 @@ func specProblem(err error) error {
 // with the new generation, or 200 with the active one when spec equals the
 // active spec (nothing stored). p.Spec is filled in here.
 func (s *Server) publish(w http.ResponseWriter, r *http.Request, spec *config.Spec, p db.PublishParams) {
-	body, err := json.Marshal(spec)
+	body, err := encodeSpec(spec)
 	if err != nil {
-		s.internalError(w, r, fmt.Errorf("encode spec: %w", err))
-		return
-	}
-	if err := checkSpecText(body); err != nil {
-		s.writeError(w, r, err)
+		s.internalError(w, r, err)
 		return
 	}
 	p.Spec = body
@@ -248,14 +237,12 @@ func (s *Server) publishError(w http.ResponseWriter, r *http.Request, err error,
 // created answers a publish: 201 with the new generation g (whose spec is
 // spec), its Location and ETag, after handing it to Options.OnPublish; or,
 // when g.Unchanged, 200 with the active generation and its ETag. Either way
-// the generation is noted on the audit record.
+// the generation is noted on the audit record. g.Spec is answered as it is:
+// it must be encodeSpec's encoding of spec, the bytes the publish stored
+// (db.Store.Publish and Edit return them), already in the schema's order,
+// which is the order inSchemaOrder gives a stored spec.
 func (s *Server) created(w http.ResponseWriter, r *http.Request, g apiv1.Generation, spec *config.Spec) {
 	noteGeneration(r, g.ID)
-	g, err := inSchemaOrder(g)
-	if err != nil {
-		s.internalError(w, r, err)
-		return
-	}
 	w.Header().Set("ETag", etag(g.ID))
 	if g.Unchanged {
 		if rec := auditFrom(r.Context()); rec != nil {
@@ -420,18 +407,20 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// checkSpecText is the 422 Problem of an encoded spec that holds a string
-// PostgreSQL cannot store (a NUL character), with the spec's own paths;
-// nil for one it can. The data plane's validation refuses such strings
-// already; this keeps a spec that slipped through from becoming a 500.
-func checkSpecText(body []byte) error {
-	if !bytes.Contains(body, []byte(`\u0000`)) {
-		return nil
+// encodeSpec is the one encoding of a validated spec, which a publish
+// stores and answers with: its fields in the schema's order (upstreams
+// before services, name before endpoints, upstream before weight), and <,
+// > and & unescaped, as in the answer around it. PostgreSQL keeps it as
+// jsonb, which orders keys its own way; inSchemaOrder gives a spec read
+// back this same encoding. A validated spec holds no string PostgreSQL
+// cannot store (a NUL character): the data plane's validation refuses
+// every one (TestValidationRefusesNUL).
+func encodeSpec(spec *config.Spec) (json.RawMessage, error) {
+	body, err := marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode spec: %w", err)
 	}
-	if errs := textErrors(body); len(errs) > 0 {
-		return textProblem(errs)
-	}
-	return nil
+	return bytes.TrimSuffix(body, []byte("\n")), nil
 }
 
 // decodeSpec decodes a stored generation's spec. Stored specs were validated
@@ -444,10 +433,11 @@ func decodeSpec(g apiv1.Generation) (*config.Spec, error) {
 	return &spec, nil
 }
 
-// inSchemaOrder returns g with its spec re-encoded from config.Spec, so that
-// an answer lists the spec's fields in the schema's order (upstreams before
-// services, name before endpoints, upstream before weight) rather than in
-// the order PostgreSQL's jsonb keeps them (shortest key first). Stored specs
+// inSchemaOrder returns g, read from the database, with its spec
+// re-encoded by encodeSpec, so that an answer lists the spec's fields in
+// the schema's order (upstreams before services, name before endpoints,
+// upstream before weight) rather than in the order PostgreSQL's jsonb keeps
+// them (shortest key first), as the answer of its publish did. Stored specs
 // are encoded config.Specs, so nothing but the order changes. A generation
 // without a spec (a list item) is returned as it is.
 func inSchemaOrder(g apiv1.Generation) (apiv1.Generation, error) {
@@ -458,10 +448,8 @@ func inSchemaOrder(g apiv1.Generation) (apiv1.Generation, error) {
 	if err != nil {
 		return g, err
 	}
-	body, err := marshal(spec) // as the answer around it: <, > and & unescaped
-	if err != nil {
-		return g, fmt.Errorf("encode spec of generation %d: %w", g.ID, err)
+	if g.Spec, err = encodeSpec(spec); err != nil {
+		return g, fmt.Errorf("generation %d: %w", g.ID, err)
 	}
-	g.Spec = bytes.TrimSuffix(body, []byte("\n"))
 	return g, nil
 }

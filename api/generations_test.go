@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -476,5 +478,39 @@ func TestRollback(t *testing.T) {
 	}
 	if n := e.generationCount(); n != 4 {
 		t.Errorf("%d generations, want 4", n)
+	}
+}
+
+// TestPublishAnswersWithTheStoredSpec: every call that creates a
+// generation answers with the spec bytes it stored, which are byte for
+// byte what a GET of the generation answers (the stored jsonb in the
+// schema's order), for a new generation and an unchanged one alike.
+func TestPublishAnswersWithTheStoredSpec(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	steps := []struct {
+		name string
+		call call
+		want int
+	}{
+		{"create", call{method: "POST", path: "/api/v1/generations", body: map[string]any{"message": "m", "spec": specWith(95, 5)}}, http.StatusCreated},
+		{"create unchanged", call{method: "POST", path: "/api/v1/generations", body: map[string]any{"spec": specWith(95, 5)}}, http.StatusOK},
+		{"flip", call{method: "POST", path: "/api/v1/services/api/flip", body: map[string]any{}}, http.StatusCreated},
+		{"weights", call{method: "PUT", path: "/api/v1/services/api/weights", body: map[string]any{"weights": map[string]int{"api-stable": 60, "api-canary": 40}}}, http.StatusCreated},
+		{"kill", call{method: "POST", path: "/api/v1/services/api/kill", body: map[string]any{}}, http.StatusCreated},
+		{"rollback", call{method: "POST", path: "/api/v1/generations/1/rollback", body: map[string]any{}}, http.StatusCreated},
+		{"stable", call{method: "POST", path: "/api/v1/generations", body: stableBody("s", "blue", 70, "green", 30)}, http.StatusCreated},
+		{"stable unchanged", call{method: "POST", path: "/api/v1/generations", body: stableBody("s", "blue", 70, "green", 30)}, http.StatusOK},
+	}
+	for _, st := range steps {
+		g := e.do(st.call).want(t, st.want).generation(t)
+		got := e.do(call{method: "GET", path: fmt.Sprintf("/api/v1/generations/%d", g.ID)}).want(t, http.StatusOK).generation(t)
+		if !bytes.Equal(g.Spec, got.Spec) {
+			t.Errorf("%s: answered spec\n%s\nGET answers\n%s", st.name, g.Spec, got.Spec)
+		}
+		stored, err := e.store.Get(t.Context(), g.ID)
+		if err != nil || !spectest.JSONEqual(t, stored.Spec, g.Spec) {
+			t.Errorf("%s: stored spec %s, %v; answered %s", st.name, stored.Spec, err, g.Spec)
+		}
 	}
 }

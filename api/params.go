@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/dwara/dwara/api/apiv1"
-	"github.com/dwara/dwara/db"
 )
 
 // Page sizes of the list endpoints.
@@ -103,10 +101,10 @@ func (s *Server) precondition(ctx context.Context, m ifMatch) (*int64, error) {
 		return nil, nil
 	case m.any:
 		// Generations are never deleted: once one exists, `*` holds for good.
-		if _, err := s.store.Current(ctx); errors.Is(err, db.ErrNotFound) {
-			return nil, problemf(http.StatusPreconditionFailed, "If-Match: * but there is no generation yet")
-		} else if err != nil {
+		if id, err := s.store.NewestID(ctx); err != nil {
 			return nil, err
+		} else if id == 0 {
+			return nil, problemf(http.StatusPreconditionFailed, "If-Match: * but there is no generation yet")
 		}
 		return nil, nil
 	default:
@@ -119,12 +117,13 @@ func (s *Server) precondition(ctx context.Context, m ifMatch) (*int64, error) {
 // the active generation when it can be read.
 func (s *Server) preconditionFailed(ctx context.Context, want int64) *apiv1.Problem {
 	active := "the active generation differs"
-	cur, err := s.store.Current(ctx)
+	id, err := s.store.NewestID(ctx)
 	switch {
-	case err == nil:
-		active = "the active generation is " + strconv.FormatInt(cur.ID, 10)
-	case errors.Is(err, db.ErrNotFound):
+	case err != nil:
+	case id == 0:
 		active = "there is no generation yet"
+	default:
+		active = "the active generation is " + strconv.FormatInt(id, 10)
 	}
 	return problemf(http.StatusPreconditionFailed, "If-Match asks for generation %d but %s", want, active)
 }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -94,11 +93,8 @@ func (s *Server) editService(w http.ResponseWriter, r *http.Request, action, mes
 		if err != nil {
 			return db.PublishParams{}, editProblem(err, name, cur.ID)
 		}
-		body, err := json.Marshal(edited)
+		body, err := encodeSpec(edited)
 		if err != nil {
-			return db.PublishParams{}, fmt.Errorf("encode spec: %w", err)
-		}
-		if err := checkSpecText(body); err != nil {
 			return db.PublishParams{}, err
 		}
 		next = edited

@@ -52,6 +52,9 @@ func textProblem(errs []apiv1.FieldError) *apiv1.Problem {
 // key is named by its path with the key quoted Go-style. It stops quietly
 // at a syntax error (the decoder reports those).
 func textErrors(body []byte) []apiv1.FieldError {
+	if plainText(body) {
+		return nil
+	}
 	var stack []*textFrame
 	var errs []apiv1.FieldError
 	// path of the value being read, given the current stack.
@@ -112,6 +115,28 @@ func textErrors(body []byte) []apiv1.FieldError {
 		}
 		if top != nil {
 			top.valueDone()
+		}
+	}
+}
+
+// plainText reports that body cannot hold what textErrors looks for, so
+// that the walk over the tokens of every publish is left to the few bodies
+// that may: body is valid UTF-8 and holds no \u escape that could be a NUL
+// (\u0000) or a UTF-16 surrogate (\uD...). It may report false for a body
+// without a fault (a surrogate pair, an escaped backslash before "u0000"),
+// never true for one with a fault.
+func plainText(body []byte) bool {
+	if !utf8.Valid(body) {
+		return false
+	}
+	for rest := body; ; {
+		i := bytes.Index(rest, []byte(`\u`))
+		if i < 0 {
+			return true
+		}
+		rest = rest[i+2:]
+		if len(rest) < 4 || bytes.HasPrefix(rest, []byte("0000")) || rest[0] == 'd' || rest[0] == 'D' {
+			return false
 		}
 	}
 }

@@ -146,3 +146,29 @@ func TestTextErrorsPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainText: the shortcut of textErrors never skips a body with a
+// fault, whatever the case of the escape's hex digits.
+func TestPlainText(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]bool{
+		`{"a": "ok", "b": ["x", "y"]}`:       true,
+		`{"k": "\u00e9t\u00E9 \u2028"}`:      true,
+		"{\"k\": \"\xef\xbf\xbd as UTF-8\"}": true,
+		`{"a": "ok", "b": ["x", "y\u0000"]}`: false,
+		`{"name": "\ud800"}`:                 false,
+		`{"name": "\uD800"}`:                 false,
+		`{"name": "\uDc00"}`:                 false,
+		`{"k": "\ud83d\ude00 is a pair"}`:    false, // walked, no fault
+		`{"k": "\\u0000 is text"}`:           false, // walked, no fault
+		"{\"c\": {\"d\": \"\xc3\"}}":         false,
+		`{"k": "\u`:                          false,
+	} {
+		if got := plainText([]byte(body)); got != want {
+			t.Errorf("plainText(%q) = %t, want %t", body, got, want)
+		}
+		if plainText([]byte(body)) && len(textErrors([]byte(body))) > 0 {
+			t.Errorf("plainText(%q) but textErrors finds faults", body)
+		}
+	}
+}

@@ -6,9 +6,10 @@
 // A publish inserts the generation and notifies NotifyChannel in one
 // transaction. Each process runs one Listener on a dedicated connection and
 // fans its notifications out to its consumers (package node); the data
-// plane's consumer, gateway/source.Database, loads the newest generation on
-// every notification and every (re)connect, so a notification missed while
-// disconnected is never a missed generation.
+// plane's consumer, gateway/source.Database, asks for the newest generation
+// id on every notification and every (re)connect (NewestID) and loads the
+// generation when it is newer than the one applied, so a notification
+// missed while disconnected is never a missed generation.
 //
 // Errors from PostgreSQL are translated to the sentinels of this package
 // (ErrNotFound, ErrPreconditionFailed, ErrUnavailable) at the boundary;
@@ -179,12 +180,16 @@ func (s *Store) ConnString() string {
 // ActionCreate. When p.IfMatch is non-nil and the active generation's id (0
 // when there is none) differs from *p.IfMatch, Publish stores nothing and
 // returns ErrPreconditionFailed. A p.SourceID that names no generation gives
-// ErrNotFound. p.Spec must be a JSON object; it is stored as given (as jsonb)
-// and the returned Generation carries it as the database returns it.
+// ErrNotFound. p.Spec must be a JSON object; it is stored as given (as
+// jsonb), and the returned Generation carries p.Spec itself (the same
+// bytes, not the database's rendering of them, which orders keys its own
+// way): a caller that encoded the spec answers with the bytes it stored,
+// without reading them back.
 //
 // A spec equal (as jsonb) to the active generation's is not stored again:
-// Publish then returns the active generation with Unchanged set, notifies
-// nothing, and a SourceID is not checked. The comparison runs under the
+// Publish then returns the active generation with Unchanged set (its spec,
+// equal as jsonb, is again p.Spec), notifies nothing, and a SourceID is
+// not checked. The comparison runs under the
 // publish lock, so it is never made against a generation that is no longer
 // the newest.
 func (s *Store) Publish(ctx context.Context, p PublishParams) (apiv1.Generation, error) {
@@ -213,7 +218,8 @@ func (s *Store) Publish(ctx context.Context, p PublishParams) (apiv1.Generation,
 // is lost or has to retry. What edit returns is published as by Publish:
 // its IfMatch, when set, is checked against the active generation's id (0
 // when there is none); a result equal to the active spec stores nothing
-// and returns the active generation with Unchanged set. An error of edit
+// and returns the active generation with Unchanged set; either way the
+// returned Generation carries the Spec that edit returned. An error of edit
 // aborts the transaction and is returned wrapped.
 func (s *Store) Edit(ctx context.Context, edit EditFunc) (apiv1.Generation, error) {
 	var g apiv1.Generation
@@ -290,10 +296,11 @@ func publishLocked(ctx context.Context, tx pgx.Tx, newest int64, p PublishParams
 	if newest > 0 {
 		// jsonb equality ignores key order and white space, so a spec
 		// that only looks different is still the same spec.
-		row := tx.QueryRow(ctx, `SELECT `+generationColumns+` FROM generations WHERE id = $1 AND spec = $2::jsonb`, newest, []byte(p.Spec))
-		active, err := scanGeneration(row, true)
+		row := tx.QueryRow(ctx, `SELECT `+generationListColumns+` FROM generations WHERE id = $1 AND spec = $2::jsonb`, newest, []byte(p.Spec))
+		active, err := scanGeneration(row, false)
 		switch {
 		case err == nil:
+			active.Spec = p.Spec
 			active.Unchanged = true
 			return active, nil
 		case !errors.Is(err, pgx.ErrNoRows):
@@ -307,9 +314,9 @@ func publishLocked(ctx context.Context, tx pgx.Tx, newest int64, p PublishParams
 	row := tx.QueryRow(ctx, `
 		INSERT INTO generations (id, spec, parent_id, action, source_id, author, message)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
-		RETURNING `+generationColumns,
+		RETURNING `+generationListColumns,
 		newest+1, []byte(p.Spec), parent, p.Action, p.SourceID, p.Author, p.Message)
-	g, err := scanGeneration(row, true)
+	g, err := scanGeneration(row, false)
 	if err != nil {
 		if isCode(err, codeForeignKeyViolation) && p.SourceID != nil {
 			return apiv1.Generation{}, fmt.Errorf("source generation %d: %w", *p.SourceID, ErrNotFound)
@@ -319,7 +326,18 @@ func publishLocked(ctx context.Context, tx pgx.Tx, newest int64, p PublishParams
 	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprint(g.ID)); err != nil {
 		return apiv1.Generation{}, fmt.Errorf("notify generation %d: %w", g.ID, err)
 	}
+	g.Spec = p.Spec
 	return g, nil
+}
+
+// NewestID returns the id of the active generation (the newest), 0 when
+// none has been published: what Current would load, without its spec.
+func (s *Store) NewestID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM generations`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("load newest generation id: %w", translate(err))
+	}
+	return id, nil
 }
 
 // Current returns the active generation (the newest) with its spec, or
@@ -337,6 +355,18 @@ func (s *Store) Current(ctx context.Context) (apiv1.Generation, error) {
 func (s *Store) Get(ctx context.Context, id int64) (apiv1.Generation, error) {
 	row := s.pool.QueryRow(ctx, `SELECT `+generationColumns+` FROM generations WHERE id = $1`, id)
 	g, err := scanGeneration(row, true)
+	if err != nil {
+		return apiv1.Generation{}, fmt.Errorf("load generation %d: %w", id, translate(err))
+	}
+	return g, nil
+}
+
+// Head returns generation id without its spec, as List lists it, or
+// ErrNotFound: what a caller that only names the generation (an event of
+// its publish) needs, without reading the spec out of the row.
+func (s *Store) Head(ctx context.Context, id int64) (apiv1.Generation, error) {
+	row := s.pool.QueryRow(ctx, `SELECT `+generationListColumns+` FROM generations WHERE id = $1`, id)
+	g, err := scanGeneration(row, false)
 	if err != nil {
 		return apiv1.Generation{}, fmt.Errorf("load generation %d: %w", id, translate(err))
 	}

@@ -227,8 +227,73 @@ func TestPublishRollbackRoundTrip(t *testing.T) {
 	if !spectest.JSONEqual(t, got.Spec, first.Spec) || !spectest.JSONEqual(t, got.Spec, spec(1)) {
 		t.Errorf("rollback spec = %s, want %s", got.Spec, spec(1))
 	}
-	if string(got.Spec) != string(rb.Spec) || !got.CreatedAt.Equal(rb.CreatedAt) {
+	// Publish returns the bytes it stored, Get PostgreSQL's rendering of
+	// them: the same spec.
+	if !spectest.JSONEqual(t, got.Spec, rb.Spec) || !got.CreatedAt.Equal(rb.CreatedAt) {
 		t.Errorf("Publish returned %s at %v, Get returns %s at %v", rb.Spec, rb.CreatedAt, got.Spec, got.CreatedAt)
+	}
+}
+
+// TestPublishReturnsTheStoredBytes checks that Publish and Edit answer with
+// the spec bytes they were given, new generation or unchanged, rather than
+// reading the stored jsonb back (which PostgreSQL renders with its own key
+// order and spacing), and that NewestID follows them.
+func TestPublishReturnsTheStoredBytes(t *testing.T) {
+	t.Parallel()
+	s, _ := dbtest.NewStore(t)
+	ctx := context.Background()
+	if id, err := s.NewestID(ctx); err != nil || id != 0 {
+		t.Fatalf("NewestID on an empty database = %d, %v; want 0", id, err)
+	}
+	// Keys out of jsonb's order (shortest first), with spacing jsonb drops.
+	sent := json.RawMessage(`{"services": [], "upstreams": [],  "z": {"bb": 1, "a": "x<y"}}`)
+	check := func(what string, g apiv1.Generation, err error, id int64, unchanged bool) {
+		t.Helper()
+		if err != nil || g.ID != id || g.Unchanged != unchanged {
+			t.Fatalf("%s = id %d unchanged %t, %v; want id %d unchanged %t", what, g.ID, g.Unchanged, err, id, unchanged)
+		}
+		if !bytes.Equal(g.Spec, sent) {
+			t.Errorf("%s returned spec %s, want the bytes stored %s", what, g.Spec, sent)
+		}
+		if newest, err := s.NewestID(ctx); err != nil || newest != id {
+			t.Errorf("after %s NewestID = %d, %v; want %d", what, newest, err, id)
+		}
+	}
+	g, err := s.Publish(ctx, db.PublishParams{Spec: sent})
+	check("Publish", g, err, 1, false)
+	stored, err := s.Get(ctx, 1)
+	if err != nil || bytes.Equal(stored.Spec, sent) || !spectest.JSONEqual(t, stored.Spec, sent) {
+		t.Fatalf("Get = %s, %v; want PostgreSQL's rendering of %s", stored.Spec, err, sent)
+	}
+	g, err = s.Publish(ctx, db.PublishParams{Spec: sent})
+	check("Publish of the active spec", g, err, 1, true)
+	g, err = s.Edit(ctx, func(apiv1.Generation) (db.PublishParams, error) {
+		return db.PublishParams{Spec: sent, Action: apiv1.ActionKill}, nil
+	})
+	check("Edit to the active spec", g, err, 1, true)
+	publish(t, s, 2)
+	g, err = s.Edit(ctx, func(apiv1.Generation) (db.PublishParams, error) {
+		return db.PublishParams{Spec: sent, Action: apiv1.ActionFlip}, nil
+	})
+	check("Edit", g, err, 3, false)
+}
+
+func TestHead(t *testing.T) {
+	t.Parallel()
+	s, _ := dbtest.NewStore(t)
+	ctx := context.Background()
+	if _, err := s.Head(ctx, 1); !errors.Is(err, db.ErrNotFound) {
+		t.Errorf("Head(1) on an empty database = %v, want ErrNotFound", err)
+	}
+	publish(t, s, 1)
+	g := publish(t, s, 2)
+	h, err := s.Head(ctx, 2)
+	if err != nil || h.Spec != nil {
+		t.Fatalf("Head(2) = %+v, %v; want generation 2 without its spec", h, err)
+	}
+	if h.ID != 2 || h.ParentID == nil || *h.ParentID != 1 || h.Action != g.Action || h.Author != g.Author ||
+		h.Message != g.Message || !h.CreatedAt.Equal(g.CreatedAt) {
+		t.Errorf("Head(2) = %+v, want %+v without its spec", h, g)
 	}
 }
 

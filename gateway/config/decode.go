@@ -369,17 +369,27 @@ func seen(probs problems, path string) bool {
 // parseJSON runs the strict structural check, decodes what survived it,
 // applies defaults and validates; dropSlots removes every split's computed
 // slot table first.
+//
+// A document the check found nothing wrong with is decoded as it is: it
+// has only known fields, each once, of the right types, in valid text, so
+// it decodes to what the check would keep of it (a null member decodes as
+// absent). Only a document with unknown fields, which are reported but do
+// not stop validation, is walked again to drop them and re-encoded.
 func parseJSON(data []byte, dropSlots bool) (*Spec, error) {
-	clean, probs, usable, malformed := checkStructure(data)
+	_, probs, usable, malformed := checkStructure(data, false)
 	if !usable {
 		return nil, &ValidationError{Errors: probs, Malformed: malformed}
 	}
-	cleaned, err := json.Marshal(clean)
-	if err != nil {
-		// Everything in clean came out of a JSON decoder; reaching this is
-		// a bug in the checker, reported rather than hidden.
-		probs.add("", "cannot re-encode spec: %v", err)
-		return nil, probs.err()
+	cleaned := data
+	if len(probs) > 0 {
+		clean, _, _, _ := checkStructure(data, true)
+		var err error
+		if cleaned, err = json.Marshal(clean); err != nil {
+			// Everything in clean came out of a JSON decoder; reaching
+			// this is a bug in the checker, reported rather than hidden.
+			probs.add("", "cannot re-encode spec: %v", err)
+			return nil, probs.err()
+		}
 	}
 	var s Spec
 	dec := json.NewDecoder(bytes.NewReader(cleaned))

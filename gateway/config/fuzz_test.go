@@ -27,6 +27,7 @@ func FuzzParseSpec(f *testing.F) {
 		"a: 1\n---\nb: 2\n",
 		"services:\n  - name: s\n    split:\n      targets: [{upstream: a}, {upstream: a, weight: 0}]\n      canary_analysis: {step: 9}\n",
 		"{\"upstreams\": [{\"name\": \"a\", \"endpoints\": [\"[::1]:1\", \"http://[::1]:1/\"]}]}",
+		`{"upstreams": [{"name": "a", "endpoints": ["10.0.0.1:80"], "health_check": null, "passive": null}, {"name": "b", "endpoints": ["10.0.0.2:80"]}, {"name": "c", "endpoints": ["10.0.0.3:80"]}], "services": [{"name": "s", "base_path": "/", "upstream": null, "split": {"targets": [{"upstream": "a", "weight": null}, {"upstream": "b", "weight": 3}], "slots": null}, "mirror": {"upstream": "c", "percent": 5, "max_body_bytes": null}, "host": null, "sticky": {"cookie": "k"}}]}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -44,6 +45,25 @@ func FuzzParseSpec(f *testing.F) {
 		}
 		if err := s.Validate(); err != nil {
 			t.Fatalf("Parse accepted a spec that Validate refuses: %v", err)
+		}
+		// Parse decoded the accepted document as it is: the same spec as
+		// decoding what the structural check keeps of it.
+		js, err := toJSON(data, FormatAuto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clean, probs, _, _ := checkStructure(js, true)
+		cleaned, err := json.Marshal(clean)
+		if len(probs) > 0 || err != nil {
+			t.Fatalf("accepted document: problems %v, %v", probs, err)
+		}
+		var kept Spec
+		if err := json.Unmarshal(cleaned, &kept); err != nil {
+			t.Fatalf("decode %s: %v", cleaned, err)
+		}
+		kept.Defaults()
+		if !reflect.DeepEqual(s, &kept) {
+			t.Fatalf("decoded as sent:\n%+v\nwhat the check keeps:\n%+v", s, &kept)
 		}
 		out, err := json.Marshal(s)
 		if err != nil {

@@ -125,18 +125,25 @@ type checker struct {
 	usable bool
 	// malformed is true once a syntax error was found.
 	malformed bool
+	// keep makes value build the document it read (what checkStructure
+	// returns); without it, value returns present for any value kept.
+	keep bool
 }
+
+// present is what value returns for a value it keeps, when the checker
+// does not build the document.
+var present any = true
 
 // errSyntax stops the walk; the problem is already recorded.
 var errSyntax = errors.New("syntax error")
 
 // checkStructure checks data against the shape of Spec. It returns the
-// document with unknown fields and nulls removed (ready to be decoded), the
 // problems found, whether the document is usable (false when any problem
 // other than an unknown field was found) and whether it is malformed (a
-// syntax error).
-func checkStructure(data []byte) (any, problems, bool, bool) {
-	c := &checker{data: data, dec: json.NewDecoder(bytes.NewReader(data)), usable: true}
+// syntax error); with keep, also the document with unknown fields and nulls
+// removed (ready to be encoded and decoded), nil without.
+func checkStructure(data []byte, keep bool) (any, problems, bool, bool) {
+	c := &checker{data: data, dec: json.NewDecoder(bytes.NewReader(data)), usable: true, keep: keep}
 	if t := bytes.TrimSpace(data); len(t) == 0 || string(t) == "null" {
 		// An empty body, an empty YAML document, or JSON null.
 		c.fail("", "the spec is empty; expected an object with upstreams and services")
@@ -290,12 +297,12 @@ func (c *checker) value(sh *shape, path string, element bool) (any, error) {
 			return nil, nil
 		}
 		if sh.kind == kindString {
-			return t, nil
+			return tok, nil
 		}
 		c.fail(path, "must be %s, got a string", sh.kind)
 	case bool:
 		if sh.kind == kindBoolean {
-			return t, nil
+			return tok, nil
 		}
 		c.fail(path, "must be %s, got a boolean", sh.kind)
 	case json.Number:
@@ -330,7 +337,10 @@ func (c *checker) number(sh *shape, path string, n json.Number) (any, error) {
 
 // object reads the members of an object after its "{".
 func (c *checker) object(sh *shape, path string) (any, error) {
-	out := make(map[string]any, len(sh.fields))
+	var out map[string]any
+	if c.keep {
+		out = make(map[string]any, len(sh.fields))
+	}
 	seen := make(map[string]bool, len(sh.fields))
 	for c.dec.More() {
 		tok, err := c.token(path)
@@ -359,12 +369,15 @@ func (c *checker) object(sh *shape, path string) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if v != nil {
+		if v != nil && c.keep {
 			out[key] = v
 		}
 	}
 	if _, err := c.token(path); err != nil { // "}"
 		return nil, err
+	}
+	if !c.keep {
+		return present, nil
 	}
 	return out, nil
 }
@@ -377,10 +390,15 @@ func (c *checker) array(sh *shape, path string) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, v)
+		if c.keep {
+			out = append(out, v)
+		}
 	}
 	if _, err := c.token(path); err != nil { // "]"
 		return nil, err
+	}
+	if !c.keep {
+		return present, nil
 	}
 	return out, nil
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/dwara/dwara/api/apiv1"
-	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 )
 
@@ -23,6 +22,17 @@ const (
 	storeTimeout = 15 * time.Second
 )
 
+// Store is what a Database needs of PostgreSQL: the newest generation's id
+// (cheap, asked on every trigger), a generation with its spec (loaded only
+// when that id is newer than the one applied), and the instance record.
+// *db.Store implements it; its errors are db's (db.ErrNotFound for a
+// generation that does not exist). It must be safe for concurrent use.
+type Store interface {
+	NewestID(ctx context.Context) (int64, error)
+	Get(ctx context.Context, id int64) (apiv1.Generation, error)
+	UpsertGateway(ctx context.Context, g apiv1.GatewayInstance) error
+}
+
 // Database keeps a data plane on the newest generation stored in
 // PostgreSQL.
 //
@@ -31,26 +41,32 @@ const (
 // it listens. Every load follows a trigger: Notify, the periodic Resync, or
 // a retry after a failed load. Triggers do a non-blocking send into a
 // capacity-1 channel, so a burst of publishes collapses into one load; each
-// load fetches the newest generation (Store.Current) and applies it only
-// when its id is newer than the last one applied, so an older generation is
-// never applied. Because the listener notifies on every (re)connect, a
-// notification missed while disconnected is never a missed generation.
+// load asks for the newest generation's id (Store.NewestID) and loads that
+// generation (Store.Get) only when its id is newer than the last one
+// applied and than the one Serving reports, so an older generation is never
+// applied and a notification of a generation already served (every publish
+// of `dwara serve`, which its API applied before the 201) costs one
+// index lookup, no spec. Because the listener notifies on every
+// (re)connect, a notification missed while disconnected is never a missed
+// generation.
 //
-// The stored spec is decoded once per generation with config.ParseAs (JSON)
-// and handed to Apply, unless Serving says the data plane serves it already. A spec that does not decode, or that Apply refuses,
-// is logged and retried on the next trigger. After each successful apply the
-// Database records Instance (AppliedGeneration, AppliedAt, and the endpoint
-// states from Endpoints) with Store.UpsertGateway, and every Heartbeat it
-// refreshes the instance's LastHeartbeat and endpoint states. While
-// PostgreSQL is down it retries with backoff and applies nothing, so the
-// data plane keeps serving the last generation it applied.
+// The stored spec is loaded and decoded once per generation with
+// config.ParseAs (JSON) and handed to Apply. A spec that does not decode,
+// or that Apply refuses, is logged and retried on the next trigger, from
+// the spec decoded then (it is not loaded again). After each successful
+// apply the Database records Instance (AppliedGeneration, AppliedAt, and
+// the endpoint states from Endpoints) with Store.UpsertGateway, and every
+// Heartbeat it refreshes the instance's LastHeartbeat and endpoint states.
+// While PostgreSQL is down it retries with backoff and applies nothing, so
+// the data plane keeps serving the last generation it applied.
 //
 // Set the fields before Run. Notify, Ready and Applied are safe for
 // concurrent use, also before Run starts; a Database must not be copied
 // after first use and Run must be called at most once.
 type Database struct {
-	// Store loads generations and records the instance. Required.
-	Store *db.Store
+	// Store loads generations and records the instance (a *db.Store).
+	// Required.
+	Store Store
 	// Instance identifies this data plane: the caller sets ID, Hostname,
 	// Listen and StartedAt; the Database fills in the rest. An empty ID
 	// means the instance is not recorded in gateway_instances.
@@ -66,8 +82,8 @@ type Database struct {
 	// Serving, when non-nil, returns the generation the data plane already
 	// serves, applied there by another path (in `dwara serve`, the API hands
 	// each publish to the proxy before its 201). A stored generation that is
-	// not newer is neither decoded nor applied again, only recorded as
-	// applied. nil means only what this source applied counts. It must be
+	// not newer is neither loaded, decoded nor applied again, only recorded
+	// as applied. nil means only what this source applied counts. It must be
 	// safe for concurrent use.
 	Serving func() int64
 	// Heartbeat is how often the instance's LastHeartbeat is refreshed;
@@ -183,52 +199,55 @@ func (s *Database) Run(ctx context.Context) error {
 // as opposed to a load error.
 var errRefused = errors.New("refused")
 
-// decoded is the last generation decoded, kept so that a generation retried
-// after a refusal is not decoded again.
+// decoded is the last generation loaded and decoded, kept so that a
+// generation retried after a refusal is neither loaded nor decoded again.
 type decoded struct {
 	id   int64
 	spec *config.Spec
 	err  error
 }
 
-// sync loads the newest generation and applies it when it is newer than the
-// last applied. changed reports that inst must be recorded: a generation
-// was applied, or this is the first load.
+// sync asks for the newest generation's id and, when it is newer than the
+// last applied (and than what Serving reports), loads, decodes and applies
+// that generation. changed reports that inst must be recorded: a
+// generation was applied, or this is the first load.
 func (s *Database) sync(ctx context.Context, inst *apiv1.GatewayInstance, dec *decoded) (changed bool, err error) {
 	first := !s.isReady()
 	loadCtx, cancel := context.WithTimeout(ctx, storeTimeout)
-	g, err := s.Store.Current(loadCtx)
-	cancel()
-	if errors.Is(err, db.ErrNotFound) {
-		return first, nil
-	}
+	defer cancel()
+	id, err := s.Store.NewestID(loadCtx)
 	if err != nil {
-		return false, fmt.Errorf("load newest generation: %w", err)
+		return false, fmt.Errorf("load newest generation id: %w", err)
 	}
-	if g.ID <= s.applied.Load() {
+	if id <= s.applied.Load() { // 0: none published yet
 		return first, nil
 	}
-	if s.Serving != nil && g.ID <= s.Serving() {
+	if s.Serving != nil && id <= s.Serving() {
 		// Already serving it: the spec was validated and applied once, by
-		// the path that applied it; record it, decode nothing.
-		s.applied.Store(g.ID)
-		inst.AppliedGeneration = g.ID
+		// the path that applied it; record it, load nothing.
+		s.applied.Store(id)
+		inst.AppliedGeneration = id
 		inst.AppliedAt = time.Now()
 		return true, nil
 	}
-	if dec.id != g.ID {
+	if dec.id != id {
+		g, err := s.Store.Get(loadCtx, id)
+		if err != nil {
+			return false, fmt.Errorf("load generation %d: %w", id, err)
+		}
 		spec, err := config.ParseAs(g.Spec, config.FormatJSON)
-		*dec = decoded{id: g.ID, spec: spec, err: err}
+		*dec = decoded{id: id, spec: spec, err: err}
 	}
+	cancel()
 	if dec.err != nil {
-		return false, fmt.Errorf("%w generation %d: decode spec: %w", errRefused, g.ID, dec.err)
+		return false, fmt.Errorf("%w generation %d: decode spec: %w", errRefused, id, dec.err)
 	}
-	if err := s.Apply(ctx, dec.spec, g.ID); err != nil {
-		return false, fmt.Errorf("%w generation %d: %w", errRefused, g.ID, err)
+	if err := s.Apply(ctx, dec.spec, id); err != nil {
+		return false, fmt.Errorf("%w generation %d: %w", errRefused, id, err)
 	}
 	*dec = decoded{}
-	s.applied.Store(g.ID)
-	inst.AppliedGeneration = g.ID
+	s.applied.Store(id)
+	inst.AppliedGeneration = id
 	inst.AppliedAt = time.Now()
 	return true, nil
 }

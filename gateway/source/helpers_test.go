@@ -25,7 +25,7 @@ func spec(n int) json.RawMessage {
 }
 
 // publishSpec stores js as a new generation.
-func publishSpec(t *testing.T, s *db.Store, js json.RawMessage) apiv1.Generation {
+func publishSpec(t testing.TB, s *db.Store, js json.RawMessage) apiv1.Generation {
 	t.Helper()
 	g, err := s.Publish(context.Background(), db.PublishParams{Spec: js, Action: apiv1.ActionCreate, Author: "test", Message: "test"})
 	if err != nil {
