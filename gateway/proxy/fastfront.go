@@ -1063,9 +1063,11 @@ func fastRequestID(h *fasthttp.RequestHeader, buf *[128]byte) string {
 	return b2s(appendRequestID(buf[:0]))
 }
 
-// fastIsUpgrade reports whether the request asks to switch protocols.
+// fastIsUpgrade reports whether the request asks to switch protocols, to
+// another protocol than h2c (isH2CUpgrade: such a request is forwarded as
+// a plain one).
 func fastIsUpgrade(h *fasthttp.RequestHeader) bool {
-	if len(h.Peek(fasthttp.HeaderUpgrade)) == 0 {
+	if up := h.Peek(fasthttp.HeaderUpgrade); len(up) == 0 || isH2CUpgrade(b2s(up)) {
 		return false
 	}
 	return namedInBytes(h.PeekAll(fasthttp.HeaderConnection), "Upgrade")
