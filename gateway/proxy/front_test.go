@@ -8,7 +8,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -39,9 +38,7 @@ func serveFront(t testing.TB, p *Proxy) string {
 	case "fasthttp":
 		return "http://" + serveFast(t, p, nil)
 	case "net/http":
-		srv := httptest.NewServer(p)
-		t.Cleanup(srv.Close)
-		return srv.URL
+		return "http://" + serveNetHTTP(t, p, nil)
 	case "loop":
 		return "http://" + serveLoop(t, p, nil)
 	}
@@ -127,9 +124,10 @@ func startLoop(t testing.TB, p *Proxy, maxConns int, configure func(*fasthttp.Se
 	return ls
 }
 
-// serveNetHTTP serves p with the net/http front on a loopback listener,
-// after configure (when non-nil) adjusted the server, and returns its
-// address; the server stops when the test ends.
+// serveNetHTTP serves p with the net/http front on a loopback listener
+// wrapped as node wraps it (HeadCheckListener), after configure (when
+// non-nil) adjusted the server, and returns its address; the server stops
+// when the test ends.
 func serveNetHTTP(t testing.TB, p *Proxy, configure func(*http.Server)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -141,7 +139,7 @@ func serveNetHTTP(t testing.TB, p *Proxy, configure func(*http.Server)) string {
 		configure(srv)
 	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() { done <- srv.Serve(HeadCheckListener(ln)) }()
 	t.Cleanup(func() {
 		_ = srv.Close()
 		<-done
