@@ -277,8 +277,10 @@ func (c *headConn) headLine(start int, line []byte) {
 	if !empty {
 		return
 	}
+	// The server reads the head from acc; the next line is gathered only
+	// once it has (out is empty), so acc is reused.
 	head := c.acc
-	c.acc, c.lineStart = make([]byte, 0, 1024), 0 // the head is the server's to read now
+	c.acc, c.lineStart = c.acc[:0], 0
 	f, why := checkHead(head)
 	if why != "" {
 		c.refuse(http.StatusBadRequest, why)
