@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -112,18 +113,18 @@ func checkFields(raw []byte) (headFields, string) {
 		}
 		colon := bytes.IndexByte(line, ':')
 		if colon < 0 {
-			return f, "a header line has no colon"
+			return f, "the header line " + quoteField(line) + " has no colon"
 		}
 		name, value := line[:colon], trimOWS(line[colon+1:])
 		if !isToken(b2s(name)) {
 			if colon > 0 && (name[colon-1] == ' ' || name[colon-1] == '\t') {
-				return f, "a header field name is followed by whitespace before its colon"
+				return f, "the header field name " + quoteField(name) + " is followed by whitespace before its colon"
 			}
-			return f, "a header field name is not a token"
+			return f, "the header field name " + quoteField(name) + " is not a token"
 		}
 		for _, c := range value {
 			if c < ' ' && c != '\t' || c == 0x7f {
-				return f, "a header field value has a control character"
+				return f, "the value of the header field " + quoteField(name) + " has a control character"
 			}
 		}
 		switch {
@@ -252,6 +253,12 @@ func validAuthority(a []byte, empty bool) bool {
 		}
 	}
 	return a[0] == '[' || len(host) > 0
+}
+
+// quoteField quotes the start of a field name or line for a detail (only
+// a refusal builds one).
+func quoteField(b []byte) string {
+	return strconv.Quote(string(b[:min(len(b), 64)]))
 }
 
 // parseLength parses a Content-Length value: 1 to 18 digits.
