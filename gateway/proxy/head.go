@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -111,21 +112,24 @@ func checkFields(raw []byte) (headFields, string) {
 		if line[0] == ' ' || line[0] == '\t' {
 			return f, "obsolete line folding"
 		}
-		colon := bytes.IndexByte(line, ':')
-		if colon < 0 {
-			return f, "the header line " + quoteField(line) + " has no colon"
+		// The name is the token before the colon, scanned once.
+		colon := 0
+		for colon < len(line) && tokenChar[line[colon]] {
+			colon++
+		}
+		if colon == len(line) || line[colon] != ':' || colon == 0 {
+			end := bytes.IndexByte(line, ':')
+			switch {
+			case end < 0:
+				return f, "the header line " + quoteField(line) + " has no colon"
+			case end > 0 && (line[end-1] == ' ' || line[end-1] == '\t'):
+				return f, "the header field name " + quoteField(line[:end]) + " is followed by whitespace before its colon"
+			}
+			return f, "the header field name " + quoteField(line[:end]) + " is not a token"
 		}
 		name, value := line[:colon], trimOWS(line[colon+1:])
-		if !isToken(b2s(name)) {
-			if colon > 0 && (name[colon-1] == ' ' || name[colon-1] == '\t') {
-				return f, "the header field name " + quoteField(name) + " is followed by whitespace before its colon"
-			}
-			return f, "the header field name " + quoteField(name) + " is not a token"
-		}
-		for _, c := range value {
-			if c < ' ' && c != '\t' || c == 0x7f {
-				return f, "the value of the header field " + quoteField(name) + " has a control character"
-			}
+		if hasCTL(value) {
+			return f, "the value of the header field " + quoteField(name) + " has a control character"
 		}
 		switch {
 		case equalFoldASCII(name, "Host"):
@@ -253,6 +257,29 @@ func validAuthority(a []byte, empty bool) bool {
 		}
 	}
 	return a[0] == '[' || len(host) > 0
+}
+
+// hasCTL reports whether a field value has a control character other than
+// a tab (NUL, CR, DEL...: RFC 9110 section 5.5). It looks at eight bytes at
+// a time, and at single bytes only around a control character or a tab.
+func hasCTL(v []byte) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for len(v) >= 8 {
+		w := binary.LittleEndian.Uint64(v)
+		del := w ^ (0x7f * ones)
+		// A byte below 0x20, or a DEL, sets its high bit here (bytes of
+		// 0x80 and above, obs-text, are allowed and masked out by ^w).
+		if ((w-0x20*ones)&^w|(del-ones)&^del)&highs != 0 {
+			break
+		}
+		v = v[8:]
+	}
+	for _, c := range v {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 // quoteField quotes the start of a field name or line for a detail (only

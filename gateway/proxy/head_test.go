@@ -91,3 +91,17 @@ func TestCheckHeadAllocs(t *testing.T) {
 		t.Errorf("%v allocations per head; want 0", n)
 	}
 }
+
+// BenchmarkCheckHead is the validation's cost for a browser-sized head.
+func BenchmarkCheckHead(b *testing.B) {
+	head := []byte("GET /v1/items?page=2 HTTP/1.1\r\nHost: shop.example:8080\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64)\r\n" +
+		"Accept: text/html,application/xhtml+xml\r\nAccept-Language: en-GB,en;q=0.9\r\nAccept-Encoding: gzip, deflate, br\r\n" +
+		"Cookie: sid=0123456789abcdef01234567; theme=dark\r\nConnection: keep-alive\r\n\r\n")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(head)))
+	for b.Loop() {
+		if _, why := checkHead(head); why != "" {
+			b.Fatal(why)
+		}
+	}
+}
