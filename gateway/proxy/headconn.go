@@ -56,16 +56,40 @@ const MaxHeadBytes = 16 << 10
 // with the Proxy as plain HTTP/1.1 (not TLS), so that each request head is
 // checked as it came on the wire before the server parses it (see the
 // comment above). It is safe for concurrent use as ln is.
-func HeadCheckListener(ln net.Listener) net.Listener { return headListener{ln} }
+func HeadCheckListener(ln net.Listener) net.Listener { return headListener{ln, false} }
 
-type headListener struct{ net.Listener }
+type headListener struct {
+	net.Listener
+	frameOnly bool
+}
 
 func (l headListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
+	if l.frameOnly {
+		return newFrameConn(c), nil
+	}
 	return newHeadConn(c), nil
+}
+
+// FrameListener wraps ln, whose connections the fasthttp front serves as
+// plain HTTP/1.1 (not TLS), so that a chunk size with leading zeros
+// (RFC 9112 allows any number) reaches fasthttp's parser, which takes at
+// most 15 hex digits, without them: each connection is read through a
+// headConn that only follows the request framing (the heads are
+// fasthttp's and fastRoute's to check, and at anything headConn would
+// refuse it passes the bytes on as they come for them to refuse). The loop
+// front reads the connections it hands to the fasthttp server the same
+// way. It is safe for concurrent use as ln is.
+func FrameListener(ln net.Listener) net.Listener { return headListener{ln, true} }
+
+// newFrameConn is FrameListener's connection.
+func newFrameConn(c net.Conn) net.Conn {
+	hc := newHeadConn(c)
+	hc.frameOnly = true
+	return hc
 }
 
 // States of a headConn's reading.
@@ -101,6 +125,10 @@ type headConn struct {
 	upgrade bool
 	// lineStart is where in acc the line being gathered begins.
 	lineStart int
+	// frameOnly: the server checks heads itself (FrameListener); the conn
+	// only follows the framing, to give it chunk sizes it can parse, and
+	// steps aside at anything it would refuse.
+	frameOnly bool
 
 	mu sync.Mutex
 	// out is what the server reads next: checked bytes (of buf or acc, or
@@ -223,9 +251,15 @@ func (c *headConn) step() {
 	case hsChunkSize:
 		c.acc = c.acc[:0]
 		n, ok := chunkSize(line)
+		if ok {
+			// However many leading zeros (RFC 9112 allows any), the
+			// server's parser gets none: fasthttp's takes at most 15 hex
+			// digits, net/http's 16.
+			line = trimChunkZeros(line)
+		}
 		switch {
 		case !ok:
-			c.cutBody()
+			c.cutBody(line)
 		case n == 0:
 			c.emit(line, hsTrailer)
 		default:
@@ -235,7 +269,7 @@ func (c *headConn) step() {
 	case hsChunkEnd:
 		c.acc = c.acc[:0]
 		if string(line) != "\r\n" {
-			c.cutBody()
+			c.cutBody(line)
 			return
 		}
 		c.emit(line, hsChunkSize)
@@ -246,7 +280,7 @@ func (c *headConn) step() {
 			return
 		}
 		if !goodTrailer(line) {
-			c.cutBody()
+			c.cutBody(line)
 			return
 		}
 		c.emit(line, hsTrailer)
@@ -277,15 +311,15 @@ func (c *headConn) headLine(start int, line []byte) {
 	if !empty {
 		return
 	}
-	// The server reads the head from acc; the next line is gathered only
-	// once it has (out is empty), so acc is reused.
 	head := c.acc
-	c.acc, c.lineStart = c.acc[:0], 0
 	f, why := checkHead(head)
 	if why != "" {
 		c.refuse(http.StatusBadRequest, why)
 		return
 	}
+	// The server reads the head from acc; the next line is gathered only
+	// once it has (out is empty), so acc is reused.
+	c.acc, c.lineStart = c.acc[:0], 0
 	c.upgrade = f.upgrade && !isH2CUpgrade(headerValue(head, "Upgrade"))
 	next := c.afterRequest()
 	switch {
@@ -308,6 +342,10 @@ func (c *headConn) afterRequest() int {
 // refuse gives the server the stand-in instead of the head gathered, and
 // keeps the answer that replaces the server's.
 func (c *headConn) refuse(status int, detail string) {
+	if c.frameOnly {
+		c.stepAside(c.acc)
+		return
+	}
 	title := "Bad request head"
 	if status == http.StatusRequestHeaderFieldsTooLarge {
 		title = "Request header too large"
@@ -327,15 +365,38 @@ func (c *headConn) tooLarge() {
 		c.refuse(http.StatusRequestHeaderFieldsTooLarge, "the request head is larger than the gateway reads")
 		return
 	}
-	c.cutBody() // a chunk-size or trailer line that long
+	c.cutBody(c.acc) // a chunk-size or trailer line that long
 }
 
 // cutBody gives the server's body reader the stand-in, which it refuses,
 // instead of the rest of a body whose framing or trailer is refused; the
 // connection is read no further.
-func (c *headConn) cutBody() {
+func (c *headConn) cutBody(pending []byte) {
+	if c.frameOnly {
+		c.stepAside(pending)
+		return
+	}
 	c.acc, c.in, c.lineStart = nil, nil, 0
 	c.emit([]byte(standIn), hsRefused)
+}
+
+// stepAside, in frameOnly mode, gives the server what was held back
+// (pending, then the rest read) and everything after it as it comes: the
+// server refuses on its own what headConn would have.
+func (c *headConn) stepAside(pending []byte) {
+	b := append(append([]byte(nil), pending...), c.in...)
+	c.acc, c.in, c.lineStart = nil, nil, 0
+	c.emit(b, hsTunnel)
+}
+
+// trimChunkZeros drops the leading zeros of a chunk-size line but one
+// digit.
+func trimChunkZeros(line []byte) []byte {
+	i := 0
+	for i+1 < len(line) && line[i] == '0' && isHex(line[i+1]) {
+		i++
+	}
+	return line[i:]
 }
 
 // Write writes p, but for the server's own answer to the stand-in of a
@@ -349,9 +410,13 @@ func (c *headConn) Write(p []byte) (int, error) {
 		c.answered = true
 	}
 	if c.st == hsUpgrade {
-		c.st = hsDone
-		if bytes.HasPrefix(p, []byte("HTTP/1.1 101 ")) {
+		switch {
+		case bytes.HasPrefix(p, []byte("HTTP/1.1 101 ")):
 			c.st = hsTunnel
+		case c.frameOnly:
+			c.st = hsHead // the server goes on checking the requests after
+		default:
+			c.st = hsDone
 		}
 	}
 	answer := c.answer
