@@ -220,7 +220,7 @@ func checkHead(raw []byte) (headFields, string) {
 
 // validAuthority reports whether a is a host with an optional port: a
 // name of letters, digits, '-', '.' and '_' (which takes IPv4 addresses
-// too), or an IPv6 address in brackets, then ":" and up to five digits.
+// too), or an IPv6 address in brackets, then ":" and a port up to 65535.
 // empty allows "" (a Host field may be empty; a target's authority not).
 func validAuthority(a []byte, empty bool) bool {
 	if len(a) == 0 {
@@ -251,12 +251,14 @@ func validAuthority(a []byte, empty bool) bool {
 	if port[0] != ':' || len(port) > 6 {
 		return false
 	}
+	n := 0
 	for _, c := range port[1:] {
 		if !isDigit(c) {
 			return false
 		}
+		n = n*10 + int(c-'0')
 	}
-	return a[0] == '[' || len(host) > 0
+	return n <= 65535 && (a[0] == '[' || len(host) > 0)
 }
 
 // hasCTL reports whether a field value has a control character other than

@@ -54,6 +54,8 @@ func TestCheckHead(t *testing.T) {
 		{"GET / HTTP/1.1\r\nHost: a.example\\evil\r\n\r\n", "Host field"},
 		{"GET / HTTP/1.1\r\nHost: a.example:abc\r\n\r\n", "Host field"},
 		{"GET / HTTP/1.1\r\nHost: a.example:1234567\r\n\r\n", "Host field"},
+		{"GET / HTTP/1.1\r\nHost: a.example:65536\r\n\r\n", "Host field"},
+		{"GET / HTTP/1.1\r\nHost: a.example:65535\r\n\r\n", ""},
 		{"GET / HTTP/1.1\r\nHost: :80\r\n\r\n", "Host field"},
 		{"GET / HTTP/1.1\r\nHost: [a.example]\r\n\r\n", "Host field"},
 		{"GET / HTTP/1.1\r\nHost: [fe80::1%25en0]\r\n\r\n", "Host field"},
