@@ -18,10 +18,10 @@ import (
 // head that never ends; every front checks the header block
 // (checkFields) and the target and Host (checkTarget): the fasthttp and
 // loop fronts in fastRoute, from the header block fasthttp keeps as it
-// came, the net/http front in its connection (headConn), from the bytes
-// read, since net/http's parser repairs what it accepts (obsolete line
-// folding, bare LF line ends, a Content-Length beside Transfer-Encoding)
-// and leaves no trace of it in the request.
+// came, the net/http front in its connection (headConn, headconn.go), from
+// the bytes read, since net/http's parser repairs what it accepts
+// (obsolete line folding, bare LF line ends, a Content-Length beside
+// Transfer-Encoding) and leaves no trace of it in the request.
 //
 // What is refused, beyond what each server's own parser refuses:
 //   - a request line that is not "method SP target SP HTTP/d.d" (HTTP/0.9
@@ -45,7 +45,8 @@ import (
 //     Transfer-Encoding other than exactly "chunked" or in more than one
 //     field.
 //
-// None of these functions allocates: they run on every request.
+// They run on every request and allocate nothing, but a refusal's detail
+// (BenchmarkCheckHead, TestCheckHeadAllocs).
 
 // headFields is what checkFields learned of a header block.
 type headFields struct {
