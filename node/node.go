@@ -516,6 +516,9 @@ type server struct {
 	// connections that negotiate HTTP/2 once fast serves TLS (front).
 	h2  *http.Server
 	tls bool // srv serves TLS (useTLS)
+	// checkHeads: srv is the net/http front's, whose plain connections
+	// are read through proxy.HeadCheckListener.
+	checkHeads bool
 	// front, when set, does the TLS handshakes of fast's listener and
 	// hands each connection to fast or h2 (useTLS).
 	front *tlsFront
@@ -582,9 +585,11 @@ func (s *server) serve() error {
 	case s.loop != nil:
 		return s.loop.Serve(s.ln)
 	case s.fast != nil:
-		return s.fast.Serve(s.ln) // nil after ShutdownWithContext
+		return s.fast.Serve(proxy.FrameListener(s.ln)) // nil after ShutdownWithContext
 	case s.tls:
 		return s.srv.ServeTLS(s.ln, "", "") // the certificate comes from TLSConfig
+	case s.checkHeads:
+		return s.srv.Serve(proxy.HeadCheckListener(s.ln))
 	}
 	return s.srv.Serve(s.ln)
 }
@@ -617,19 +622,27 @@ func (s *server) shutdown(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// listenProxy binds addr for the net/http front of the proxy h.
+// listenProxy binds addr for the net/http front of the proxy h; served
+// as plain HTTP, its connections are read through the proxy's head check
+// (proxy.HeadCheckListener).
 func listenProxy(addr string, h http.Handler, l Limits) (*server, error) {
-	return listen("proxy", addr, h, l.MaxConns, proxyServer(h, l))
+	s, err := listen("proxy", addr, h, l.MaxConns, proxyServer(h, l))
+	if err == nil {
+		s.checkHeads = true
+	}
+	return s, err
 }
 
 // proxyServer is a net/http server of the proxy h: no read or write
 // timeout (bodies and answers stream for as long as they move; the
-// proxy's stall timeout ends those that do not).
+// proxy's stall timeout ends those that do not), and request heads capped
+// as on the other fronts (431 over proxy.MaxHeadBytes).
 func proxyServer(h http.Handler, l Limits) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
+		MaxHeaderBytes:    proxy.MaxHeadBytes,
 	}
 }
 

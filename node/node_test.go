@@ -864,6 +864,13 @@ func TestGatewayFronts(t *testing.T) {
 		if got := pool(t, gw.Proxy); got != "pool-a" {
 			t.Errorf("front %q: served by %q, want pool-a", front, got)
 		}
+		// Every front checks request heads as the proxy does: obsolete
+		// line folding, which net/http's parser alone would repair and
+		// pass on, is refused.
+		if answer := rawExchange(t, gw.Proxy, "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n"); !strings.HasPrefix(answer, "HTTP/1.1 400 ") ||
+			!strings.Contains(answer, "application/problem+json") {
+			t.Errorf("front %q: obsolete line folding answered %q; want 400 problem+json", front, answer)
+		}
 	}
 	err := Gateway(context.Background(), GatewayConfig{
 		Process:       Process{Listen: "127.0.0.1:0", Logger: discard},
@@ -872,4 +879,21 @@ func TestGatewayFronts(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `unknown front "h2o"`) {
 		t.Errorf("Front h2o: %v, want it refused", err)
 	}
+}
+
+// rawExchange writes in on a new connection to addr and returns all that
+// comes back until the connection closes.
+func rawExchange(t *testing.T, addr, in string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c, in); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(c)
+	return string(out)
 }

@@ -97,12 +97,15 @@ import (
 // over ReadBufferSize, connection closed) duplicate Content-Length fields,
 // even equal ones, a Transfer-Encoding other than chunked when it has
 // parsed one, invalid or overflowing chunk sizes and a space before a
-// field's colon. It accepts what fastBadHead refuses here: bare LF line
-// ends, obsolete line folding, and Transfer-Encoding with Content-Length
-// (it goes by Transfer-Encoding and closes the connection after). It also
+// field's colon, and a request URI or Host its URI parser does not take.
+// What it accepts but a proxy must not pass on (bare LF line ends,
+// obsolete line folding, Transfer-Encoding with Content-Length, a field
+// name that is not a token, a Host with userinfo, and the rest of
+// head.go's list) fastRoute refuses with the validation every front
+// shares (head.go), from the header block fasthttp keeps as it came. It
 // accepts a bare LF ending the request line, which cannot be refused here
-// because fasthttp keeps no copy of the request line; net/http accepts it
-// as well, and the request line is written anew upstream. Any HTTP
+// because fasthttp keeps no copy of the request line; the request line is
+// written anew upstream. Any HTTP
 // version it serves as HTTP/1.0; ServeFastHTTP refuses all but 1.0 and 1.1
 // (505).
 
@@ -194,10 +197,14 @@ func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, s
 		}
 		return route{}, false
 	}
-	if why := fastBadHead(h.RawHeaders(), h.ContentLength()); why != "" {
-		// Framing this front will not guess at: refuse it and end the
-		// connection, since what follows on it cannot be trusted.
-		return refuse(http.StatusBadRequest, "Bad request framing", why, true)
+	f, why := checkFields(h.RawHeaders())
+	if why == "" {
+		why = checkTarget(h.Method(), h.RequestURI(), h.Protocol(), f)
+	}
+	if why != "" {
+		// A head this front will not guess at (head.go): refuse it and end
+		// the connection, since what follows on it cannot be trusted.
+		return refuse(http.StatusBadRequest, "Bad request head", why, true)
 	}
 	if proto := b2s(h.Protocol()); proto != "HTTP/1.1" && proto != "HTTP/1.0" {
 		// fasthttp serves any other version as HTTP/1.0; net/http refuses.
@@ -1110,46 +1117,6 @@ func fastErrorHandler(ctx *fasthttp.RequestCtx, err error) {
 	}
 }
 
-// fastBadHead checks the header block of a request as it came on the wire
-// (raw, without the request line) for what fasthttp accepts but a proxy
-// must not pass on, and returns why it is refused, or "": a line ended by
-// a bare LF, an obsolete line folding (a line starting with a space or a
-// tab), Transfer-Encoding together with Content-Length (RFC 9112 section
-// 6.1 allows a server to go by Transfer-Encoding; this front refuses, as
-// the ambiguity is the smuggling vector), and a Transfer-Encoding that
-// fasthttp did not take for chunked (cl is fasthttp's Content-Length: -1
-// for a chunked body). It does not allocate.
-func fastBadHead(raw []byte, cl int) string {
-	te, hasCL := false, false
-	for len(raw) > 0 {
-		i := bytes.IndexByte(raw, '\n')
-		if i < 0 {
-			break
-		}
-		if i == 0 || raw[i-1] != '\r' {
-			return "a header line ends with a bare LF"
-		}
-		line := raw[:i-1]
-		raw = raw[i+1:]
-		if len(line) == 0 {
-			break // the end of the head
-		}
-		if line[0] == ' ' || line[0] == '\t' {
-			return "obsolete line folding"
-		}
-		name, _, _ := bytes.Cut(line, []byte{':'})
-		te = te || equalFoldASCII(name, "Transfer-Encoding")
-		hasCL = hasCL || equalFoldASCII(name, "Content-Length")
-	}
-	switch {
-	case te && hasCL:
-		return "both Transfer-Encoding and Content-Length"
-	case te && cl != -1:
-		return "a Transfer-Encoding other than chunked"
-	}
-	return ""
-}
-
 // fastRequestID returns the client's X-Request-Id when it is the only one
 // and well-formed, else a fresh one, either held in buf (so the string is
 // valid while buf is unchanged).
@@ -1160,9 +1127,11 @@ func fastRequestID(h *fasthttp.RequestHeader, buf *[128]byte) string {
 	return b2s(appendRequestID(buf[:0]))
 }
 
-// fastIsUpgrade reports whether the request asks to switch protocols.
+// fastIsUpgrade reports whether the request asks to switch protocols, to
+// another protocol than h2c (isH2CUpgrade: such a request is forwarded as
+// a plain one).
 func fastIsUpgrade(h *fasthttp.RequestHeader) bool {
-	if len(h.Peek(fasthttp.HeaderUpgrade)) == 0 {
+	if up := h.Peek(fasthttp.HeaderUpgrade); len(up) == 0 || isH2CUpgrade(b2s(up)) {
 		return false
 	}
 	return namedInBytes(h.PeekAll(fasthttp.HeaderConnection), "Upgrade")

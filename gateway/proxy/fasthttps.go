@@ -215,21 +215,6 @@ func fastStdRequest(ctx *fasthttp.RequestCtx, rt route, rid string, ip, upgrade 
 	}, nil
 }
 
-// isToken reports whether s is an RFC 9110 token (a method, a field name).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
-			continue
-		}
-		return false
-	}
-	return true
-}
-
 // isFieldValue reports whether v has no control character but tabs.
 func isFieldValue(v string) bool {
 	for i := 0; i < len(v); i++ {

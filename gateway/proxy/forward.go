@@ -401,13 +401,14 @@ func gatewayField(k string) bool {
 }
 
 // skipRequestHeader reports whether the client's field k is not forwarded
-// as it is: the hop-by-hop fields, the framing the proxy writes itself, the
+// as it is: the hop-by-hop fields (HTTP2-Settings among them, which an h2c
+// upgrade sends: none is forwarded), the framing the proxy writes itself, the
 // X-Forwarded-* fields it rewrites, and Expect (the proxy answers
 // 100-continue itself by reading the body).
 func skipRequestHeader(k string) bool {
 	switch k {
 	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-		"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Http2-Settings",
 		"Content-Length", "Host", "Expect",
 		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
 		return true
@@ -678,7 +679,10 @@ func staleConn(err error) bool {
 	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
-// isUpgrade reports whether r asks to switch protocols (websockets).
+// isUpgrade reports whether r asks to switch protocols (websockets), to
+// another protocol than h2c (isH2CUpgrade: such a request is forwarded as
+// a plain one).
 func isUpgrade(r *http.Request) bool {
-	return len(r.Header["Upgrade"]) > 0 && namedIn(r.Header["Connection"], "Upgrade")
+	up := r.Header["Upgrade"]
+	return len(up) > 0 && namedIn(r.Header["Connection"], "Upgrade") && !isH2CUpgrade(up[0])
 }

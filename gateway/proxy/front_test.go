@@ -3,8 +3,11 @@ package proxy
 import (
 	"cmp"
 	"context"
+	"fmt"
+	"io"
+	"log"
 	"net"
-	"net/http/httptest"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -35,9 +38,7 @@ func serveFront(t testing.TB, p *Proxy) string {
 	case "fasthttp":
 		return "http://" + serveFast(t, p, nil)
 	case "net/http":
-		srv := httptest.NewServer(p)
-		t.Cleanup(srv.Close)
-		return srv.URL
+		return "http://" + serveNetHTTP(t, p, nil)
 	case "loop":
 		return "http://" + serveLoop(t, p, nil)
 	}
@@ -45,9 +46,10 @@ func serveFront(t testing.TB, p *Proxy) string {
 	return ""
 }
 
-// serveFast serves p with the fasthttp front on a loopback listener, after
-// configure (when non-nil) adjusted the server, and returns its address;
-// the server stops when the test ends.
+// serveFast serves p with the fasthttp front on a loopback listener
+// wrapped as node wraps it (FrameListener), after configure (when non-nil)
+// adjusted the server, and returns its address; the server stops when the
+// test ends.
 func serveFast(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -59,7 +61,7 @@ func serveFast(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string 
 		configure(srv)
 	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() { done <- srv.Serve(FrameListener(ln)) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -121,4 +123,73 @@ func startLoop(t testing.TB, p *Proxy, maxConns int, configure func(*fasthttp.Se
 		}
 	})
 	return ls
+}
+
+// serveNetHTTP serves p with the net/http front on a loopback listener
+// wrapped as node wraps it (HeadCheckListener), after configure (when
+// non-nil) adjusted the server, and returns its address; the server stops
+// when the test ends.
+func serveNetHTTP(t testing.TB, p *Proxy, configure func(*http.Server)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: p}
+	if configure != nil {
+		configure(srv)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(HeadCheckListener(ln)) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+// sideFront is one front serving its own gateway in front of its own
+// raw recording endpoint (serveEveryFront).
+type sideFront struct {
+	name string
+	addr string
+	up   *rawRecorder
+}
+
+// serveEveryFront starts every front this system runs, side by side, each
+// with its own gateway routing every request to its own rawRecorder, and
+// the request-head timeout headTimeout, whatever DWARA_TEST_FRONT says.
+func serveEveryFront(t *testing.T, headTimeout time.Duration) []sideFront {
+	t.Helper()
+	quiet := func(srv *fasthttp.Server) {
+		srv.ReadTimeout = headTimeout
+		srv.Logger = log.New(io.Discard, "", 0)
+	}
+	var fronts []sideFront
+	for _, name := range []string{"loop", "fasthttp", "net/http"} {
+		if name == "loop" && !LoopSupported {
+			continue
+		}
+		up := startRawRecorder(t)
+		p := New(Options{})
+		t.Cleanup(p.Close)
+		spec := fmt.Sprintf("upstreams: [{name: a, endpoints: [%q]}]\nservices: [{name: web, upstream: a}]\n", up.addr)
+		if err := p.Apply(mustParse(t, spec), 1); err != nil {
+			t.Fatal(err)
+		}
+		f := sideFront{name: name, up: up}
+		switch name {
+		case "loop":
+			f.addr = startLoop(t, p, 0, quiet).addr
+		case "fasthttp":
+			f.addr = serveFast(t, p, quiet)
+		case "net/http":
+			f.addr = serveNetHTTP(t, p, func(srv *http.Server) {
+				srv.ReadHeaderTimeout = headTimeout
+				srv.ErrorLog = log.New(io.Discard, "", 0)
+			})
+		}
+		fronts = append(fronts, f)
+	}
+	return fronts
 }

@@ -693,7 +693,14 @@ func (l *eloop) clientEvent(c *lconn, ev uint32) {
 		return
 	}
 	if c.state == cIdle {
-		c.state, c.deadline = cHead, l.after(l.s.head)
+		// A keep-alive connection's next head has the head timeout from
+		// its first byte; a new connection's first head has it from the
+		// accept (adopt), so that a client sending its head a byte at a
+		// time cannot make it twice as long.
+		c.state = cHead
+		if c.served {
+			c.deadline = l.after(l.s.head)
+		}
 	}
 	l.serveRequests(c)
 }
@@ -706,6 +713,12 @@ func (l *eloop) serveRequests(c *lconn) {
 	defer func() { l.serving = false }()
 	for (c.state == cHead || c.state == cIdle) && len(c.in) > 0 && l.owns(c) {
 		end, bare := headEnd(c.in, c.scanned)
+		if why := badRequestLine(c.in); why != "" {
+			// Answered as soon as the line is in: an HTTP/0.9 request
+			// line, for one, has no head to wait for.
+			l.refuseHead(c, why)
+			return
+		}
 		if bare || end < 0 && len(c.in) == cap(c.in) {
 			// A bare LF (refused by the fasthttp front, or a head it
 			// answers itself), or a head larger than the buffer (431).
@@ -750,6 +763,35 @@ func headEnd(b []byte, from int) (end int, bare bool) {
 		}
 	}
 	return end, false
+}
+
+// badRequestLine returns what is wrong with the request line at the start
+// of b (checkRequestLine), or "" when it is fine, not all in yet, empty
+// (an empty line before a request line is the fasthttp front's to skip)
+// or ended by a bare LF (the fasthttp front's to judge, with the head).
+func badRequestLine(b []byte) string {
+	i := bytes.IndexByte(b, '\n')
+	if i <= 1 || b[i-1] != '\r' {
+		return ""
+	}
+	return checkRequestLine(b[:i-1])
+}
+
+// refuseHead answers c's request head 400 with detail, as fastRoute
+// refuses a head, and closes c once the answer is written.
+func (l *eloop) refuseHead(c *lconn, detail string) {
+	ctx := loopCtxs.Get().(*fasthttp.RequestCtx)
+	ctx.Response.Reset()
+	ctx.Response.Header.SetNoDefaultContentType(true)
+	ctx.Response.SetConnectionClose()
+	fastProblem(ctx, http.StatusBadRequest, "Bad request head", detail)
+	l.s.finishHead(ctx)
+	c.out = l.render(c.out, func(bw *bufio.Writer) { _ = ctx.Response.Write(bw) })
+	ctx.Response.Reset()
+	loopCtxs.Put(ctx)
+	c.in, c.scanned = c.in[:0], 0
+	c.outOff, c.closeAfter, c.state = 0, true, cWrite
+	l.flushClient(c)
 }
 
 var loopCtxs = sync.Pool{New: func() any { return new(fasthttp.RequestCtx) }}
@@ -1409,13 +1451,13 @@ func (l *eloop) handOver(c *lconn) {
 }
 
 // serveConn serves nc, whose first bytes were read already (rest), with the
-// fasthttp server.
+// fasthttp server, read as FrameListener's connections are.
 func (s *LoopServer) serveConn(nc net.Conn, rest []byte) {
 	var c net.Conn = nc
 	if len(rest) > 0 {
 		c = &prefixConn{Conn: nc, buf: rest}
 	}
-	_ = s.fast.ServeConn(c)
+	_ = s.fast.ServeConn(newFrameConn(c))
 }
 
 // continueAnswer hands c's exchange over once the answer began on u, in

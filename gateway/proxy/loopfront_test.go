@@ -569,3 +569,28 @@ func TestLoopFrontDrainsRemovedPoolsAtApply(t *testing.T) {
 	g.apply(t, 2, fmt.Sprintf("upstreams: [{name: b, endpoints: [%q]}]\nservices: [{name: web, upstream: b}]\n", other))
 	recvWithin(t, closed, "the removed endpoint's connection closed")
 }
+
+// TestLoopFrontRequestLineAtOnce: a request line the head validation
+// refuses (head.go) is answered 400 as soon as it is in, without waiting
+// for the rest of a head (an HTTP/0.9 line has none) or the head timeout,
+// and the connection closed.
+func TestLoopFrontRequestLineAtOnce(t *testing.T) {
+	t.Parallel()
+	rec := startRawRecorder(t)
+	g := startLoopGateway(t, 0, func(s *fasthttp.Server) { s.ReadTimeout = time.Hour })
+	g.apply(t, 1, fmt.Sprintf("upstreams: [{name: a, endpoints: [%q]}]\nservices: [{name: web, upstream: a}]\n", rec.addr))
+	for _, line := range []string{"GET /\r\n", "GET  / HTTP/1.1\r\n", "GET / HTTP/1.1 x\r\n"} {
+		rc := dialRaw(t, g.gateway) // its reads end within conformanceDeadline, far short of the hour
+		rc.write(line)
+		resp, body := rc.readFinal(http.MethodGet)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "request line") {
+			t.Errorf("%q: %d %s; want 400 naming the request line", line, resp.StatusCode, body)
+		}
+		if _, err := rc.br.ReadByte(); err != io.EOF {
+			t.Errorf("%q: after the 400: %v, want the connection closed", line, err)
+		}
+	}
+	if n := rec.count(); n != 0 {
+		t.Errorf("the endpoint got %d requests", n)
+	}
+}

@@ -1,0 +1,365 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Request-head validation, one for every front: a request head is checked
+// as it came on the wire, before anything of it is routed or forwarded,
+// and one that fails is answered 400 with what is wrong, and its connection
+// closed (what follows on it cannot be framed with confidence).
+//
+// The loop front checks the request line (checkRequestLine) as soon as it
+// is in, so an HTTP/0.9 line is answered at once instead of waiting for a
+// head that never ends; every front checks the header block
+// (checkFields) and the target and Host (checkTarget): the fasthttp and
+// loop fronts in fastRoute, from the header block fasthttp keeps as it
+// came, the net/http front in its connection (headConn, headconn.go), from
+// the bytes read, since net/http's parser repairs what it accepts
+// (obsolete line folding, bare LF line ends, a Content-Length beside
+// Transfer-Encoding) and leaves no trace of it in the request.
+//
+// What is refused, beyond what each server's own parser refuses:
+//   - a request line that is not "method SP target SP HTTP/d.d" (HTTP/0.9
+//     has no version: refused);
+//   - a header line ended by a bare LF, an obsolete line folding, a field
+//     name that is not an RFC 9110 token (a space or a slash in it, a
+//     space before the colon, an empty name), a control character in a
+//     field value;
+//   - more than one Host field; a Host value that is not an authority
+//     (RFC 3986 section 3.2 without userinfo): a name of letters, digits,
+//     '-', '.' and '_', an IPv4 address or a bracketed IPv6 address, and an
+//     optional numeric port; so no userinfo, list, path, query, space,
+//     backslash, percent-encoding or bracketed name;
+//   - an absolute-form target whose scheme is not http or https, or whose
+//     authority is not one as above (userinfo included);
+//   - HTTP/1.1 without Host;
+//   - framing the gateway will not guess at: more than one Content-Length
+//     field, one that is not digits only, Transfer-Encoding together with
+//     Content-Length (RFC 9112 section 6.1 lets a server go by
+//     Transfer-Encoding; the ambiguity is the smuggling vector), a
+//     Transfer-Encoding other than exactly "chunked" or in more than one
+//     field.
+//
+// They run on every request and allocate nothing, but a refusal's detail
+// (BenchmarkCheckHead, TestCheckHeadAllocs).
+
+// headFields is what checkFields learned of a header block.
+type headFields struct {
+	// host is the Host field's value, without the surrounding whitespace;
+	// hasHost reports whether there was one.
+	host    []byte
+	hasHost bool
+	// contentLength is the Content-Length value, -1 when there is none;
+	// chunked reports Transfer-Encoding: chunked.
+	contentLength int64
+	chunked       bool
+	// upgrade reports an Upgrade field (whether Connection names it is for
+	// the caller to see).
+	upgrade bool
+}
+
+// checkRequestLine checks a request line without its line end and returns
+// what is wrong with it, or "".
+func checkRequestLine(line []byte) string {
+	method, rest, ok := bytes.Cut(line, []byte{' '})
+	if !ok {
+		return "the request line has no request target"
+	}
+	if !isToken(b2s(method)) {
+		return "the request method is not a token"
+	}
+	target, version, ok := bytes.Cut(rest, []byte{' '})
+	if !ok {
+		return "the request line has no HTTP version (HTTP/0.9 is not served)"
+	}
+	if len(target) == 0 {
+		return "the request line has more than one space between its parts"
+	}
+	for _, c := range target {
+		if c <= ' ' || c == 0x7f {
+			return "the request target has a control character or a space"
+		}
+	}
+	if len(version) != 8 || string(version[:5]) != "HTTP/" || !isDigit(version[5]) || version[6] != '.' || !isDigit(version[7]) {
+		return "the request line does not end with an HTTP version (HTTP/d.d)"
+	}
+	return ""
+}
+
+// checkFields checks a header block as it came on the wire: the lines
+// after the request line, each ended by CRLF, through the empty line that
+// ends the head (or the end of raw). It returns what it learned, and what
+// is wrong, or "".
+func checkFields(raw []byte) (headFields, string) {
+	f := headFields{contentLength: -1}
+	te := 0
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i < 0 {
+			raw = nil // a last line without its end
+		} else if i == 0 || raw[i-1] != '\r' {
+			return f, "a header line ends with a bare LF"
+		} else {
+			line, raw = raw[:i-1], raw[i+1:]
+		}
+		if len(line) == 0 {
+			break // the end of the head
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			return f, "obsolete line folding"
+		}
+		// The name is the token before the colon, scanned once.
+		colon := 0
+		for colon < len(line) && tokenChar[line[colon]] {
+			colon++
+		}
+		if colon == len(line) || line[colon] != ':' || colon == 0 {
+			end := bytes.IndexByte(line, ':')
+			switch {
+			case end < 0:
+				return f, "the header line " + quoteField(line) + " has no colon"
+			case end > 0 && (line[end-1] == ' ' || line[end-1] == '\t'):
+				return f, "the header field name " + quoteField(line[:end]) + " is followed by whitespace before its colon"
+			}
+			return f, "the header field name " + quoteField(line[:end]) + " is not a token"
+		}
+		name, value := line[:colon], trimOWS(line[colon+1:])
+		if hasCTL(value) {
+			return f, "the value of the header field " + quoteField(name) + " has a control character"
+		}
+		switch {
+		case equalFoldASCII(name, "Host"):
+			if f.hasHost {
+				return f, "more than one Host field"
+			}
+			f.host, f.hasHost = value, true
+		case equalFoldASCII(name, "Content-Length"):
+			if f.contentLength >= 0 {
+				return f, "more than one Content-Length field"
+			}
+			n, ok := parseLength(value)
+			if !ok {
+				return f, "the Content-Length is not a number"
+			}
+			f.contentLength = n
+		case equalFoldASCII(name, "Transfer-Encoding"):
+			te++
+			f.chunked = equalFoldASCII(value, "chunked")
+		case equalFoldASCII(name, "Upgrade"):
+			f.upgrade = true
+		}
+	}
+	switch {
+	case te > 0 && f.contentLength >= 0:
+		return f, "both Transfer-Encoding and Content-Length"
+	case te > 1 || te == 1 && !f.chunked:
+		return f, "a Transfer-Encoding other than chunked"
+	}
+	return f, ""
+}
+
+// checkTarget checks the request target (as it came) and the Host the
+// header block had, for a request of method in HTTP version proto
+// ("HTTP/1.1"), and returns what is wrong, or "".
+func checkTarget(method, target, proto []byte, f headFields) string {
+	if f.hasHost && !validAuthority(f.host, true) {
+		return "the Host field is not a host with an optional port"
+	}
+	if !f.hasHost && string(proto) == "HTTP/1.1" {
+		return "an HTTP/1.1 request without a Host field"
+	}
+	if len(target) == 0 || target[0] == '/' || string(target) == "*" || string(method) == "CONNECT" {
+		return "" // origin and asterisk form; CONNECT is refused by route
+	}
+	i := bytes.Index(target, []byte("://"))
+	if i < 0 {
+		return "" // not a path: fastRoutePath refuses it
+	}
+	if scheme := target[:i]; !equalFoldASCII(scheme, "http") && !equalFoldASCII(scheme, "https") {
+		return "the request target's scheme is not http or https"
+	}
+	rest := target[i+3:]
+	authority := rest
+	if j := bytes.IndexAny(rest, "/?#"); j >= 0 {
+		authority = rest[:j]
+	}
+	if !validAuthority(authority, false) {
+		return "the request target's authority is not a host with an optional port"
+	}
+	return ""
+}
+
+// checkHead checks a whole request head as it came on the wire, from its
+// request line through the empty line that ends it: checkRequestLine,
+// checkFields and checkTarget. It returns what checkFields learned, and
+// what is wrong, or "".
+func checkHead(raw []byte) (headFields, string) {
+	i := bytes.IndexByte(raw, '\n')
+	if i < 0 {
+		return headFields{}, "the request head is not complete"
+	}
+	if i == 0 || raw[i-1] != '\r' {
+		return headFields{}, "the request line ends with a bare LF"
+	}
+	line := raw[:i-1]
+	if why := checkRequestLine(line); why != "" {
+		return headFields{}, why
+	}
+	f, why := checkFields(raw[i+1:])
+	if why != "" {
+		return f, why
+	}
+	method, rest, _ := bytes.Cut(line, []byte{' '})
+	target, proto, _ := bytes.Cut(rest, []byte{' '})
+	return f, checkTarget(method, target, proto, f)
+}
+
+// validAuthority reports whether a is a host with an optional port: a
+// name of letters, digits, '-', '.' and '_' (which takes IPv4 addresses
+// too), or an IPv6 address in brackets, then ":" and a port up to 65535.
+// empty allows "" (a Host field may be empty; a target's authority not).
+func validAuthority(a []byte, empty bool) bool {
+	if len(a) == 0 {
+		return empty
+	}
+	host, port := a, []byte(nil)
+	if a[0] == '[' {
+		end := bytes.IndexByte(a, ']')
+		if end < 0 {
+			return false
+		}
+		ip, err := netip.ParseAddr(b2s(a[1:end]))
+		if err != nil || !ip.Is6() || ip.Zone() != "" {
+			return false
+		}
+		host, port = nil, a[end+1:]
+	} else if i := bytes.IndexByte(a, ':'); i >= 0 {
+		host, port = a[:i], a[i:]
+	}
+	for _, c := range host {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || isDigit(c) || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	if len(port) == 0 {
+		return a[0] == '[' || len(host) > 0
+	}
+	if port[0] != ':' || len(port) > 6 {
+		return false
+	}
+	n := 0
+	for _, c := range port[1:] {
+		if !isDigit(c) {
+			return false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n <= 65535 && (a[0] == '[' || len(host) > 0)
+}
+
+// hasCTL reports whether a field value has a control character other than
+// a tab (NUL, CR, DEL...: RFC 9110 section 5.5). It looks at eight bytes at
+// a time, and at single bytes only around a control character or a tab.
+func hasCTL(v []byte) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for len(v) >= 8 {
+		w := binary.LittleEndian.Uint64(v)
+		del := w ^ (0x7f * ones)
+		// A byte below 0x20, or a DEL, sets its high bit here (bytes of
+		// 0x80 and above, obs-text, are allowed and masked out by ^w).
+		if ((w-0x20*ones)&^w|(del-ones)&^del)&highs != 0 {
+			break
+		}
+		v = v[8:]
+	}
+	for _, c := range v {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// quoteField quotes the start of a field name or line for a detail (only
+// a refusal builds one).
+func quoteField(b []byte) string {
+	return strconv.Quote(string(b[:min(len(b), 64)]))
+}
+
+// parseLength parses a Content-Length value: 1 to 18 digits.
+func parseLength(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if !isDigit(c) {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// trimOWS trims the optional whitespace (spaces and tabs) around a field
+// value.
+func trimOWS(v []byte) []byte {
+	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
+		v = v[1:]
+	}
+	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		v = v[:len(v)-1]
+	}
+	return v
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// isToken reports whether s is an RFC 9110 token: one or more of the
+// visible ASCII characters but the delimiters.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		if !tokenChar[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// tokenChar is RFC 9110's tchar.
+var tokenChar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// isH2CUpgrade reports whether an Upgrade field value offers h2c. Such an
+// upgrade is never honoured: the gateway does not speak HTTP/2 without
+// TLS to endpoints, so the request is forwarded as a plain HTTP/1.1
+// request without its Upgrade and HTTP2-Settings fields (as nginx does),
+// whatever else the field offers.
+func isH2CUpgrade(v string) bool {
+	for v != "" {
+		var tok string
+		tok, v, _ = strings.Cut(v, ",")
+		if strings.EqualFold(strings.Trim(tok, " \t"), "h2c") {
+			return true
+		}
+	}
+	return false
+}
