@@ -585,7 +585,7 @@ func (s *server) serve() error {
 	case s.loop != nil:
 		return s.loop.Serve(s.ln)
 	case s.fast != nil:
-		return s.fast.Serve(proxy.FrameListener(s.ln)) // nil after ShutdownWithContext
+		return s.fast.Serve(s.ln) // nil after ShutdownWithContext
 	case s.tls:
 		return s.srv.ServeTLS(s.ln, "", "") // the certificate comes from TLSConfig
 	case s.checkHeads:

@@ -46,10 +46,9 @@ func serveFront(t testing.TB, p *Proxy) string {
 	return ""
 }
 
-// serveFast serves p with the fasthttp front on a loopback listener
-// wrapped as node wraps it (FrameListener), after configure (when non-nil)
-// adjusted the server, and returns its address; the server stops when the
-// test ends.
+// serveFast serves p with the fasthttp front on a loopback listener,
+// after configure (when non-nil) adjusted the server, and returns its
+// address; the server stops when the test ends.
 func serveFast(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -61,7 +60,7 @@ func serveFast(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string 
 		configure(srv)
 	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(FrameListener(ln)) }()
+	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -56,40 +56,16 @@ const MaxHeadBytes = 16 << 10
 // with the Proxy as plain HTTP/1.1 (not TLS), so that each request head is
 // checked as it came on the wire before the server parses it (see the
 // comment above). It is safe for concurrent use as ln is.
-func HeadCheckListener(ln net.Listener) net.Listener { return headListener{ln, false} }
+func HeadCheckListener(ln net.Listener) net.Listener { return headListener{ln} }
 
-type headListener struct {
-	net.Listener
-	frameOnly bool
-}
+type headListener struct{ net.Listener }
 
 func (l headListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	if l.frameOnly {
-		return newFrameConn(c), nil
-	}
 	return newHeadConn(c), nil
-}
-
-// FrameListener wraps ln, whose connections the fasthttp front serves as
-// plain HTTP/1.1 (not TLS), so that a chunk size with leading zeros
-// (RFC 9112 allows any number) reaches fasthttp's parser, which takes at
-// most 15 hex digits, without them: each connection is read through a
-// headConn that only follows the request framing (the heads are
-// fasthttp's and fastRoute's to check, and at anything headConn would
-// refuse it passes the bytes on as they come for them to refuse). The loop
-// front reads the connections it hands to the fasthttp server the same
-// way. It is safe for concurrent use as ln is.
-func FrameListener(ln net.Listener) net.Listener { return headListener{ln, true} }
-
-// newFrameConn is FrameListener's connection.
-func newFrameConn(c net.Conn) net.Conn {
-	hc := newHeadConn(c)
-	hc.frameOnly = true
-	return hc
 }
 
 // States of a headConn's reading.
@@ -125,10 +101,6 @@ type headConn struct {
 	upgrade bool
 	// lineStart is where in acc the line being gathered begins.
 	lineStart int
-	// frameOnly: the server checks heads itself (FrameListener); the conn
-	// only follows the framing, to give it chunk sizes it can parse, and
-	// steps aside at anything it would refuse.
-	frameOnly bool
 
 	mu sync.Mutex
 	// out is what the server reads next: checked bytes (of buf or acc, or
@@ -251,12 +223,6 @@ func (c *headConn) step() {
 	case hsChunkSize:
 		c.acc = c.acc[:0]
 		n, ok := chunkSize(line)
-		if ok {
-			// However many leading zeros (RFC 9112 allows any), the
-			// server's parser gets none: fasthttp's takes at most 15 hex
-			// digits, net/http's 16.
-			line = trimChunkZeros(line)
-		}
 		switch {
 		case !ok:
 			c.cutBody(line)
@@ -342,10 +308,6 @@ func (c *headConn) afterRequest() int {
 // refuse gives the server the stand-in instead of the head gathered, and
 // keeps the answer that replaces the server's.
 func (c *headConn) refuse(status int, detail string) {
-	if c.frameOnly {
-		c.stepAside(c.acc)
-		return
-	}
 	title := "Bad request head"
 	if status == http.StatusRequestHeaderFieldsTooLarge {
 		title = "Request header too large"
@@ -372,31 +334,8 @@ func (c *headConn) tooLarge() {
 // instead of the rest of a body whose framing or trailer is refused; the
 // connection is read no further.
 func (c *headConn) cutBody(pending []byte) {
-	if c.frameOnly {
-		c.stepAside(pending)
-		return
-	}
 	c.acc, c.in, c.lineStart = nil, nil, 0
 	c.emit([]byte(standIn), hsRefused)
-}
-
-// stepAside, in frameOnly mode, gives the server what was held back
-// (pending, then the rest read) and everything after it as it comes: the
-// server refuses on its own what headConn would have.
-func (c *headConn) stepAside(pending []byte) {
-	b := append(append([]byte(nil), pending...), c.in...)
-	c.acc, c.in, c.lineStart = nil, nil, 0
-	c.emit(b, hsTunnel)
-}
-
-// trimChunkZeros drops the leading zeros of a chunk-size line but one
-// digit.
-func trimChunkZeros(line []byte) []byte {
-	i := 0
-	for i+1 < len(line) && line[i] == '0' && isHex(line[i+1]) {
-		i++
-	}
-	return line[i:]
 }
 
 // Write writes p, but for the server's own answer to the stand-in of a
@@ -413,8 +352,6 @@ func (c *headConn) Write(p []byte) (int, error) {
 		switch {
 		case bytes.HasPrefix(p, []byte("HTTP/1.1 101 ")):
 			c.st = hsTunnel
-		case c.frameOnly:
-			c.st = hsHead // the server goes on checking the requests after
 		default:
 			c.st = hsDone
 		}
@@ -443,8 +380,14 @@ func (c *headConn) CloseWrite() error {
 // Unwrap returns the connection, for the checks that look at the socket.
 func (c *headConn) Unwrap() net.Conn { return c.Conn }
 
+// maxChunkDigits is the most hex digits a request's chunk size may have,
+// leading zeros included: fasthttp's parser takes no more (RFC 9112 allows
+// any number), so every front refuses alike what the fasthttp and loop
+// fronts must (a 17-digit "00000000000000005" is a 400 everywhere).
+const maxChunkDigits = 15
+
 // chunkSize parses a chunk-size line (RFC 9112 section 7.1: hex digits,
-// leading zeros allowed, then optional extensions, then CRLF).
+// at most maxChunkDigits, then optional extensions, then CRLF).
 func chunkSize(line []byte) (int64, bool) {
 	if len(line) < 3 || line[len(line)-2] != '\r' {
 		return 0, false
@@ -453,7 +396,7 @@ func chunkSize(line []byte) (int64, bool) {
 	var n int64
 	i := 0
 	for ; i < len(line) && isHex(line[i]); i++ {
-		if n > 1<<58 {
+		if i >= maxChunkDigits {
 			return 0, false
 		}
 		n = n<<4 | int64(unhex(line[i]))

@@ -1451,13 +1451,13 @@ func (l *eloop) handOver(c *lconn) {
 }
 
 // serveConn serves nc, whose first bytes were read already (rest), with the
-// fasthttp server, read as FrameListener's connections are.
+// fasthttp server.
 func (s *LoopServer) serveConn(nc net.Conn, rest []byte) {
 	var c net.Conn = nc
 	if len(rest) > 0 {
 		c = &prefixConn{Conn: nc, buf: rest}
 	}
-	_ = s.fast.ServeConn(newFrameConn(c))
+	_ = s.fast.ServeConn(c)
 }
 
 // continueAnswer hands c's exchange over once the answer began on u, in
