@@ -39,6 +39,7 @@ var allowedImports = map[string][]string{
 	"internal/testlog":        {"internal/testrun"},
 	"internal/testnet":        {},
 	"internal/teststat":       {},
+	"internal/testcert":       {},
 	"bench/compare":           {},
 	"bench/upstream":          {},
 	"web/webtest":             {},
