@@ -924,7 +924,7 @@ func (l *eloop) dropPool(lp *loopPool) {
 // pool, else on a new one.
 func (l *eloop) send(c *lconn, ep *endpoint) {
 	lp := l.pool(ep.pool)
-	u := l.takeIdle(lp)
+	u := l.takeIdle(lp, !safeMethod(b2s(c.ctx.Method())))
 	if u == nil {
 		var err error
 		if u, err = l.dial(lp); err != nil {
@@ -944,8 +944,15 @@ func (l *eloop) send(c *lconn, ep *endpoint) {
 }
 
 // takeIdle pops the most recently used idle connection of lp that has not
-// expired and is clean (upcheck.go).
-func (l *eloop) takeIdle(lp *loopPool) *uconn {
+// expired and is clean (upcheck.go). The loop watches its idle
+// connections, so one the endpoint closed or wrote on is gone by the time
+// it is taken, but for an event later in the batch being served: for a
+// request that is not to be sent twice (unsafe: not a GET, HEAD, OPTIONS
+// or TRACE) the socket is looked at too, as connPool.takeIdle does, since
+// a request written to a connection found closed after is answered 502;
+// a safe one is sent again on a new connection then (continueWith), so it
+// saves the look.
+func (l *eloop) takeIdle(lp *loopPool, unsafe bool) *uconn {
 	for n := len(lp.idle); n > 0; n = len(lp.idle) {
 		u := lp.idle[n-1]
 		lp.idle[n-1] = nil
@@ -954,9 +961,11 @@ func (l *eloop) takeIdle(lp *loopPool) *uconn {
 			l.closeUp(u)
 			continue
 		}
-		// Its epoll event may be later in the batch being served: look
-		// at the socket, as connPool.takeIdle does.
-		switch peekFD(u.fd) {
+		state := idleClean
+		if unsafe {
+			state = peekFD(u.fd)
+		}
+		switch state {
 		case idleClean:
 			u.reused = true
 			return u
