@@ -10,17 +10,13 @@ import (
 )
 
 // ClosedAddr returns a loopback address ("127.0.0.1:port") where nothing
-// listens: a port that was free a moment ago, so a connection to it is
-// refused. It fails the test (t.Fatal) when it cannot find one.
+// listens, so a connection to it is refused, for as long as the test
+// runs: the port is held by a socket bound to it that never listens
+// (closedPort), so no other listener, of this test or of another process,
+// takes it meanwhile. It fails the test (t.Fatal) when it cannot find one.
 func ClosedAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return closedPort(t)
 }
 
 // HungAddr returns the address of a loopback listener that accepts every
