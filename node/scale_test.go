@@ -61,8 +61,10 @@ func publishAuthed(t *testing.T, admin, token string, spec json.RawMessage) apiv
 // checks the leader is not serve1 before stopping it.
 func TestManyReplicas(t *testing.T) {
 	t.Parallel()
+	// One front after another: each runs a fleet of seven processes, and
+	// three fleets at once beside the rest of the suite starve them under
+	// -race on a small machine.
 	eachFront(t, func(t *testing.T, front string) {
-		t.Parallel()
 		began := time.Now()
 		url := dbtest.New(t)
 		store := openTestStore(t, url)
