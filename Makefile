@@ -29,25 +29,24 @@ run: build
 demo-reset: build
 	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" ./$(BIN) serve --demo --reset $(filter-out --demo,$(RUN_FLAGS))
 
-# The proxy and node suites run on each front: the default (the loop
-# front on Linux) with everything else, then again on fasthttp, which the
-# loop front hands the rest to, and on net/http, which serves HTTP/2.
+# The proxy and node tests run on each front in the one go test, as
+# subtests named after it (TestX/loop, TestX/fasthttp, TestX/nethttp).
 test:
 	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -race -count=1 -timeout 15m $(PKGS)
-	DWARA_TEST_FRONT=fasthttp DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -race -count=1 -timeout 15m ./gateway/proxy/ ./node/
-	DWARA_TEST_FRONT=net/http DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -race -count=1 -timeout 15m ./gateway/proxy/ ./node/
 
 bench:
 	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 
+# FuzzEndpointAnswer is bounded by count, not time: an input takes about a
+# second through the three fronts, and Go 1.26's fuzzing fails a target
+# whose worker is still running one when a -fuzztime duration ends
+# (go.dev/issue/75804).
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzReadCookie -fuzztime=30s ./gateway/affinity
 	$(GO) test -run='^$$' -fuzz=FuzzParseSpec -fuzztime=30s ./gateway/config
 	$(GO) test -run='^$$' -fuzz=FuzzFastFrontRequest -fuzztime=30s ./gateway/proxy
-	DWARA_TEST_FRONT=fasthttp $(GO) test -run='^$$' -fuzz=FuzzFastFrontRequest -fuzztime=30s ./gateway/proxy
 	$(GO) test -run='^$$' -fuzz='^FuzzRouteOddPaths$$' -fuzztime=30s ./gateway/proxy
-	$(GO) test -run='^$$' -fuzz='^FuzzEndpointAnswer$$' -fuzztime=30s ./gateway/proxy
-	DWARA_TEST_FRONT=net/http $(GO) test -run='^$$' -fuzz='^FuzzEndpointAnswer$$' -fuzztime=30s ./gateway/proxy
+	$(GO) test -run='^$$' -fuzz='^FuzzEndpointAnswer$$' -fuzztime=120x ./gateway/proxy
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeBody$$' -fuzztime=30s ./api
 
 # The fault and abuse suite (faults/, README "Tests"): PostgreSQL stopped,

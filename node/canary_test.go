@@ -43,15 +43,15 @@ func canarySpec(a, b *demo.Pool, ca config.CanaryAnalysis) json.RawMessage {
 
 // canaryProcs starts dwara serve and one gateway replica on the database
 // at url, both judging and flushing every canaryInterval.
-func canaryProcs(t *testing.T, url string, leading func(string, bool)) (serve, replica *proc) {
+func canaryProcs(t *testing.T, front, url string, leading func(string, bool)) (serve, replica *proc) {
 	t.Helper()
-	sc := ServeConfig{DatabaseURL: url}
+	sc := ServeConfig{Front: front, DatabaseURL: url}
 	sc.CanaryInterval, sc.CanaryLockRetry = canaryInterval, 4*canaryInterval
 	if leading != nil {
 		sc.CanaryLeading = func(on bool) { leading("serve", on) }
 	}
 	serve = startServe(t, sc)
-	gc := GatewayConfig{DatabaseURL: url}
+	gc := GatewayConfig{Front: front, DatabaseURL: url}
 	gc.CanaryInterval, gc.CanaryLockRetry = canaryInterval, 4*canaryInterval
 	if leading != nil {
 		gc.CanaryLeading = func(on bool) { leading("replica", on) }
@@ -208,73 +208,76 @@ func shares(t *testing.T, n int, next func() string, procs ...*proc) map[string]
 // weights, measured by a chi-square test at p = 0.001.
 func TestCanaryRolledBackAcrossTheFleet(t *testing.T) {
 	t.Parallel()
-	url := dbtest.New(t)
-	store := openTestStore(t, url)
-	a, b := pools(t)
-	b.SetFailRate(0.2)
-	serve, replica := canaryProcs(t, url, nil)
-	g := publish(t, serve.Admin, canarySpec(a, b, analysis(10, 200, 0)))
-	serve.waitApplied(t, g.ID)
-	replica.waitApplied(t, g.ID)
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		url := dbtest.New(t)
+		store := openTestStore(t, url)
+		a, b := pools(t)
+		b.SetFailRate(0.2)
+		serve, replica := canaryProcs(t, front, url, nil)
+		g := publish(t, serve.Admin, canarySpec(a, b, analysis(10, 200, 0)))
+		serve.waitApplied(t, g.ID)
+		replica.waitApplied(t, g.ID)
 
-	next := ids(1)
-	sendUntil(t, replica.Proxy, next, 20000, "a rollback recorded", func() bool {
-		return len(canaryEvents(t, store, g.ID)) > 0
+		next := ids(1)
+		sendUntil(t, replica.Proxy, next, 20000, "a rollback recorded", func() bool {
+			return len(canaryEvents(t, store, g.ID)) > 0
+		})
+		es := canaryEvents(t, store, g.ID)
+		e := es[len(es)-1]
+		if e.Action != apiv1.CanarySevereRollback || e.FromWeight != 10 || e.ToWeight != 0 {
+			t.Fatalf("events %+v, want one severe_rollback 10 -> 0", es)
+		}
+		if e.Canary == nil || e.Baseline == nil || e.PValue == nil {
+			t.Fatalf("event without figures: %+v", e)
+		}
+		if e.Baseline.Requests+e.Canary.Requests < 200 || e.Canary.ErrorRate <= 0.1 || e.Baseline.ErrorRate != 0 {
+			t.Errorf("figures: baseline %+v, canary %+v; want >= 200 requests, canary error rate > 0.1, baseline 0", *e.Baseline, *e.Canary)
+		}
+		if *e.PValue < 0 || *e.PValue > 1 || e.InstanceID == "" || e.Reason == "" {
+			t.Errorf("p-value %v, instance %q, reason %q", *e.PValue, e.InstanceID, e.Reason)
+		}
+
+		waitWeight(t, 0, serve, replica)
+		if got := shares(t, 200, next, serve, replica); got["pool-a 200"] != 400 {
+			t.Fatalf("after the rollback: answers %v, want all 400 from pool-a", got)
+		}
+
+		// Adopt: the transient weights become a generation.
+		var adopted apiv1.Generation
+		if resp := call(t, http.MethodPost, "http://"+serve.Admin+"/api/v1/services/web/canary/adopt", map[string]any{"message": "keep it off"}, &adopted); resp.StatusCode != http.StatusCreated {
+			t.Fatalf("adopt: status %d", resp.StatusCode)
+		}
+		spec, err := config.Parse(adopted.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ts := spec.Services[0].Split.Targets; adopted.Action != apiv1.ActionAdopt || ts[0].Weight != 100 || ts[1].Weight != 0 {
+			t.Fatalf("adopted generation %d: action %s, targets %+v; want adopt with 100/0", adopted.ID, adopted.Action, ts)
+		}
+
+		// Publishing reverts to the generation's own weights: 90/10 again, with
+		// the canary healed and the analysis holding still (min_requests out of
+		// reach).
+		b.SetFailRate(0)
+		g3 := publish(t, serve.Admin, canarySpec(a, b, analysis(10, 1_000_000, 0)))
+		serve.waitApplied(t, g3.ID)
+		replica.waitApplied(t, g3.ID)
+		waitWeight(t, 10, serve, replica)
+		for _, p := range []*proc{serve, replica} {
+			got := shares(t, 2000, next, p)
+			counts := []int{got["pool-a 200"], got["pool-b 200"]}
+			if counts[0]+counts[1] != 2000 {
+				t.Fatalf("answers %v, want 2000 answered 200", got)
+			}
+			if chi := teststat.ChiSquare(counts, []int{90, 10}); chi > teststat.Critical001[1] {
+				t.Errorf("after publishing: %v against 90/10: chi-square %.2f > %.2f", counts, chi, teststat.Critical001[1])
+			}
+		}
+		if es := canaryEvents(t, store, g3.ID); len(es) != 0 {
+			t.Errorf("generation %d has events %+v, want none", g3.ID, es)
+		}
 	})
-	es := canaryEvents(t, store, g.ID)
-	e := es[len(es)-1]
-	if e.Action != apiv1.CanarySevereRollback || e.FromWeight != 10 || e.ToWeight != 0 {
-		t.Fatalf("events %+v, want one severe_rollback 10 -> 0", es)
-	}
-	if e.Canary == nil || e.Baseline == nil || e.PValue == nil {
-		t.Fatalf("event without figures: %+v", e)
-	}
-	if e.Baseline.Requests+e.Canary.Requests < 200 || e.Canary.ErrorRate <= 0.1 || e.Baseline.ErrorRate != 0 {
-		t.Errorf("figures: baseline %+v, canary %+v; want >= 200 requests, canary error rate > 0.1, baseline 0", *e.Baseline, *e.Canary)
-	}
-	if *e.PValue < 0 || *e.PValue > 1 || e.InstanceID == "" || e.Reason == "" {
-		t.Errorf("p-value %v, instance %q, reason %q", *e.PValue, e.InstanceID, e.Reason)
-	}
-
-	waitWeight(t, 0, serve, replica)
-	if got := shares(t, 200, next, serve, replica); got["pool-a 200"] != 400 {
-		t.Fatalf("after the rollback: answers %v, want all 400 from pool-a", got)
-	}
-
-	// Adopt: the transient weights become a generation.
-	var adopted apiv1.Generation
-	if resp := call(t, http.MethodPost, "http://"+serve.Admin+"/api/v1/services/web/canary/adopt", map[string]any{"message": "keep it off"}, &adopted); resp.StatusCode != http.StatusCreated {
-		t.Fatalf("adopt: status %d", resp.StatusCode)
-	}
-	spec, err := config.Parse(adopted.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ts := spec.Services[0].Split.Targets; adopted.Action != apiv1.ActionAdopt || ts[0].Weight != 100 || ts[1].Weight != 0 {
-		t.Fatalf("adopted generation %d: action %s, targets %+v; want adopt with 100/0", adopted.ID, adopted.Action, ts)
-	}
-
-	// Publishing reverts to the generation's own weights: 90/10 again, with
-	// the canary healed and the analysis holding still (min_requests out of
-	// reach).
-	b.SetFailRate(0)
-	g3 := publish(t, serve.Admin, canarySpec(a, b, analysis(10, 1_000_000, 0)))
-	serve.waitApplied(t, g3.ID)
-	replica.waitApplied(t, g3.ID)
-	waitWeight(t, 10, serve, replica)
-	for _, p := range []*proc{serve, replica} {
-		got := shares(t, 2000, next, p)
-		counts := []int{got["pool-a 200"], got["pool-b 200"]}
-		if counts[0]+counts[1] != 2000 {
-			t.Fatalf("answers %v, want 2000 answered 200", got)
-		}
-		if chi := teststat.ChiSquare(counts, []int{90, 10}); chi > teststat.Critical001[1] {
-			t.Errorf("after publishing: %v against 90/10: chi-square %.2f > %.2f", counts, chi, teststat.Critical001[1])
-		}
-	}
-	if es := canaryEvents(t, store, g3.ID); len(es) != 0 {
-		t.Errorf("generation %d has events %+v, want none", g3.ID, es)
-	}
 }
 
 // TestCanaryPromotedStepByStep sends healthy traffic to the replica: the
@@ -283,40 +286,43 @@ func TestCanaryRolledBackAcrossTheFleet(t *testing.T) {
 // send everything to the canary.
 func TestCanaryPromotedStepByStep(t *testing.T) {
 	t.Parallel()
-	url := dbtest.New(t)
-	store := openTestStore(t, url)
-	a, b := pools(t)
-	serve, replica := canaryProcs(t, url, nil)
-	const cooldown = 1
-	g := publish(t, serve.Admin, canarySpec(a, b, analysis(30, 50, cooldown)))
-	serve.waitApplied(t, g.ID)
-	replica.waitApplied(t, g.ID)
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		url := dbtest.New(t)
+		store := openTestStore(t, url)
+		a, b := pools(t)
+		serve, replica := canaryProcs(t, front, url, nil)
+		const cooldown = 1
+		g := publish(t, serve.Admin, canarySpec(a, b, analysis(30, 50, cooldown)))
+		serve.waitApplied(t, g.ID)
+		replica.waitApplied(t, g.ID)
 
-	next := ids(2)
-	sendUntil(t, replica.Proxy, next, 50000, "promoted to 100", func() bool {
+		next := ids(2)
+		sendUntil(t, replica.Proxy, next, 50000, "promoted to 100", func() bool {
+			es := canaryEvents(t, store, g.ID)
+			return len(es) > 0 && es[len(es)-1].ToWeight == 100
+		})
+		waitWeight(t, 100, serve, replica)
+		// Complete: more traffic changes nothing.
+		shares(t, 300, next, replica)
 		es := canaryEvents(t, store, g.ID)
-		return len(es) > 0 && es[len(es)-1].ToWeight == 100
+		var steps [][2]int
+		for i, e := range es {
+			if e.Action != apiv1.CanaryPromote {
+				t.Errorf("event %d: %s, want promote", i, e.Action)
+			}
+			steps = append(steps, [2]int{e.FromWeight, e.ToWeight})
+			if i > 0 && e.CreatedAt.Sub(es[i-1].CreatedAt) < cooldown*time.Second {
+				t.Errorf("events %d and %d %v apart, within the %ds cooldown", i-1, i, e.CreatedAt.Sub(es[i-1].CreatedAt), cooldown)
+			}
+		}
+		if want := [][2]int{{10, 40}, {40, 70}, {70, 100}}; !slices.Equal(steps, want) {
+			t.Fatalf("steps %v, want %v", steps, want)
+		}
+		if got := shares(t, 200, next, serve, replica); got["pool-b 200"] != 400 {
+			t.Fatalf("complete: answers %v, want all 400 from pool-b", got)
+		}
 	})
-	waitWeight(t, 100, serve, replica)
-	// Complete: more traffic changes nothing.
-	shares(t, 300, next, replica)
-	es := canaryEvents(t, store, g.ID)
-	var steps [][2]int
-	for i, e := range es {
-		if e.Action != apiv1.CanaryPromote {
-			t.Errorf("event %d: %s, want promote", i, e.Action)
-		}
-		steps = append(steps, [2]int{e.FromWeight, e.ToWeight})
-		if i > 0 && e.CreatedAt.Sub(es[i-1].CreatedAt) < cooldown*time.Second {
-			t.Errorf("events %d and %d %v apart, within the %ds cooldown", i-1, i, e.CreatedAt.Sub(es[i-1].CreatedAt), cooldown)
-		}
-	}
-	if want := [][2]int{{10, 40}, {40, 70}, {70, 100}}; !slices.Equal(steps, want) {
-		t.Fatalf("steps %v, want %v", steps, want)
-	}
-	if got := shares(t, 200, next, serve, replica); got["pool-b 200"] != 400 {
-		t.Fatalf("complete: answers %v, want all 400 from pool-b", got)
-	}
 }
 
 // TestCanaryRunnerHandover stops the process whose runner holds the lock in
@@ -325,54 +331,57 @@ func TestCanaryPromotedStepByStep(t *testing.T) {
 // one ended (no action twice) and both processes having acted.
 func TestCanaryRunnerHandover(t *testing.T) {
 	t.Parallel()
-	url := dbtest.New(t)
-	store := openTestStore(t, url)
-	a, b := pools(t)
-	var mu sync.Mutex
-	leaders := map[string]bool{}
-	leadingChanged := make(chan struct{}, 1)
-	serve, replica := canaryProcs(t, url, func(who string, on bool) {
-		mu.Lock()
-		leaders[who] = on
-		mu.Unlock()
-		select {
-		case leadingChanged <- struct{}{}:
-		default:
-		}
-	})
-	leader := func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		for who, on := range leaders {
-			if on {
-				return who
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		url := dbtest.New(t)
+		store := openTestStore(t, url)
+		a, b := pools(t)
+		var mu sync.Mutex
+		leaders := map[string]bool{}
+		leadingChanged := make(chan struct{}, 1)
+		serve, replica := canaryProcs(t, front, url, func(who string, on bool) {
+			mu.Lock()
+			leaders[who] = on
+			mu.Unlock()
+			select {
+			case leadingChanged <- struct{}{}:
+			default:
 			}
+		})
+		leader := func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			for who, on := range leaders {
+				if on {
+					return who
+				}
+			}
+			return ""
 		}
-		return ""
-	}
-	waitUntil(t, "a runner holds the lock", func() bool { return leader() != "" }, leadingChanged)
-	first := leader()
-	procs := map[string]*proc{"serve": serve, "replica": replica}
-	other := map[string]string{"serve": "replica", "replica": "serve"}[first]
+		waitUntil(t, "a runner holds the lock", func() bool { return leader() != "" }, leadingChanged)
+		first := leader()
+		procs := map[string]*proc{"serve": serve, "replica": replica}
+		other := map[string]string{"serve": "replica", "replica": "serve"}[first]
 
-	g := publish(t, serve.Admin, canarySpec(a, b, analysis(10, 50, 1)))
-	serve.waitApplied(t, g.ID)
-	replica.waitApplied(t, g.ID)
-	next := ids(3)
-	// Traffic goes through the process that stays.
-	sendUntil(t, procs[other].Proxy, next, 50000, "two promotions", func() bool {
-		return len(canaryEvents(t, store, g.ID)) >= 2
-	})
-	procs[first].stop()
-	waitUntil(t, "the other runner takes the lock", func() bool { return leader() == other }, leadingChanged)
-	sendUntil(t, procs[other].Proxy, next, 100000, "promoted to 100", func() bool {
+		g := publish(t, serve.Admin, canarySpec(a, b, analysis(10, 50, 1)))
+		serve.waitApplied(t, g.ID)
+		replica.waitApplied(t, g.ID)
+		next := ids(3)
+		// Traffic goes through the process that stays.
+		sendUntil(t, procs[other].Proxy, next, 50000, "two promotions", func() bool {
+			return len(canaryEvents(t, store, g.ID)) >= 2
+		})
+		procs[first].stop()
+		waitUntil(t, "the other runner takes the lock", func() bool { return leader() == other }, leadingChanged)
+		sendUntil(t, procs[other].Proxy, next, 100000, "promoted to 100", func() bool {
+			es := canaryEvents(t, store, g.ID)
+			return len(es) > 0 && es[len(es)-1].ToWeight == 100
+		})
+
 		es := canaryEvents(t, store, g.ID)
-		return len(es) > 0 && es[len(es)-1].ToWeight == 100
+		instances := promotionChain(t, es)
+		if instances != 2 {
+			t.Errorf("events recorded by %d instances, want both processes", instances)
+		}
 	})
-
-	es := canaryEvents(t, store, g.ID)
-	instances := promotionChain(t, es)
-	if instances != 2 {
-		t.Errorf("events recorded by %d instances, want both processes", instances)
-	}
 }

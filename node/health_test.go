@@ -270,22 +270,25 @@ func shownUp(t *testing.T, admin string, procs []*proc, gen int64, upstream, end
 // take it out of rotation, which the case asserts (no ejection counted).
 func TestKillOneOfTwoEndpointsUnderLoad(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		name       string
-		activeOnly bool
-	}{
-		{"passive and active", false},
-		{"active only", true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			killOneOfTwo(t, tt.activeOnly)
-		})
-	}
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		for _, tt := range []struct {
+			name       string
+			activeOnly bool
+		}{
+			{"passive and active", false},
+			{"active only", true},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				killOneOfTwo(t, front, tt.activeOnly)
+			})
+		}
+	})
 }
 
 // killOneOfTwo runs one case of TestKillOneOfTwoEndpointsUnderLoad.
-func killOneOfTwo(t *testing.T, activeOnly bool) {
+func killOneOfTwo(t *testing.T, front string, activeOnly bool) {
 	url := dbtest.New(t)
 	reported := reportSignal(t, url)
 	keep, err := demo.StartPool("keep", 1)
@@ -303,8 +306,8 @@ func killOneOfTwo(t *testing.T, activeOnly bool) {
 	// Heartbeats often, so the API shows the states soon; the test waits
 	// for the reports, whenever they come.
 	beat := Process{Heartbeat: 50 * time.Millisecond}
-	srv := startServe(t, ServeConfig{Process: beat, DatabaseURL: url})
-	replica := startGateway(t, GatewayConfig{Process: beat, DatabaseURL: url})
+	srv := startServe(t, ServeConfig{Front: front, Process: beat, DatabaseURL: url})
+	replica := startGateway(t, GatewayConfig{Front: front, Process: beat, DatabaseURL: url})
 	procs := []*proc{srv, replica}
 	spec := spectest.New().Upstream("web", keep.Addrs[0], addr).Route("web", "/", "web").
 		Edit(func(s *config.Spec) { s.Upstreams[0].HealthCheck = fastCheck() })
@@ -545,154 +548,157 @@ func failovers(t *testing.T, p *proc) float64 {
 // and the split passes a chi-square test against 90/10 at p = 0.001.
 func TestCanaryTargetDownFailsOverAndRecovers(t *testing.T) {
 	t.Parallel()
-	url := dbtest.New(t)
-	stable, err := demo.StartPool("stable", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stable.Close)
-	probed := make(chan struct{}, 1)
-	canary := []*switchable{startSwitchable(t, probed), startSwitchable(t, probed)}
-	srv := startServe(t, ServeConfig{DatabaseURL: url})
-	replica := startGateway(t, GatewayConfig{DatabaseURL: url})
-	procs := []*proc{srv, replica}
-	names := []string{"serve", "replica"}
-	weights := []int{90, 10}
-	pools := []string{"stable", "canary"}
-	pick, err := split.New(weights)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := spectest.New().
-		Upstream("stable", stable.Addrs...).
-		Upstream("canary", canary[0].addr, canary[1].addr).
-		Split("web", "/", spectest.T("stable", weights[0]), spectest.T("canary", weights[1])).
-		Edit(func(s *config.Spec) { s.Upstreams[1].HealthCheck = fastCheck() }).JSON()
-	g := publish(t, srv.Admin, spec)
-	for _, p := range procs {
-		p.waitApplied(t, g.ID)
-	}
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		url := dbtest.New(t)
+		stable, err := demo.StartPool("stable", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stable.Close)
+		probed := make(chan struct{}, 1)
+		canary := []*switchable{startSwitchable(t, probed), startSwitchable(t, probed)}
+		srv := startServe(t, ServeConfig{Front: front, DatabaseURL: url})
+		replica := startGateway(t, GatewayConfig{Front: front, DatabaseURL: url})
+		procs := []*proc{srv, replica}
+		names := []string{"serve", "replica"}
+		weights := []int{90, 10}
+		pools := []string{"stable", "canary"}
+		pick, err := split.New(weights)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := spectest.New().
+			Upstream("stable", stable.Addrs...).
+			Upstream("canary", canary[0].addr, canary[1].addr).
+			Split("web", "/", spectest.T("stable", weights[0]), spectest.T("canary", weights[1])).
+			Edit(func(s *config.Spec) { s.Upstreams[1].HealthCheck = fastCheck() }).JSON()
+		g := publish(t, srv.Admin, spec)
+		for _, p := range procs {
+			p.waitApplied(t, g.ID)
+		}
 
-	// Both targets serve, each request by the target its id picks.
-	before := startLoad(t, pick, procs...)
-	waitUntil(t, "each process's requests served by both targets", func() bool {
-		for via := range procs {
-			for branch := range pools {
-				if before.count(via, func(o outcome) bool { return o.branch == branch }) < 10 {
+		// Both targets serve, each request by the target its id picks.
+		before := startLoad(t, pick, procs...)
+		waitUntil(t, "each process's requests served by both targets", func() bool {
+			for via := range procs {
+				for branch := range pools {
+					if before.count(via, func(o outcome) bool { return o.branch == branch }) < 10 {
+						return false
+					}
+				}
+			}
+			return true
+		}, before.progress)
+		before.halt()
+		for o, n := range before.outcomes() {
+			if o.status != http.StatusOK || o.pool != pools[o.branch] {
+				t.Errorf("canary up: %d requests through %s picking %s answered %d by %q", n, names[o.via], pools[o.branch], o.status, o.pool)
+			}
+		}
+
+		// The whole canary breaks under load. Phase 0: broken, not yet seen
+		// down; phase 1: sent after the process reported it down.
+		fo0 := make([]float64, len(procs))
+		for via, p := range procs {
+			fo0[via] = failovers(t, p)
+		}
+		for _, e := range canary {
+			e.broken.Store(true)
+		}
+		l := startLoad(t, pick, procs...)
+		for via, p := range procs {
+			waitUntil(t, "both canary endpoints reported down by "+names[via], func() bool { return canaryUp(t, p, canary) == 0 }, probed)
+			l.phase[via].Store(1)
+		}
+		waitUntil(t, "400 requests of each process sent after it reported the canary down", func() bool {
+			for via := range procs {
+				if l.count(via, func(o outcome) bool { return o.phase == 1 }) < 400 {
 					return false
 				}
 			}
+			return true
+		}, l.progress)
+		l.halt()
+		for _, err := range l.errs {
+			t.Errorf("GET failed: %v", err)
 		}
-		return true
-	}, before.progress)
-	before.halt()
-	for o, n := range before.outcomes() {
-		if o.status != http.StatusOK || o.pool != pools[o.branch] {
-			t.Errorf("canary up: %d requests through %s picking %s answered %d by %q", n, names[o.via], pools[o.branch], o.status, o.pool)
-		}
-	}
-
-	// The whole canary breaks under load. Phase 0: broken, not yet seen
-	// down; phase 1: sent after the process reported it down.
-	fo0 := make([]float64, len(procs))
-	for via, p := range procs {
-		fo0[via] = failovers(t, p)
-	}
-	for _, e := range canary {
-		e.broken.Store(true)
-	}
-	l := startLoad(t, pick, procs...)
-	for via, p := range procs {
-		waitUntil(t, "both canary endpoints reported down by "+names[via], func() bool { return canaryUp(t, p, canary) == 0 }, probed)
-		l.phase[via].Store(1)
-	}
-	waitUntil(t, "400 requests of each process sent after it reported the canary down", func() bool {
-		for via := range procs {
-			if l.count(via, func(o outcome) bool { return o.phase == 1 }) < 400 {
-				return false
+		raced := make([]int, len(procs))
+		for o, n := range l.outcomes() {
+			stableOK := o.status == http.StatusOK && o.pool == "stable"
+			canary500 := o.status == http.StatusInternalServerError && o.pool == "canary" && o.branch == 1
+			switch {
+			case o.phase == 1 && !stableOK:
+				t.Errorf("canary down: %d requests through %s picking %s answered %d by %q, want 200 by stable",
+					n, names[o.via], pools[o.branch], o.status, o.pool)
+			case o.phase == 0 && !stableOK && !canary500:
+				t.Errorf("canary breaking: %d requests through %s picking %s answered %d by %q, want 200 by stable or the canary's 500",
+					n, names[o.via], pools[o.branch], o.status, o.pool)
+			case canary500:
+				raced[o.via] += n
 			}
 		}
-		return true
-	}, l.progress)
-	l.halt()
-	for _, err := range l.errs {
-		t.Errorf("GET failed: %v", err)
-	}
-	raced := make([]int, len(procs))
-	for o, n := range l.outcomes() {
-		stableOK := o.status == http.StatusOK && o.pool == "stable"
-		canary500 := o.status == http.StatusInternalServerError && o.pool == "canary" && o.branch == 1
-		switch {
-		case o.phase == 1 && !stableOK:
-			t.Errorf("canary down: %d requests through %s picking %s answered %d by %q, want 200 by stable",
-				n, names[o.via], pools[o.branch], o.status, o.pool)
-		case o.phase == 0 && !stableOK && !canary500:
-			t.Errorf("canary breaking: %d requests through %s picking %s answered %d by %q, want 200 by stable or the canary's 500",
-				n, names[o.via], pools[o.branch], o.status, o.pool)
-		case canary500:
-			raced[o.via] += n
+		for via, p := range procs {
+			want := l.count(via, func(o outcome) bool { return o.branch == 1 && o.status == http.StatusOK && o.pool == "stable" })
+			afterDown := l.count(via, func(o outcome) bool { return o.branch == 1 && o.phase == 1 })
+			got := failovers(t, p) - fo0[via]
+			if got != float64(want) || afterDown == 0 {
+				t.Errorf("%s: dwara_split_failovers_total{upstream=canary} rose by %v, want %d (the requests picking the canary that stable answered; %d of them sent after it was reported down, want > 0)",
+					names[via], got, want, afterDown)
+			}
+			t.Logf("%s, canary down: %d requests (%d sent after it was reported down), %d failed over to stable, %d answered 500 by the canary before it was marked down",
+				names[via], l.count(via, func(outcome) bool { return true }), l.count(via, func(o outcome) bool { return o.phase == 1 }), want, raced[via])
 		}
-	}
-	for via, p := range procs {
-		want := l.count(via, func(o outcome) bool { return o.branch == 1 && o.status == http.StatusOK && o.pool == "stable" })
-		afterDown := l.count(via, func(o outcome) bool { return o.branch == 1 && o.phase == 1 })
-		got := failovers(t, p) - fo0[via]
-		if got != float64(want) || afterDown == 0 {
-			t.Errorf("%s: dwara_split_failovers_total{upstream=canary} rose by %v, want %d (the requests picking the canary that stable answered; %d of them sent after it was reported down, want > 0)",
-				names[via], got, want, afterDown)
-		}
-		t.Logf("%s, canary down: %d requests (%d sent after it was reported down), %d failed over to stable, %d answered 500 by the canary before it was marked down",
-			names[via], l.count(via, func(outcome) bool { return true }), l.count(via, func(o outcome) bool { return o.phase == 1 }), want, raced[via])
-	}
 
-	// The canary recovers: once each process reports it up, the split is
-	// 90/10 again.
-	for _, e := range canary {
-		e.broken.Store(false)
-	}
-	for via, p := range procs {
-		waitUntil(t, "both canary endpoints reported up by "+names[via], func() bool { return canaryUp(t, p, canary) == len(canary) }, probed)
-	}
-	const n = 2000
-	for via, p := range procs {
-		fo := failovers(t, p)
-		rng := rand.New(rand.NewPCG(20240801, uint64(via)))
-		ids := make([]string, n)
-		for i := range ids {
-			ids[i] = fmt.Sprintf("%016x", rng.Uint64())
+		// The canary recovers: once each process reports it up, the split is
+		// 90/10 again.
+		for _, e := range canary {
+			e.broken.Store(false)
 		}
-		counts := make([]int, len(pools))
-		var (
-			mu    sync.Mutex
-			wrong []string
-			wg    sync.WaitGroup
-		)
-		for c := range loadClients {
-			wg.Go(func() {
-				for i := c; i < n; i += loadClients {
-					status, pool, _, err := getID(p.Proxy, ids[i])
-					branch := pick.Pick(ids[i])
-					mu.Lock()
-					if err != nil || status != http.StatusOK || pool != pools[branch] {
-						wrong = append(wrong, fmt.Sprintf("%s picking %s: %d from %q, %v", ids[i], pools[branch], status, pool, err))
-					} else {
-						counts[branch]++
+		for via, p := range procs {
+			waitUntil(t, "both canary endpoints reported up by "+names[via], func() bool { return canaryUp(t, p, canary) == len(canary) }, probed)
+		}
+		const n = 2000
+		for via, p := range procs {
+			fo := failovers(t, p)
+			rng := rand.New(rand.NewPCG(20240801, uint64(via)))
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("%016x", rng.Uint64())
+			}
+			counts := make([]int, len(pools))
+			var (
+				mu    sync.Mutex
+				wrong []string
+				wg    sync.WaitGroup
+			)
+			for c := range loadClients {
+				wg.Go(func() {
+					for i := c; i < n; i += loadClients {
+						status, pool, _, err := getID(p.Proxy, ids[i])
+						branch := pick.Pick(ids[i])
+						mu.Lock()
+						if err != nil || status != http.StatusOK || pool != pools[branch] {
+							wrong = append(wrong, fmt.Sprintf("%s picking %s: %d from %q, %v", ids[i], pools[branch], status, pool, err))
+						} else {
+							counts[branch]++
+						}
+						mu.Unlock()
 					}
-					mu.Unlock()
-				}
-			})
+				})
+			}
+			wg.Wait()
+			if len(wrong) > 0 {
+				t.Errorf("%s, canary back: %d of %d requests not answered 200 by the target their id picks; first: %s", names[via], len(wrong), n, wrong[0])
+			}
+			if got := failovers(t, p) - fo; got != 0 {
+				t.Errorf("%s, canary back: %v failovers, want 0", names[via], got)
+			}
+			chi := teststat.ChiSquare(counts, weights)
+			if chi > teststat.Critical001[1] {
+				t.Errorf("%s, canary back: counts %v for weights %v: chi-square %.2f > %.3f (p = 0.001)", names[via], counts, weights, chi, teststat.Critical001[1])
+			}
+			t.Logf("%s, canary back: %d requests split %v (chi-square %.2f against 90/10)", names[via], n, counts, chi)
 		}
-		wg.Wait()
-		if len(wrong) > 0 {
-			t.Errorf("%s, canary back: %d of %d requests not answered 200 by the target their id picks; first: %s", names[via], len(wrong), n, wrong[0])
-		}
-		if got := failovers(t, p) - fo; got != 0 {
-			t.Errorf("%s, canary back: %v failovers, want 0", names[via], got)
-		}
-		chi := teststat.ChiSquare(counts, weights)
-		if chi > teststat.Critical001[1] {
-			t.Errorf("%s, canary back: counts %v for weights %v: chi-square %.2f > %.3f (p = 0.001)", names[via], counts, weights, chi, teststat.Critical001[1])
-		}
-		t.Logf("%s, canary back: %d requests split %v (chi-square %.2f against 90/10)", names[via], n, counts, chi)
-	}
+	})
 }

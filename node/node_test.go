@@ -26,6 +26,7 @@ import (
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config/spectest"
+	"github.com/dwara/dwara/gateway/proxy"
 	"github.com/dwara/dwara/internal/testnet"
 	"github.com/dwara/dwara/internal/testrun"
 )
@@ -95,20 +96,38 @@ func (p *proc) appliedWithin(gen int64, d time.Duration) bool {
 	return true
 }
 
+// allFronts are the fronts the tests that serve traffic run on, in one go
+// test (eachFront): the loop front where it runs, fasthttp and net/http.
+var allFronts = func() []string {
+	fronts := []string{FrontFastHTTP, FrontNetHTTP}
+	if proxy.LoopSupported {
+		fronts = append([]string{FrontLoop}, fronts...)
+	}
+	return fronts
+}()
+
+// eachFront runs f as a subtest on each of allFronts, named after the
+// front (loop, fasthttp, nethttp: no slash, so -run can name each). The
+// subtests run one after another unless f calls t.Parallel.
+func eachFront(t *testing.T, f func(t *testing.T, front string)) {
+	t.Helper()
+	for _, front := range allFronts {
+		t.Run(strings.ReplaceAll(front, "/", ""), func(t *testing.T) { f(t, front) })
+	}
+}
+
+// startServe runs dwara serve with c (its proxy on c.Front, "" for
+// DefaultFront) until the test ends.
 func startServe(t testing.TB, c ServeConfig) *proc {
 	t.Helper()
 	c.AdminListen = "127.0.0.1:0"
-	if c.Front == "" {
-		c.Front = os.Getenv("DWARA_TEST_FRONT") // as startGateway
-	}
 	return start(t, &c.Process, func(ctx context.Context) error { return Serve(ctx, c) })
 }
 
+// startGateway runs dwara gateway with c (on c.Front, "" for
+// DefaultFront) until the test ends.
 func startGateway(t testing.TB, c GatewayConfig) *proc {
 	t.Helper()
-	if c.Front == "" {
-		c.Front = os.Getenv("DWARA_TEST_FRONT") // the whole suite may run on the fasthttp front
-	}
 	c.MetricsListen = "127.0.0.1:0"
 	return start(t, &c.Process, func(ctx context.Context) error { return Gateway(ctx, c) })
 }
@@ -257,64 +276,67 @@ func pool(t testing.TB, addr string) string {
 
 func TestPublishReachesEveryProxy(t *testing.T) {
 	t.Parallel()
-	url := dbtest.New(t)
-	a, b := pools(t)
-	reports := dbtest.Watch(t, url, db.GatewayNotifyChannel)
-	srv := startServe(t, ServeConfig{DatabaseURL: url})
-	replica := startGateway(t, GatewayConfig{DatabaseURL: url})
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		url := dbtest.New(t)
+		a, b := pools(t)
+		reports := dbtest.Watch(t, url, db.GatewayNotifyChannel)
+		srv := startServe(t, ServeConfig{Front: front, DatabaseURL: url})
+		replica := startGateway(t, GatewayConfig{Front: front, DatabaseURL: url})
 
-	g1 := publish(t, srv.Admin, specJSON(a, b, 100, 0))
-	srv.waitApplied(t, g1.ID)
-	replica.waitApplied(t, g1.ID)
-	for _, p := range []*proc{srv, replica} {
-		if got := pool(t, p.Proxy); got != "pool-a" {
-			t.Errorf("generation 1 through %s: served by %q", p.Proxy, got)
-		}
-	}
-
-	g2 := publish(t, srv.Admin, specJSON(a, b, 0, 100))
-	if g2.ID != g1.ID+1 {
-		t.Fatalf("ids %d then %d", g1.ID, g2.ID)
-	}
-	for name, p := range map[string]*proc{"serve": srv, "replica": replica} {
-		p.waitApplied(t, g2.ID)
-		for i := range 20 {
-			if got := pool(t, p.Proxy); got != "pool-b" {
-				t.Fatalf("%s: request %d after applying generation 2 served by %q", name, i, got)
+		g1 := publish(t, srv.Admin, specJSON(a, b, 100, 0))
+		srv.waitApplied(t, g1.ID)
+		replica.waitApplied(t, g1.ID)
+		for _, p := range []*proc{srv, replica} {
+			if got := pool(t, p.Proxy); got != "pool-a" {
+				t.Errorf("generation 1 through %s: served by %q", p.Proxy, got)
 			}
 		}
-	}
 
-	// Both data planes report the generation they applied: wait for the
-	// reports, then read them back through the API.
-	pending := map[string]bool{srv.Proxy: true, replica.Proxy: true}
-	timeout := time.After(wait)
-	for len(pending) > 0 {
-		select {
-		case payload := <-reports:
-			var gi apiv1.GatewayInstance
-			if err := json.Unmarshal([]byte(payload), &gi); err != nil {
-				t.Errorf("gateway payload %q: %v", payload, err)
-				continue
+		g2 := publish(t, srv.Admin, specJSON(a, b, 0, 100))
+		if g2.ID != g1.ID+1 {
+			t.Fatalf("ids %d then %d", g1.ID, g2.ID)
+		}
+		for name, p := range map[string]*proc{"serve": srv, "replica": replica} {
+			p.waitApplied(t, g2.ID)
+			for i := range 20 {
+				if got := pool(t, p.Proxy); got != "pool-b" {
+					t.Fatalf("%s: request %d after applying generation 2 served by %q", name, i, got)
+				}
 			}
+		}
+
+		// Both data planes report the generation they applied: wait for the
+		// reports, then read them back through the API.
+		pending := map[string]bool{srv.Proxy: true, replica.Proxy: true}
+		timeout := time.After(wait)
+		for len(pending) > 0 {
+			select {
+			case payload := <-reports:
+				var gi apiv1.GatewayInstance
+				if err := json.Unmarshal([]byte(payload), &gi); err != nil {
+					t.Errorf("gateway payload %q: %v", payload, err)
+					continue
+				}
+				if gi.AppliedGeneration == g2.ID {
+					delete(pending, gi.Listen)
+				}
+			case <-timeout:
+				t.Fatalf("no report of generation %d within %v from %v", g2.ID, wait, pending)
+			}
+		}
+		var page struct{ Items []apiv1.GatewayInstance }
+		call(t, http.MethodGet, "http://"+srv.Admin+"/api/v1/gateways", nil, &page)
+		at2 := map[string]bool{}
+		for _, gi := range page.Items {
 			if gi.AppliedGeneration == g2.ID {
-				delete(pending, gi.Listen)
+				at2[gi.Listen] = true
 			}
-		case <-timeout:
-			t.Fatalf("no report of generation %d within %v from %v", g2.ID, wait, pending)
 		}
-	}
-	var page struct{ Items []apiv1.GatewayInstance }
-	call(t, http.MethodGet, "http://"+srv.Admin+"/api/v1/gateways", nil, &page)
-	at2 := map[string]bool{}
-	for _, gi := range page.Items {
-		if gi.AppliedGeneration == g2.ID {
-			at2[gi.Listen] = true
+		if len(page.Items) != 2 || !at2[srv.Proxy] || !at2[replica.Proxy] {
+			t.Errorf("gateways = %+v, want serve's and the replica's proxy on generation %d", page.Items, g2.ID)
 		}
-	}
-	if len(page.Items) != 2 || !at2[srv.Proxy] || !at2[replica.Proxy] {
-		t.Errorf("gateways = %+v, want serve's and the replica's proxy on generation %d", page.Items, g2.ID)
-	}
+	})
 }
 
 // sample is one request of the load in TestFlipUnderLoad.
@@ -333,137 +355,140 @@ type sample struct {
 // after N's 201; and each generation is served by its pool.
 func TestFlipUnderLoad(t *testing.T) {
 	t.Parallel()
-	url := dbtest.New(t)
-	a, b := pools(t)
-	srv := startServe(t, ServeConfig{DatabaseURL: url})
-	replica := startGateway(t, GatewayConfig{DatabaseURL: url})
-	procs := []*proc{srv, replica}
-	g1 := publish(t, srv.Admin, specJSON(a, b, 100, 0))
-	for _, p := range procs {
-		p.waitApplied(t, g1.ID)
-	}
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		url := dbtest.New(t)
+		a, b := pools(t)
+		srv := startServe(t, ServeConfig{Front: front, DatabaseURL: url})
+		replica := startGateway(t, GatewayConfig{Front: front, DatabaseURL: url})
+		procs := []*proc{srv, replica}
+		g1 := publish(t, srv.Admin, specJSON(a, b, 100, 0))
+		for _, p := range procs {
+			p.waitApplied(t, g1.ID)
+		}
 
-	var (
-		acked    atomic.Int64 // newest generation whose 201 arrived
-		mu       sync.Mutex
-		samples  []sample
-		counts   [2]map[int64]int // per process: requests by generation reported before sending
-		failures []error
-		progress = make(chan struct{}, 1)
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
-	)
-	acked.Store(g1.ID)
-	counts[0], counts[1] = map[int64]int{}, map[int64]int{}
-	for c := range 8 {
-		via := c % 2
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				s := sample{via: via, before: procs[via].latest.Load(), acked: acked.Load()}
-				var err error
-				s.served, err = get(context.Background(), procs[via].Proxy)
-				mu.Lock()
-				if err != nil {
-					failures = append(failures, err)
-				} else {
-					samples = append(samples, s)
-					counts[via][s.before]++
-				}
-				mu.Unlock()
-				select {
-				case progress <- struct{}{}:
-				default:
-				}
-			}
-		})
-	}
-	stopLoad := sync.OnceFunc(func() {
-		close(stop)
-		wg.Wait()
-	})
-	defer stopLoad() // also when the test fails half-way
-	// awaitLoad waits until each process served n requests sent after it
-	// reported generation gen applied, or until a request failed (the
-	// failures are reported once the load stopped).
-	awaitLoad := func(gen int64, n int) {
-		t.Helper()
-		timeout := time.After(wait)
-		for {
-			mu.Lock()
-			reached, failed := true, len(failures) > 0
-			for via := range procs {
-				sent := 0
-				for g, c := range counts[via] {
-					if g >= gen {
-						sent += c
+		var (
+			acked    atomic.Int64 // newest generation whose 201 arrived
+			mu       sync.Mutex
+			samples  []sample
+			counts   [2]map[int64]int // per process: requests by generation reported before sending
+			failures []error
+			progress = make(chan struct{}, 1)
+			stop     = make(chan struct{})
+			wg       sync.WaitGroup
+		)
+		acked.Store(g1.ID)
+		counts[0], counts[1] = map[int64]int{}, map[int64]int{}
+		for c := range 8 {
+			via := c % 2
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					s := sample{via: via, before: procs[via].latest.Load(), acked: acked.Load()}
+					var err error
+					s.served, err = get(context.Background(), procs[via].Proxy)
+					mu.Lock()
+					if err != nil {
+						failures = append(failures, err)
+					} else {
+						samples = append(samples, s)
+						counts[via][s.before]++
+					}
+					mu.Unlock()
+					select {
+					case progress <- struct{}{}:
+					default:
 					}
 				}
-				reached = reached && sent >= n
-			}
-			mu.Unlock()
-			if reached || failed {
-				return
-			}
-			select {
-			case <-progress:
-			case <-timeout:
-				t.Fatalf("the load did not reach %d requests per process at generation %d within %v", n, gen, wait)
+			})
+		}
+		stopLoad := sync.OnceFunc(func() {
+			close(stop)
+			wg.Wait()
+		})
+		defer stopLoad() // also when the test fails half-way
+		// awaitLoad waits until each process served n requests sent after it
+		// reported generation gen applied, or until a request failed (the
+		// failures are reported once the load stopped).
+		awaitLoad := func(gen int64, n int) {
+			t.Helper()
+			timeout := time.After(wait)
+			for {
+				mu.Lock()
+				reached, failed := true, len(failures) > 0
+				for via := range procs {
+					sent := 0
+					for g, c := range counts[via] {
+						if g >= gen {
+							sent += c
+						}
+					}
+					reached = reached && sent >= n
+				}
+				mu.Unlock()
+				if reached || failed {
+					return
+				}
+				select {
+				case <-progress:
+				case <-timeout:
+					t.Fatalf("the load did not reach %d requests per process at generation %d within %v", n, gen, wait)
+				}
 			}
 		}
-	}
-	flip := func() int64 {
-		t.Helper()
-		var g apiv1.Generation
-		resp := call(t, http.MethodPost, "http://"+srv.Admin+"/api/v1/services/web/flip", map[string]any{"message": "flip"}, &g)
-		if resp.StatusCode != http.StatusCreated || g.Action != apiv1.ActionFlip {
-			t.Fatalf("flip: %d %+v", resp.StatusCode, g)
+		flip := func() int64 {
+			t.Helper()
+			var g apiv1.Generation
+			resp := call(t, http.MethodPost, "http://"+srv.Admin+"/api/v1/services/web/flip", map[string]any{"message": "flip"}, &g)
+			if resp.StatusCode != http.StatusCreated || g.Action != apiv1.ActionFlip {
+				t.Fatalf("flip: %d %+v", resp.StatusCode, g)
+			}
+			acked.Store(g.ID)
+			for _, p := range procs {
+				p.waitApplied(t, g.ID)
+			}
+			return g.ID
 		}
-		acked.Store(g.ID)
-		for _, p := range procs {
-			p.waitApplied(t, g.ID)
-		}
-		return g.ID
-	}
-	awaitLoad(g1.ID, 150)
-	g2 := flip()
-	awaitLoad(g2, 150)
-	g3 := flip()
-	awaitLoad(g3, 150)
-	stopLoad()
+		awaitLoad(g1.ID, 150)
+		g2 := flip()
+		awaitLoad(g2, 150)
+		g3 := flip()
+		awaitLoad(g3, 150)
+		stopLoad()
 
-	for i, err := range failures {
-		if i < 5 {
-			t.Errorf("request failed during the flips: %v", err)
-		}
-	}
-	if len(failures) > 0 {
-		t.Fatalf("%d requests failed during the flips", len(failures))
-	}
-	wantPool := map[int64]string{g1.ID: "pool-a", g2: "pool-b", g3: "pool-a"}
-	names := []string{"embedded proxy", "replica"}
-	var wrong int
-	for _, s := range samples {
-		floor := s.before
-		if s.via == 0 {
-			floor = max(floor, s.acked) // applied before the 201
-		}
-		if s.generation < floor || s.pool != wantPool[s.generation] {
-			wrong++
-			if wrong <= 5 {
-				t.Errorf("via the %s: sent after generation %d (201 of %d), served by generation %d from %q",
-					names[s.via], s.before, s.acked, s.generation, s.pool)
+		for i, err := range failures {
+			if i < 5 {
+				t.Errorf("request failed during the flips: %v", err)
 			}
 		}
-	}
-	if wrong > 0 {
-		t.Errorf("%d of %d requests were served out of order", wrong, len(samples))
-	}
-	t.Logf("%d requests, 2 flips, 0 failures", len(samples))
+		if len(failures) > 0 {
+			t.Fatalf("%d requests failed during the flips", len(failures))
+		}
+		wantPool := map[int64]string{g1.ID: "pool-a", g2: "pool-b", g3: "pool-a"}
+		names := []string{"embedded proxy", "replica"}
+		var wrong int
+		for _, s := range samples {
+			floor := s.before
+			if s.via == 0 {
+				floor = max(floor, s.acked) // applied before the 201
+			}
+			if s.generation < floor || s.pool != wantPool[s.generation] {
+				wrong++
+				if wrong <= 5 {
+					t.Errorf("via the %s: sent after generation %d (201 of %d), served by generation %d from %q",
+						names[s.via], s.before, s.acked, s.generation, s.pool)
+				}
+			}
+		}
+		if wrong > 0 {
+			t.Errorf("%d of %d requests were served out of order", wrong, len(samples))
+		}
+		t.Logf("%d requests, 2 flips, 0 failures", len(samples))
+	})
 }
 
 // BenchmarkPublishToApplied publishes through the API and measures until the
@@ -544,45 +569,48 @@ func (s *sseStream) next(t testing.TB) (name, data string) {
 // that a replica adds exactly one more.
 func TestOneListenConnectionPerProcess(t *testing.T) {
 	t.Parallel()
-	store, url := dbtest.NewStore(t)
-	a, b := pools(t)
-	// Without a resync, and with generations published behind the API's
-	// back, a process applies a generation only when its listener connects
-	// or notifies.
-	srv := startServe(t, ServeConfig{DatabaseURL: url, Process: Process{Resync: time.Hour}})
-	g1 := publishTo(t, store, specJSON(a, b, 100, 0))
-	srv.waitApplied(t, g1.ID)
-	if resp := call(t, http.MethodGet, "http://"+srv.Admin+"/readyz", nil, nil); resp.StatusCode != http.StatusOK {
-		t.Fatalf("/readyz: status %d", resp.StatusCode)
-	}
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		store, url := dbtest.NewStore(t)
+		a, b := pools(t)
+		// Without a resync, and with generations published behind the API's
+		// back, a process applies a generation only when its listener connects
+		// or notifies.
+		srv := startServe(t, ServeConfig{Front: front, DatabaseURL: url, Process: Process{Resync: time.Hour}})
+		g1 := publishTo(t, store, specJSON(a, b, 100, 0))
+		srv.waitApplied(t, g1.ID)
+		if resp := call(t, http.MethodGet, "http://"+srv.Admin+"/readyz", nil, nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("/readyz: status %d", resp.StatusCode)
+		}
 
-	// The same connection feeds the event stream and the proxy.
-	stream := subscribe(t, srv.Admin)
-	g2 := publishTo(t, store, specJSON(a, b, 0, 100))
-	for {
-		// The events of generation 1 may still be on their way.
-		name, data := stream.next(t)
-		if name != apiv1.EventGenerationPublished {
-			continue
+		// The same connection feeds the event stream and the proxy.
+		stream := subscribe(t, srv.Admin)
+		g2 := publishTo(t, store, specJSON(a, b, 0, 100))
+		for {
+			// The events of generation 1 may still be on their way.
+			name, data := stream.next(t)
+			if name != apiv1.EventGenerationPublished {
+				continue
+			}
+			var got apiv1.Generation
+			if err := json.Unmarshal([]byte(data), &got); err != nil {
+				t.Fatalf("event %s %s: %v", name, data, err)
+			}
+			if got.ID == g2.ID {
+				break
+			}
 		}
-		var got apiv1.Generation
-		if err := json.Unmarshal([]byte(data), &got); err != nil {
-			t.Fatalf("event %s %s: %v", name, data, err)
+		srv.waitApplied(t, g2.ID)
+		if n := dbtest.ListenerCount(t, url); n != 1 {
+			t.Errorf("serve holds %d LISTEN connections, want 1", n)
 		}
-		if got.ID == g2.ID {
-			break
-		}
-	}
-	srv.waitApplied(t, g2.ID)
-	if n := dbtest.ListenerCount(t, url); n != 1 {
-		t.Errorf("serve holds %d LISTEN connections, want 1", n)
-	}
 
-	replica := startGateway(t, GatewayConfig{DatabaseURL: url, Process: Process{Resync: time.Hour}})
-	replica.waitApplied(t, g2.ID)
-	if n := dbtest.ListenerCount(t, url); n != 2 {
-		t.Errorf("serve and a replica hold %d LISTEN connections, want 2", n)
-	}
+		replica := startGateway(t, GatewayConfig{Front: front, DatabaseURL: url, Process: Process{Resync: time.Hour}})
+		replica.waitApplied(t, g2.ID)
+		if n := dbtest.ListenerCount(t, url); n != 2 {
+			t.Errorf("serve and a replica hold %d LISTEN connections, want 2", n)
+		}
+	})
 }
 
 // TestReplicaSurvivesListenerKill terminates every listener backend of the
@@ -590,29 +618,32 @@ func TestOneListenConnectionPerProcess(t *testing.T) {
 // and apply it without a restart.
 func TestReplicaSurvivesListenerKill(t *testing.T) {
 	t.Parallel()
-	store, url := dbtest.NewStore(t)
-	a, b := pools(t)
-	// Without a resync, applying a generation published behind the API's
-	// back proves a process's listener connected.
-	srv := startServe(t, ServeConfig{DatabaseURL: url, Process: Process{Resync: time.Hour}})
-	replica := startGateway(t, GatewayConfig{DatabaseURL: url, Process: Process{Resync: time.Hour}})
-	g1 := publishTo(t, store, specJSON(a, b, 100, 0))
-	srv.waitApplied(t, g1.ID)
-	replica.waitApplied(t, g1.ID)
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		store, url := dbtest.NewStore(t)
+		a, b := pools(t)
+		// Without a resync, applying a generation published behind the API's
+		// back proves a process's listener connected.
+		srv := startServe(t, ServeConfig{Front: front, DatabaseURL: url, Process: Process{Resync: time.Hour}})
+		replica := startGateway(t, GatewayConfig{Front: front, DatabaseURL: url, Process: Process{Resync: time.Hour}})
+		g1 := publishTo(t, store, specJSON(a, b, 100, 0))
+		srv.waitApplied(t, g1.ID)
+		replica.waitApplied(t, g1.ID)
 
-	if killed := dbtest.KillListeners(t, url); killed != 2 {
-		t.Fatalf("terminated %d listener backends, want serve's and the replica's", killed)
-	}
-	// Published while the listeners are down or reconnecting: the reconnect
-	// loads the newest generation, so it is not missed.
-	g2 := publishTo(t, store, specJSON(a, b, 0, 100))
-	replica.waitApplied(t, g2.ID)
-	srv.waitApplied(t, g2.ID)
-	for _, p := range []*proc{srv, replica} {
-		if got := pool(t, p.Proxy); got != "pool-b" {
-			t.Errorf("after the reconnect %s serves %q, want pool-b", p.Proxy, got)
+		if killed := dbtest.KillListeners(t, url); killed != 2 {
+			t.Fatalf("terminated %d listener backends, want serve's and the replica's", killed)
 		}
-	}
+		// Published while the listeners are down or reconnecting: the reconnect
+		// loads the newest generation, so it is not missed.
+		g2 := publishTo(t, store, specJSON(a, b, 0, 100))
+		replica.waitApplied(t, g2.ID)
+		srv.waitApplied(t, g2.ID)
+		for _, p := range []*proc{srv, replica} {
+			if got := pool(t, p.Proxy); got != "pool-b" {
+				t.Errorf("after the reconnect %s serves %q, want pool-b", p.Proxy, got)
+			}
+		}
+	})
 }
 
 // splitFile is a spec file splitting "/" between pools a and b.
@@ -631,23 +662,26 @@ services:
 
 func TestGatewayFromFileReloads(t *testing.T) {
 	t.Parallel()
-	a, b := pools(t)
-	file := filepath.Join(t.TempDir(), "dwara.yaml")
-	if err := os.WriteFile(file, []byte(splitFile(a, b, 100, 0)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	reload := make(chan struct{}, 1)
-	gw := startGateway(t, GatewayConfig{ConfigFile: file, Reload: reload})
-	gw.waitApplied(t, 1)
-	if got := pool(t, gw.Proxy); got != "pool-a" {
-		t.Errorf("generation 1 served by %q, want pool-a", got)
-	}
-	// The Reload channel forces a reload of unchanged content.
-	reload <- struct{}{}
-	gw.waitApplied(t, 2)
-	if s, err := get(context.Background(), gw.Proxy); err != nil || s.generation != 2 {
-		t.Errorf("after the reload: %+v, %v; want generation 2", s, err)
-	}
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		a, b := pools(t)
+		file := filepath.Join(t.TempDir(), "dwara.yaml")
+		if err := os.WriteFile(file, []byte(splitFile(a, b, 100, 0)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		reload := make(chan struct{}, 1)
+		gw := startGateway(t, GatewayConfig{Front: front, ConfigFile: file, Reload: reload})
+		gw.waitApplied(t, 1)
+		if got := pool(t, gw.Proxy); got != "pool-a" {
+			t.Errorf("generation 1 served by %q, want pool-a", got)
+		}
+		// The Reload channel forces a reload of unchanged content.
+		reload <- struct{}{}
+		gw.waitApplied(t, 2)
+		if s, err := get(context.Background(), gw.Proxy); err != nil || s.generation != 2 {
+			t.Errorf("after the reload: %+v, %v; want generation 2", s, err)
+		}
+	})
 }
 
 // TestGatewayStopsWhenAPartFails starts a gateway whose spec file is
@@ -742,43 +776,48 @@ func TestServeRefusesPublicAdminWithoutToken(t *testing.T) {
 // listener only when asked for.
 func TestGatewayProfiles(t *testing.T) {
 	t.Parallel()
-	a, b := pools(t)
-	file := filepath.Join(t.TempDir(), "dwara.yaml")
-	if err := os.WriteFile(file, []byte(splitFile(a, b, 100, 0)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, profile := range []bool{false, true} {
-		gw := startGateway(t, GatewayConfig{ConfigFile: file, Profile: profile})
-		resp, err := httpc.Get("http://" + gw.Metrics + "/debug/pprof/")
-		if err != nil {
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		a, b := pools(t)
+		file := filepath.Join(t.TempDir(), "dwara.yaml")
+		if err := os.WriteFile(file, []byte(splitFile(a, b, 100, 0)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		want := http.StatusNotFound
-		if profile {
-			want = http.StatusOK
+		for _, profile := range []bool{false, true} {
+			gw := startGateway(t, GatewayConfig{Front: front, ConfigFile: file, Profile: profile})
+			resp, err := httpc.Get("http://" + gw.Metrics + "/debug/pprof/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			want := http.StatusNotFound
+			if profile {
+				want = http.StatusOK
+			}
+			if resp.StatusCode != want {
+				t.Errorf("Profile %t: /debug/pprof/ answered %d, want %d", profile, resp.StatusCode, want)
+			}
 		}
-		if resp.StatusCode != want {
-			t.Errorf("Profile %t: /debug/pprof/ answered %d, want %d", profile, resp.StatusCode, want)
-		}
-	}
+	})
 }
 
 func TestGatewaysShowEndpointStates(t *testing.T) {
 	t.Parallel()
-	url := dbtest.New(t)
-	a, _ := pools(t)
-	dead := testnet.ClosedAddr(t)
-	// The test reads the API after each report an instance records.
-	reports := reportSignal(t, url)
-	// Beat often; the test waits for the reports, whenever they come.
-	beat := Process{Heartbeat: 50 * time.Millisecond}
-	srv := startServe(t, ServeConfig{Process: beat, DatabaseURL: url})
-	replica := startGateway(t, GatewayConfig{Process: beat, DatabaseURL: url})
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		url := dbtest.New(t)
+		a, _ := pools(t)
+		dead := testnet.ClosedAddr(t)
+		// The test reads the API after each report an instance records.
+		reports := reportSignal(t, url)
+		// Beat often; the test waits for the reports, whenever they come.
+		beat := Process{Heartbeat: 50 * time.Millisecond}
+		srv := startServe(t, ServeConfig{Front: front, Process: beat, DatabaseURL: url})
+		replica := startGateway(t, GatewayConfig{Front: front, Process: beat, DatabaseURL: url})
 
-	// "dead" is checked every second and marked down by its first failed
-	// check (connection refused); "live" declares no check and stays up.
-	spec := json.RawMessage(`{
+		// "dead" is checked every second and marked down by its first failed
+		// check (connection refused); "live" declares no check and stays up.
+		spec := json.RawMessage(`{
 		"upstreams": [
 			{"name": "live", "endpoints": ` + mustJSON(t, a.Addrs) + `},
 			{"name": "dead", "endpoints": ["` + dead + `"],
@@ -788,55 +827,56 @@ func TestGatewaysShowEndpointStates(t *testing.T) {
 			{"name": "web", "base_path": "/", "upstream": "live"},
 			{"name": "gone", "base_path": "/gone", "upstream": "dead"}
 		]}`)
-	g := publish(t, srv.Admin, spec)
-	srv.waitApplied(t, g.ID)
-	replica.waitApplied(t, g.ID)
+		g := publish(t, srv.Admin, spec)
+		srv.waitApplied(t, g.ID)
+		replica.waitApplied(t, g.ID)
 
-	want := []apiv1.EndpointState{{Upstream: "dead", Endpoint: dead, Up: false}}
-	for _, addr := range a.Addrs {
-		want = append(want, apiv1.EndpointState{Upstream: "live", Endpoint: addr, Up: true})
-	}
-	timeout := time.After(wait)
-	var page apiv1.GatewayList
-	for {
-		select {
-		case <-reports:
-		case <-timeout:
-			t.Fatalf("GET /api/v1/gateways did not show %+v for serve and the replica within %v; last %+v", want, wait, page.Items)
+		want := []apiv1.EndpointState{{Upstream: "dead", Endpoint: dead, Up: false}}
+		for _, addr := range a.Addrs {
+			want = append(want, apiv1.EndpointState{Upstream: "live", Endpoint: addr, Up: true})
 		}
-		page = apiv1.GatewayList{}
-		call(t, http.MethodGet, "http://"+srv.Admin+"/api/v1/gateways", nil, &page)
-		shown := map[string]bool{}
-		for _, gi := range page.Items {
-			// Nothing is in flight between requests: compare without it.
-			got := slices.Clone(gi.Endpoints)
-			for i := range got {
-				got[i].InFlight = 0
+		timeout := time.After(wait)
+		var page apiv1.GatewayList
+		for {
+			select {
+			case <-reports:
+			case <-timeout:
+				t.Fatalf("GET /api/v1/gateways did not show %+v for serve and the replica within %v; last %+v", want, wait, page.Items)
 			}
-			if gi.AppliedGeneration == g.ID && slices.Equal(got, want) {
-				shown[gi.Listen] = true
+			page = apiv1.GatewayList{}
+			call(t, http.MethodGet, "http://"+srv.Admin+"/api/v1/gateways", nil, &page)
+			shown := map[string]bool{}
+			for _, gi := range page.Items {
+				// Nothing is in flight between requests: compare without it.
+				got := slices.Clone(gi.Endpoints)
+				for i := range got {
+					got[i].InFlight = 0
+				}
+				if gi.AppliedGeneration == g.ID && slices.Equal(got, want) {
+					shown[gi.Listen] = true
+				}
+			}
+			if shown[srv.Proxy] && shown[replica.Proxy] {
+				break
 			}
 		}
-		if shown[srv.Proxy] && shown[replica.Proxy] {
-			break
-		}
-	}
 
-	// The JSON shape, as a client that does not use apiv1 sees it.
-	var raw struct {
-		Items []struct {
-			Endpoints []map[string]any `json:"endpoints"`
-		} `json:"items"`
-	}
-	call(t, http.MethodGet, "http://"+srv.Admin+"/api/v1/gateways", nil, &raw)
-	for _, gi := range raw.Items {
-		for _, e := range gi.Endpoints {
-			keys := slices.Sorted(maps.Keys(e))
-			if !slices.Equal(keys, []string{"endpoint", "in_flight", "up", "upstream"}) {
-				t.Errorf("endpoint state %v: keys %v, want endpoint, in_flight, up, upstream", e, keys)
+		// The JSON shape, as a client that does not use apiv1 sees it.
+		var raw struct {
+			Items []struct {
+				Endpoints []map[string]any `json:"endpoints"`
+			} `json:"items"`
+		}
+		call(t, http.MethodGet, "http://"+srv.Admin+"/api/v1/gateways", nil, &raw)
+		for _, gi := range raw.Items {
+			for _, e := range gi.Endpoints {
+				keys := slices.Sorted(maps.Keys(e))
+				if !slices.Equal(keys, []string{"endpoint", "in_flight", "up", "upstream"}) {
+					t.Errorf("endpoint state %v: keys %v, want endpoint, in_flight, up, upstream", e, keys)
+				}
 			}
 		}
-	}
+	})
 }
 
 func mustJSON(t testing.TB, v any) string {

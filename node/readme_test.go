@@ -62,7 +62,7 @@ type demoServe struct {
 
 // startDemoServe starts a demoServe on a fresh database; token "" means an
 // API without one.
-func startDemoServe(t *testing.T, token string) *demoServe {
+func startDemoServe(t *testing.T, front, token string) *demoServe {
 	t.Helper()
 	store, url := dbtest.NewStore(t)
 	pools, err := startDemoOn(t.Context(), store, []string{"127.0.0.1:0", "127.0.0.1:0"}, []string{"127.0.0.1:0"})
@@ -72,7 +72,7 @@ func startDemoServe(t *testing.T, token string) *demoServe {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startServe(t, ServeConfig{DatabaseURL: url, AdminToken: token})
+	p := startServe(t, ServeConfig{Front: front, DatabaseURL: url, AdminToken: token})
 	p.waitApplied(t, 1)
 	return &demoServe{proc: p, store: store, stable: pools[0], canary: pools[1]}
 }
@@ -162,24 +162,27 @@ func weightsOf(t *testing.T, g apiv1.Generation) map[string][]int {
 func TestREADMEStartHere(t *testing.T) {
 	needTools(t)
 	t.Parallel()
-	s := startDemoServe(t, "")
-	section := readmeSection(t, "Start here")
-	_, tryIt, ok := strings.Cut(section, "Try it:\n")
-	blocks := fencedBlocks(tryIt, "sh")
-	if !ok || len(blocks) == 0 {
-		t.Fatal(`README's "Start here" has no "Try it:" commands`)
-	}
-	out := runScript(t, t.TempDir(), s.onPorts(blocks[0]))
-	if !strings.Contains(out, "Set-Cookie: dwara_affinity=") || !regexp.MustCompile(`(?m)^pool=web-(stable|canary) `).MatchString(out) {
-		t.Errorf("the demo's first answers lack the cookie or the pool:\n%s", out)
-	}
-	g, err := s.store.Current(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ws := weightsOf(t, g); g.ID != 2 || g.Action != apiv1.ActionFlip || !slices.Equal(ws["web"], []int{10, 90}) {
-		t.Errorf("after Try it: generation %d (%s), weights %v; want 2, a flip of web to 10/90", g.ID, g.Action, ws)
-	}
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		s := startDemoServe(t, front, "")
+		section := readmeSection(t, "Start here")
+		_, tryIt, ok := strings.Cut(section, "Try it:\n")
+		blocks := fencedBlocks(tryIt, "sh")
+		if !ok || len(blocks) == 0 {
+			t.Fatal(`README's "Start here" has no "Try it:" commands`)
+		}
+		out := runScript(t, t.TempDir(), s.onPorts(blocks[0]))
+		if !strings.Contains(out, "Set-Cookie: dwara_affinity=") || !regexp.MustCompile(`(?m)^pool=web-(stable|canary) `).MatchString(out) {
+			t.Errorf("the demo's first answers lack the cookie or the pool:\n%s", out)
+		}
+		g, err := s.store.Current(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ws := weightsOf(t, g); g.ID != 2 || g.Action != apiv1.ActionFlip || !slices.Equal(ws["web"], []int{10, 90}) {
+			t.Errorf("after Try it: generation %d (%s), weights %v; want 2, a flip of web to 10/90", g.ID, g.Action, ws)
+		}
+	})
 }
 
 // TestREADMEWalkthrough runs every command of README's "Using the API with
@@ -190,75 +193,78 @@ func TestREADMEStartHere(t *testing.T) {
 func TestREADMEWalkthrough(t *testing.T) {
 	needTools(t)
 	t.Parallel()
-	const token = "walkthrough-token"
-	s := startDemoServe(t, token)
-	section := readmeSection(t, "Using the API with curl")
-	blocks := fencedBlocks(section, "sh")
-	if len(blocks) < 8 {
-		t.Fatalf("the section has %d shell blocks; the walkthrough has at least 8", len(blocks))
-	}
-	script := s.onPorts(strings.Join(blocks, ""))
-	// The event stream lasts until the reader ends it: here after 2 s
-	// (curl's exit status 28).
-	const events = `curl -sN "$DWARA/api/v1/events" -H "$AUTH"`
-	if strings.Count(script, events) != 1 {
-		t.Fatalf("the walkthrough does not read the event stream with %s once", events)
-	}
-	script = strings.Replace(script, events, `{ curl -sN --max-time 2 "$DWARA/api/v1/events" -H "$AUTH" || test $? = 28; }`, 1)
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		const token = "walkthrough-token"
+		s := startDemoServe(t, front, token)
+		section := readmeSection(t, "Using the API with curl")
+		blocks := fencedBlocks(section, "sh")
+		if len(blocks) < 8 {
+			t.Fatalf("the section has %d shell blocks; the walkthrough has at least 8", len(blocks))
+		}
+		script := s.onPorts(strings.Join(blocks, ""))
+		// The event stream lasts until the reader ends it: here after 2 s
+		// (curl's exit status 28).
+		const events = `curl -sN "$DWARA/api/v1/events" -H "$AUTH"`
+		if strings.Count(script, events) != 1 {
+			t.Fatalf("the walkthrough does not read the event stream with %s once", events)
+		}
+		script = strings.Replace(script, events, `{ curl -sN --max-time 2 "$DWARA/api/v1/events" -H "$AUTH" || test $? = 28; }`, 1)
 
-	dir := t.TempDir()
-	out := runScript(t, dir, script, "DWARA_ADMIN_TOKEN="+token)
+		dir := t.TempDir()
+		out := runScript(t, dir, script, "DWARA_ADMIN_TOKEN="+token)
 
-	// What the comments show is what a fresh database answers.
-	for _, block := range blocks {
-		for line := range strings.Lines(block) {
-			claim, ok := strings.CutPrefix(strings.TrimSpace(line), "# ")
-			if !ok || !json.Valid([]byte(claim)) {
-				continue
-			}
-			if !slices.Contains(strings.Split(out, "\n"), s.onPorts(claim)) {
-				t.Errorf("the walkthrough claims the answer %s; it printed:\n%s", claim, out)
-			}
-		}
-	}
-	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^HTTP/1.1 201 Created\r$`),
-		regexp.MustCompile(`(?m)^Location: /api/v1/generations/2\r$`),
-		regexp.MustCompile(`(?m)^pool=web-(stable|canary) endpoint=\S+ generation=2 path=/api/$`),
-		regexp.MustCompile(`(?m)^pool=web-(stable|canary) endpoint=\S+ generation=2 path=/$`),
-		regexp.MustCompile(`(?m)^generation 4: api at 80/20$`),
-		regexp.MustCompile(`(?m)^: connected$`), // the event stream's first line
-	} {
-		if !want.MatchString(out) {
-			t.Errorf("the walkthrough's output lacks %s:\n%s", want, out)
-		}
-	}
-	check := func(t *testing.T, wantID int64) {
-		t.Helper()
-		g, err := s.store.Current(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ws := weightsOf(t, g)
-		if g.ID != wantID || g.Action != apiv1.ActionRollback || !slices.Equal(ws["api"], []int{80, 20}) ||
-			!slices.Equal(ws["web"], []int{90, 10}) || !slices.Equal(ws["shop"], []int{90, 10}) {
-			t.Errorf("active generation %d (%s) with weights %v; want %d, a rollback to api 80/20 beside web and shop 90/10",
-				g.ID, g.Action, ws, wantID)
-		}
-		for _, path := range []string{"/", "/shop/", "/api/"} {
-			if code, body := s.get(t, path); code != http.StatusOK || !strings.HasPrefix(body, "pool=web-") {
-				t.Errorf("GET %s through the proxy: %d %s; the walkthrough keeps web and shop and adds api", path, code, body)
+		// What the comments show is what a fresh database answers.
+		for _, block := range blocks {
+			for line := range strings.Lines(block) {
+				claim, ok := strings.CutPrefix(strings.TrimSpace(line), "# ")
+				if !ok || !json.Valid([]byte(claim)) {
+					continue
+				}
+				if !slices.Contains(strings.Split(out, "\n"), s.onPorts(claim)) {
+					t.Errorf("the walkthrough claims the answer %s; it printed:\n%s", claim, out)
+				}
 			}
 		}
-	}
-	check(t, 7)
-	if g, err := s.store.Get(t.Context(), 2); err != nil || g.Author != "alice" {
-		t.Errorf("generation 2: %+v, %v; want alice's publish", g, err)
-	}
+		for _, want := range []*regexp.Regexp{
+			regexp.MustCompile(`(?m)^HTTP/1.1 201 Created\r$`),
+			regexp.MustCompile(`(?m)^Location: /api/v1/generations/2\r$`),
+			regexp.MustCompile(`(?m)^pool=web-(stable|canary) endpoint=\S+ generation=2 path=/api/$`),
+			regexp.MustCompile(`(?m)^pool=web-(stable|canary) endpoint=\S+ generation=2 path=/$`),
+			regexp.MustCompile(`(?m)^generation 4: api at 80/20$`),
+			regexp.MustCompile(`(?m)^: connected$`), // the event stream's first line
+		} {
+			if !want.MatchString(out) {
+				t.Errorf("the walkthrough's output lacks %s:\n%s", want, out)
+			}
+		}
+		check := func(t *testing.T, wantID int64) {
+			t.Helper()
+			g, err := s.store.Current(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws := weightsOf(t, g)
+			if g.ID != wantID || g.Action != apiv1.ActionRollback || !slices.Equal(ws["api"], []int{80, 20}) ||
+				!slices.Equal(ws["web"], []int{90, 10}) || !slices.Equal(ws["shop"], []int{90, 10}) {
+				t.Errorf("active generation %d (%s) with weights %v; want %d, a rollback to api 80/20 beside web and shop 90/10",
+					g.ID, g.Action, ws, wantID)
+			}
+			for _, path := range []string{"/", "/shop/", "/api/"} {
+				if code, body := s.get(t, path); code != http.StatusOK || !strings.HasPrefix(body, "pool=web-") {
+					t.Errorf("GET %s through the proxy: %d %s; the walkthrough keeps web and shop and adds api", path, code, body)
+				}
+			}
+		}
+		check(t, 7)
+		if g, err := s.store.Get(t.Context(), 2); err != nil || g.Author != "alice" {
+			t.Errorf("generation 2: %+v, %v; want alice's publish", g, err)
+		}
 
-	// Again, on top of what the first run left: 6 more generations.
-	runScript(t, dir, script, "DWARA_ADMIN_TOKEN="+token)
-	check(t, 13)
+		// Again, on top of what the first run left: 6 more generations.
+		runScript(t, dir, script, "DWARA_ADMIN_TOKEN="+token)
+		check(t, 13)
+	})
 }
 
 // TestREADMESpecExample checks that the spec example of README's "The

@@ -55,54 +55,57 @@ func streamingHandler(short *atomic.Int64) http.Handler {
 // the later requests between the endpoints.
 func TestAbortedAnswersLeaveStateBalanced(t *testing.T) {
 	t.Parallel()
-	for _, balancer := range []string{"least_conn", "peak_ewma"} {
-		for _, kind := range []string{"download", "upgrade"} {
-			t.Run(balancer+"/"+kind, func(t *testing.T) {
-				t.Parallel()
-				var shortA, shortB atomic.Int64
-				a := startUpstream(t, streamingHandler(&shortA))
-				b := startUpstream(t, streamingHandler(&shortB))
-				g := startGateway(t)
-				g.apply(t, 1, fmt.Sprintf("upstreams: [{name: u, balancer: %s, endpoints: [%q, %q]}]\nservices: [{name: web, upstream: u}]\n",
-					balancer, a.Listener.Addr().String(), b.Listener.Addr().String()))
-				const aborted = 4
-				for range aborted {
-					abandon(t, g, kind)
-				}
-				// The handlers notice the client is gone and end on their own;
-				// their bookkeeping is the signal: an abandoned download is
-				// counted as 499, a closed tunnel as the 101 it was.
-				code := "499"
-				if kind == "upgrade" {
-					code = "101"
-				}
-				gone := g.table.Load().upstreams["u"]
-				deadline := time.Now().Add(testrun.Timeout)
-				for testutil.ToFloat64(g.m.requests.WithLabelValues("web", "u", code)) < aborted {
-					if time.Now().After(deadline) {
-						t.Fatalf("%v requests counted as %s, want %d; counts: %v", testutil.ToFloat64(g.m.requests.WithLabelValues("web", "u", code)), code, aborted, g.samples(t, "dwara_requests_total"))
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		for _, balancer := range []string{"least_conn", "peak_ewma"} {
+			for _, kind := range []string{"download", "upgrade"} {
+				t.Run(balancer+"/"+kind, func(t *testing.T) {
+					t.Parallel()
+					var shortA, shortB atomic.Int64
+					a := startUpstream(t, streamingHandler(&shortA))
+					b := startUpstream(t, streamingHandler(&shortB))
+					g := startGateway(t, front)
+					g.apply(t, 1, fmt.Sprintf("upstreams: [{name: u, balancer: %s, endpoints: [%q, %q]}]\nservices: [{name: web, upstream: u}]\n",
+						balancer, a.Listener.Addr().String(), b.Listener.Addr().String()))
+					const aborted = 4
+					for range aborted {
+						abandon(t, g, kind)
 					}
-					time.Sleep(10 * time.Millisecond) // polling a condition, bounded above
-				}
-				for _, ep := range gone.endpoints {
-					if n := ep.state.Inflight(); n != 0 {
-						t.Errorf("endpoint %s: %d in flight after the aborted requests, want 0", ep.addr, n)
+					// The handlers notice the client is gone and end on their own;
+					// their bookkeeping is the signal: an abandoned download is
+					// counted as 499, a closed tunnel as the 101 it was.
+					code := "499"
+					if kind == "upgrade" {
+						code = "101"
 					}
-				}
-				for range 40 {
-					resp, body := get(t, client, g.URL+"/short", nil)
-					if resp.StatusCode != http.StatusOK || body != "short" {
-						t.Fatalf("after the aborts: %d %q", resp.StatusCode, body)
+					gone := g.table.Load().upstreams["u"]
+					deadline := time.Now().Add(testrun.Timeout)
+					for testutil.ToFloat64(g.m.requests.WithLabelValues("web", "u", code)) < aborted {
+						if time.Now().After(deadline) {
+							t.Fatalf("%v requests counted as %s, want %d; counts: %v", testutil.ToFloat64(g.m.requests.WithLabelValues("web", "u", code)), code, aborted, g.samples(t, "dwara_requests_total"))
+						}
+						time.Sleep(10 * time.Millisecond) // polling a condition, bounded above
 					}
-				}
-				// least_conn shares requests at rest between tied endpoints;
-				// a leaked in-flight count would send all of them to one.
-				if balancer == "least_conn" && (shortA.Load() < 10 || shortB.Load() < 10) {
-					t.Errorf("least_conn sent %d and %d of 40 requests at rest, want both at least 10", shortA.Load(), shortB.Load())
-				}
-			})
+					for _, ep := range gone.endpoints {
+						if n := ep.state.Inflight(); n != 0 {
+							t.Errorf("endpoint %s: %d in flight after the aborted requests, want 0", ep.addr, n)
+						}
+					}
+					for range 40 {
+						resp, body := get(t, client, g.URL+"/short", nil)
+						if resp.StatusCode != http.StatusOK || body != "short" {
+							t.Fatalf("after the aborts: %d %q", resp.StatusCode, body)
+						}
+					}
+					// least_conn shares requests at rest between tied endpoints;
+					// a leaked in-flight count would send all of them to one.
+					if balancer == "least_conn" && (shortA.Load() < 10 || shortB.Load() < 10) {
+						t.Errorf("least_conn sent %d and %d of 40 requests at rest, want both at least 10", shortA.Load(), shortB.Load())
+					}
+				})
+			}
 		}
-	}
+	})
 }
 
 // abandon starts a download (or an upgrade) through g, reads the start of
@@ -147,19 +150,22 @@ func abandon(t *testing.T, g *gateway, kind string) {
 // the endpoint's never replacing the gateway's.
 func TestStickyCookieBesideUpstreamCookies(t *testing.T) {
 	t.Parallel()
-	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.SetCookie(w, &http.Cookie{Name: "app", Value: "1"})
-		http.SetCookie(w, &http.Cookie{Name: "app2", Value: "2"})
-		fmt.Fprint(w, "ok")
-	}))
-	g := startGateway(t)
-	g.apply(t, 1, fmt.Sprintf("upstreams: [{name: a, endpoints: [%q]}]\nservices: [{name: web, upstream: a, sticky: {cookie: sid}}]\n", up.Listener.Addr().String()))
-	resp, _ := get(t, client, g.URL+"/", nil)
-	var names []string
-	for _, c := range resp.Cookies() {
-		names = append(names, c.Name)
-	}
-	if strings.Join(names, ",") != "sid,app,app2" {
-		t.Errorf("cookies %v, want sid, then app and app2", names)
-	}
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.SetCookie(w, &http.Cookie{Name: "app", Value: "1"})
+			http.SetCookie(w, &http.Cookie{Name: "app2", Value: "2"})
+			fmt.Fprint(w, "ok")
+		}))
+		g := startGateway(t, front)
+		g.apply(t, 1, fmt.Sprintf("upstreams: [{name: a, endpoints: [%q]}]\nservices: [{name: web, upstream: a, sticky: {cookie: sid}}]\n", up.Listener.Addr().String()))
+		resp, _ := get(t, client, g.URL+"/", nil)
+		var names []string
+		for _, c := range resp.Cookies() {
+			names = append(names, c.Name)
+		}
+		if strings.Join(names, ",") != "sid,app,app2" {
+			t.Errorf("cookies %v, want sid, then app and app2", names)
+		}
+	})
 }

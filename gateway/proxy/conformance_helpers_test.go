@@ -32,16 +32,16 @@ func startUpstream(t *testing.T, h http.Handler) *httptest.Server {
 	return srv
 }
 
-// proxyTo starts a gateway whose generation gen routes every request to
-// service "web", upstream "a", with the one endpoint addr. fields, when not
+// proxyTo starts a gateway on front whose generation gen routes every
+// request to service "web", upstream "a", with the one endpoint addr. fields, when not
 // empty, are more upstream fields in YAML flow syntax
 // ("response_header_timeout_ms: 300").
-func proxyTo(t testing.TB, gen int64, addr, fields string) *gateway {
+func proxyTo(t testing.TB, front string, gen int64, addr, fields string) *gateway {
 	t.Helper()
 	if fields != "" {
 		fields = ", " + fields
 	}
-	g := startGateway(t)
+	g := startGateway(t, front)
 	g.apply(t, gen, fmt.Sprintf("upstreams: [{name: a, endpoints: [%q]%s}]\nservices: [{name: web, upstream: a}]\n", addr, fields))
 	return g
 }

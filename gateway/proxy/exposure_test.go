@@ -37,12 +37,13 @@ func (s *recordingSink) take() []Exposure {
 	return l
 }
 
-// exposureGateway is a gateway whose exposures go to sink, sampled at rate.
-func exposureGateway(t testing.TB, sink ExposureSink, rate float64) *gateway {
+// exposureGateway is a gateway on front whose exposures go to sink,
+// sampled at rate.
+func exposureGateway(t testing.TB, front string, sink ExposureSink, rate float64) *gateway {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	p := New(Options{Metrics: reg, Exposures: sink, ExposureSampleRate: rate})
-	return &gateway{Proxy: p, URL: serveFront(t, p), reg: reg}
+	return &gateway{Proxy: p, URL: serveFront(t, p, front), reg: reg}
 }
 
 func hashOf(key string) [8]byte {
@@ -55,43 +56,46 @@ func hashOf(key string) [8]byte {
 // force and the hash of the minted handle; a returning session is none.
 func TestExposureSticky(t *testing.T) {
 	t.Parallel()
-	a := startPool(t, "a", 1)
-	b := startPool(t, "b", 1)
-	sink := &recordingSink{}
-	g := exposureGateway(t, sink, 0)
-	g.apply(t, 3, spectest.SplitOver([]*demo.Pool{a, b}, 75, 25).Sticky("sid", 0).YAML())
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		a := startPool(t, "a", 1)
+		b := startPool(t, "b", 1)
+		sink := &recordingSink{}
+		g := exposureGateway(t, front, sink, 0)
+		g.apply(t, 3, spectest.SplitOver([]*demo.Pool{a, b}, 75, 25).Sticky("sid", 0).YAML())
 
-	byHandle := map[[8]byte]string{}
-	var handles []string
-	for i := range 200 {
-		resp, _ := get(t, client, g.URL+"/", nil)
-		c := resp.Cookies()
-		if resp.StatusCode != http.StatusOK || len(c) != 1 {
-			t.Fatalf("request %d: %d, cookies %v", i, resp.StatusCode, c)
+		byHandle := map[[8]byte]string{}
+		var handles []string
+		for i := range 200 {
+			resp, _ := get(t, client, g.URL+"/", nil)
+			c := resp.Cookies()
+			if resp.StatusCode != http.StatusOK || len(c) != 1 {
+				t.Fatalf("request %d: %d, cookies %v", i, resp.StatusCode, c)
+			}
+			byHandle[hashOf(c[0].Value)] = resp.Header.Get("X-Pool")
+			handles = append(handles, c[0].Value)
 		}
-		byHandle[hashOf(c[0].Value)] = resp.Header.Get("X-Pool")
-		handles = append(handles, c[0].Value)
-	}
-	// Returning sessions are no new assignment.
-	for _, h := range handles[:20] {
-		get(t, client, g.URL+"/", map[string]string{"Cookie": "sid=" + h})
-	}
-	got := sink.take()
-	if len(got) != 200 {
-		t.Fatalf("%d exposures, want 200", len(got))
-	}
-	share := map[string]float64{"a": 0.75, "b": 0.25}
-	for _, e := range got {
-		pool, ok := byHandle[e.KeyHash]
-		switch {
-		case !ok:
-			t.Fatalf("exposure %+v: key hash of no handle minted", e)
-		case e.Branch != pool || e.Generation != 3 || e.Service != "web" || e.Reason != ExposureSticky || e.Share != share[pool]:
-			t.Fatalf("exposure %+v, want branch %s (share %v) of web in generation 3, sticky", e, pool, share[pool])
-		case e.At == 0:
-			t.Fatalf("exposure %+v has no time", e)
+		// Returning sessions are no new assignment.
+		for _, h := range handles[:20] {
+			get(t, client, g.URL+"/", map[string]string{"Cookie": "sid=" + h})
 		}
-	}
+		got := sink.take()
+		if len(got) != 200 {
+			t.Fatalf("%d exposures, want 200", len(got))
+		}
+		share := map[string]float64{"a": 0.75, "b": 0.25}
+		for _, e := range got {
+			pool, ok := byHandle[e.KeyHash]
+			switch {
+			case !ok:
+				t.Fatalf("exposure %+v: key hash of no handle minted", e)
+			case e.Branch != pool || e.Generation != 3 || e.Service != "web" || e.Reason != ExposureSticky || e.Share != share[pool]:
+				t.Fatalf("exposure %+v, want branch %s (share %v) of web in generation 3, sticky", e, pool, share[pool])
+			case e.At == 0:
+				t.Fatalf("exposure %+v has no time", e)
+			}
+		}
+	})
 }
 
 // TestExposureForcedAndSampled: forced picks are recorded with reason
@@ -99,67 +103,70 @@ func TestExposureSticky(t *testing.T) {
 // recorded at rate 1, none at rate 0, and about the rate in between.
 func TestExposureForcedAndSampled(t *testing.T) {
 	t.Parallel()
-	a := startPool(t, "a", 1)
-	b := startPool(t, "b", 1)
-	spec := spectest.SplitOver([]*demo.Pool{a, b}, 100, 0).
-		Edit(func(s *config.Spec) { s.Services[0].Override = &config.Override{Header: "X-Dwara-Branch"} }).YAML()
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		a := startPool(t, "a", 1)
+		b := startPool(t, "b", 1)
+		spec := spectest.SplitOver([]*demo.Pool{a, b}, 100, 0).
+			Edit(func(s *config.Spec) { s.Services[0].Override = &config.Override{Header: "X-Dwara-Branch"} }).YAML()
 
-	for _, rate := range []float64{0, 1, 0.25} {
-		t.Run(fmt.Sprint(rate), func(t *testing.T) {
-			sink := &recordingSink{}
-			g := exposureGateway(t, sink, rate)
-			g.apply(t, 1, spec)
-			const n = 400
-			for i := range n {
-				id := fmt.Sprintf("req-%d", i)
-				if resp, _ := get(t, client, g.URL+"/", map[string]string{"X-Request-Id": id}); resp.StatusCode != 200 {
-					t.Fatalf("request %d: %d", i, resp.StatusCode)
-				}
-			}
-			got := sink.take()
-			for _, e := range got {
-				if e.Reason != ExposureRequest || e.Branch != "a" || e.Share != 1 || e.Generation != 1 {
-					t.Fatalf("sampled exposure %+v", e)
-				}
-			}
-			switch rate {
-			case 0:
-				if len(got) != 0 {
-					t.Errorf("rate 0: %d exposures, want none", len(got))
-				}
-			case 1:
-				if len(got) != n {
-					t.Errorf("rate 1: %d exposures, want %d", len(got), n)
-				}
-				for i, e := range got {
-					if want := hashOf(fmt.Sprintf("req-%d", i)); e.KeyHash != want {
-						t.Fatalf("exposure %d: key hash %x, want %x", i, e.KeyHash, want)
+		for _, rate := range []float64{0, 1, 0.25} {
+			t.Run(fmt.Sprint(rate), func(t *testing.T) {
+				sink := &recordingSink{}
+				g := exposureGateway(t, front, sink, rate)
+				g.apply(t, 1, spec)
+				const n = 400
+				for i := range n {
+					id := fmt.Sprintf("req-%d", i)
+					if resp, _ := get(t, client, g.URL+"/", map[string]string{"X-Request-Id": id}); resp.StatusCode != 200 {
+						t.Fatalf("request %d: %d", i, resp.StatusCode)
 					}
 				}
-			default:
-				if len(got) < n/8 || len(got) > n/2 {
-					t.Errorf("rate %v: %d exposures of %d", rate, len(got), n)
+				got := sink.take()
+				for _, e := range got {
+					if e.Reason != ExposureRequest || e.Branch != "a" || e.Share != 1 || e.Generation != 1 {
+						t.Fatalf("sampled exposure %+v", e)
+					}
 				}
-			}
+				switch rate {
+				case 0:
+					if len(got) != 0 {
+						t.Errorf("rate 0: %d exposures, want none", len(got))
+					}
+				case 1:
+					if len(got) != n {
+						t.Errorf("rate 1: %d exposures, want %d", len(got), n)
+					}
+					for i, e := range got {
+						if want := hashOf(fmt.Sprintf("req-%d", i)); e.KeyHash != want {
+							t.Fatalf("exposure %d: key hash %x, want %x", i, e.KeyHash, want)
+						}
+					}
+				default:
+					if len(got) < n/8 || len(got) > n/2 {
+						t.Errorf("rate %v: %d exposures of %d", rate, len(got), n)
+					}
+				}
 
-			// Forced picks: every one, whatever the rate.
-			for i := range 10 {
-				if resp, _ := get(t, client, g.URL+"/", map[string]string{"X-Dwara-Branch": "b", "X-Request-Id": fmt.Sprintf("f-%d", i)}); resp.StatusCode != 200 {
-					t.Fatalf("forced %d: %d", i, resp.StatusCode)
+				// Forced picks: every one, whatever the rate.
+				for i := range 10 {
+					if resp, _ := get(t, client, g.URL+"/", map[string]string{"X-Dwara-Branch": "b", "X-Request-Id": fmt.Sprintf("f-%d", i)}); resp.StatusCode != 200 {
+						t.Fatalf("forced %d: %d", i, resp.StatusCode)
+					}
 				}
-			}
-			get(t, client, g.URL+"/", map[string]string{"X-Dwara-Branch": "nope"}) // 400: no exposure
-			forced := sink.take()
-			if len(forced) != 10 {
-				t.Fatalf("%d exposures of forced picks, want 10: %+v", len(forced), forced)
-			}
-			for i, e := range forced {
-				if e.Reason != ExposureForced || e.Branch != "b" || e.Share != 0 || e.KeyHash != hashOf(fmt.Sprintf("f-%d", i)) {
-					t.Fatalf("forced exposure %+v", e)
+				get(t, client, g.URL+"/", map[string]string{"X-Dwara-Branch": "nope"}) // 400: no exposure
+				forced := sink.take()
+				if len(forced) != 10 {
+					t.Fatalf("%d exposures of forced picks, want 10: %+v", len(forced), forced)
 				}
-			}
-		})
-	}
+				for i, e := range forced {
+					if e.Reason != ExposureForced || e.Branch != "b" || e.Share != 0 || e.KeyHash != hashOf(fmt.Sprintf("f-%d", i)) {
+						t.Fatalf("forced exposure %+v", e)
+					}
+				}
+			})
+		}
+	})
 }
 
 // TestExposureQueueOverflow: a burst of new sessions far beyond the queue's
@@ -167,50 +174,53 @@ func TestExposureForcedAndSampled(t *testing.T) {
 // every request is still answered.
 func TestExposureQueueOverflow(t *testing.T) {
 	t.Parallel()
-	a := startPool(t, "a", 2)
-	b := startPool(t, "b", 1)
-	reg := prometheus.NewRegistry()
-	q := NewExposureQueue(64, reg)
-	g := exposureGateway(t, q, 1)
-	g.apply(t, 1, spectest.SplitOver([]*demo.Pool{a, b}, 1, 0).Sticky("sid", 0).YAML())
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		a := startPool(t, "a", 2)
+		b := startPool(t, "b", 1)
+		reg := prometheus.NewRegistry()
+		q := NewExposureQueue(64, reg)
+		g := exposureGateway(t, front, q, 1)
+		g.apply(t, 1, spectest.SplitOver([]*demo.Pool{a, b}, 1, 0).Sticky("sid", 0).YAML())
 
-	const n = 2000
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	codes := map[int]int{}
-	for w := range 8 {
-		wg.Go(func() {
-			for i := w; i < n; i += 8 {
-				resp, err := client.Get(g.URL + "/")
-				if err != nil {
-					t.Error(err)
-					return
+		const n = 2000
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		codes := map[int]int{}
+		for w := range 8 {
+			wg.Go(func() {
+				for i := w; i < n; i += 8 {
+					resp, err := client.Get(g.URL + "/")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					mu.Lock()
+					codes[resp.StatusCode]++
+					mu.Unlock()
 				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				mu.Lock()
-				codes[resp.StatusCode]++
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if codes[200] != n {
-		t.Fatalf("answers %v, want %d x 200", codes, n)
-	}
-	if len(q.C()) != 64 {
-		t.Errorf("queue holds %d, want 64 (full)", len(q.C()))
-	}
-	if d := testutil.ToFloat64(q.dropped); d != n-64 {
-		t.Errorf("dwara_exposures_dropped_total = %v, want %d", d, n-64)
-	}
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
+			})
+		}
+		wg.Wait()
+		if codes[200] != n {
+			t.Fatalf("answers %v, want %d x 200", codes, n)
+		}
+		if len(q.C()) != 64 {
+			t.Errorf("queue holds %d, want 64 (full)", len(q.C()))
+		}
+		if d := testutil.ToFloat64(q.dropped); d != n-64 {
+			t.Errorf("dwara_exposures_dropped_total = %v, want %d", d, n-64)
+		}
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
 # HELP dwara_exposures_dropped_total Exposure records lost: the queue was full, or the writer gave them up after a database error.
 # TYPE dwara_exposures_dropped_total counter
 dwara_exposures_dropped_total %d
 `, n-64)), "dwara_exposures_dropped_total"); err != nil {
-		t.Error(err)
-	}
+			t.Error(err)
+		}
+	})
 }
 
 // TestExposureNoAllocation: routing a new sticky session allocates the
@@ -282,9 +292,9 @@ func BenchmarkExposures(b *testing.B) {
 					}
 				}()
 				b.Cleanup(func() { close(done) })
-				g = exposureGateway(b, q, DefaultExposureSampleRate)
+				g = exposureGateway(b, *benchFront, q, DefaultExposureSampleRate)
 			} else {
-				g = startGateway(b)
+				g = startGateway(b, *benchFront)
 			}
 			g.apply(b, 1, spec)
 			b.SetParallelism(16)

@@ -67,12 +67,11 @@ func (rec *recorder) count() int {
 	return len(rec.reqs)
 }
 
-// startFastFront serves a proxy to up with the loop front when the tests
-// run on it (the default on Linux: what it does not serve itself it hands
-// to the fasthttp front, so both parsers meet the input), else with the
-// fasthttp front (whatever else DWARA_TEST_FRONT says), with the given
-// request-head timeout, and returns its address.
-func startFastFront(t testing.TB, up string, headTimeout time.Duration) string {
+// startFastFront serves a proxy to up with front, the loop front (what it
+// does not serve itself it hands to the fasthttp front, so both parsers
+// meet the input) or the fasthttp front, with the given request-head
+// timeout, and returns its address.
+func startFastFront(t testing.TB, front, up string, headTimeout time.Duration) string {
 	t.Helper()
 	p := New(Options{})
 	t.Cleanup(p.Close)
@@ -83,7 +82,7 @@ func startFastFront(t testing.TB, up string, headTimeout time.Duration) string {
 		srv.ReadTimeout = headTimeout
 		srv.Logger = log.New(io.Discard, "", 0) // the bad inputs would fill the log
 	}
-	if testFront == "loop" {
+	if front == "loop" {
 		return serveLoop(t, p, configure)
 	}
 	return serveFast(t, p, configure)
@@ -143,103 +142,106 @@ const pipelined = "GET /pipelined HTTP/1.1\r\nHost: x\r\n\r\n"
 // /smuggled request hidden in a body.
 func TestFastFrontSmuggling(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		in   string
-		// forwarded is the most requests the upstream may receive whole (0:
-		// refused before anything reached the upstream).
-		forwarded int
-		// lenient: fasthttp accepts the input as one whole request (see
-		// the case); the input and the pipelined request may then both be
-		// served, but nothing smuggled.
-		lenient bool
-	}{
-		{"Content-Length then Transfer-Encoding",
-			"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
-		{"Transfer-Encoding then Content-Length",
-			"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
-		{"duplicate equal Content-Length",
-			"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello", 0, false},
-		{"differing Content-Length",
-			"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 37\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
-		{"Transfer-Encoding gzip, chunked",
-			"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
-		{"Transfer-Encoding chunked, chunked",
-			"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
-		{"Transfer-Encoding identity",
-			"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\nContent-Length: 37\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
-		{"obsolete line folding",
-			"GET / HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n\r\n", 0, false},
-		{"folded Transfer-Encoding",
-			"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 37\r\nTransfer-Encoding:\r\n chunked\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
-		{"space before the colon",
-			"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\nContent-Length: 37\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
-		{"invalid chunk size",
-			"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
-		{"overflowing chunk size",
-			"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1ffffffffffffffff\r\nhello\r\n0\r\n\r\n", 0, false},
-		{"chunk size with a sign",
-			"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n", 0, false},
-		{"chunk data longer than its size",
-			"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
-		{"bare LF request line and headers",
-			"GET /bare HTTP/1.1\nHost: x\n\n", 0, false},
-		{"bare LF in headers",
-			"GET /bare HTTP/1.1\r\nHost: x\nX-A: b\r\n\r\n", 0, false},
-		// fasthttp does not keep the request line, so a bare LF ending only
-		// it cannot be seen; net/http accepts it too (RFC 9112 section 2.2
-		// allows a recipient to), and the request line is written anew
-		// upstream, so nothing is ambiguous.
-		{"bare LF ending only the request line",
-			"GET /bare HTTP/1.1\nHost: x\r\n\r\n", 2, true},
-		{"oversized request line",
-			"GET /" + strings.Repeat("a", 64<<10) + " HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
-		{"oversized headers",
-			"GET / HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-Big: "+strings.Repeat("b", 1000)+"\r\n", 64) + "\r\n", 0, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			rec := startRecorder(t)
-			addr := startFastFront(t, rec.srv.Listener.Addr().String(), 2*time.Second)
-			// The connection stays open: a front that waits for more input
-			// must end it by itself (the request-head timeout at the latest).
-			out, closed := exchangeRaw(t, addr, []byte(tc.in+pipelined), true, 5*time.Second)
-			codes := statuses(out)
-			got := rec.since(0)
-			whole := 0
-			for _, r := range got {
-				if r.target == "/smuggled" {
-					t.Errorf("the upstream received the smuggled request: %+v", r)
+	eachFastFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name string
+			in   string
+			// forwarded is the most requests the upstream may receive whole (0:
+			// refused before anything reached the upstream).
+			forwarded int
+			// lenient: fasthttp accepts the input as one whole request (see
+			// the case); the input and the pipelined request may then both be
+			// served, but nothing smuggled.
+			lenient bool
+		}{
+			{"Content-Length then Transfer-Encoding",
+				"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
+			{"Transfer-Encoding then Content-Length",
+				"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
+			{"duplicate equal Content-Length",
+				"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello", 0, false},
+			{"differing Content-Length",
+				"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 37\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
+			{"Transfer-Encoding gzip, chunked",
+				"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
+			{"Transfer-Encoding chunked, chunked",
+				"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
+			{"Transfer-Encoding identity",
+				"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\nContent-Length: 37\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
+			{"obsolete line folding",
+				"GET / HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n\r\n", 0, false},
+			{"folded Transfer-Encoding",
+				"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 37\r\nTransfer-Encoding:\r\n chunked\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
+			{"space before the colon",
+				"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\nContent-Length: 37\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
+			{"invalid chunk size",
+				"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
+			{"overflowing chunk size",
+				"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1ffffffffffffffff\r\nhello\r\n0\r\n\r\n", 0, false},
+			{"chunk size with a sign",
+				"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n", 0, false},
+			{"chunk data longer than its size",
+				"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
+			{"bare LF request line and headers",
+				"GET /bare HTTP/1.1\nHost: x\n\n", 0, false},
+			{"bare LF in headers",
+				"GET /bare HTTP/1.1\r\nHost: x\nX-A: b\r\n\r\n", 0, false},
+			// fasthttp does not keep the request line, so a bare LF ending only
+			// it cannot be seen; net/http accepts it too (RFC 9112 section 2.2
+			// allows a recipient to), and the request line is written anew
+			// upstream, so nothing is ambiguous.
+			{"bare LF ending only the request line",
+				"GET /bare HTTP/1.1\nHost: x\r\n\r\n", 2, true},
+			{"oversized request line",
+				"GET /" + strings.Repeat("a", 64<<10) + " HTTP/1.1\r\nHost: x\r\n\r\n", 0, false},
+			{"oversized headers",
+				"GET / HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-Big: "+strings.Repeat("b", 1000)+"\r\n", 64) + "\r\n", 0, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				rec := startRecorder(t)
+				addr := startFastFront(t, front, rec.srv.Listener.Addr().String(), 2*time.Second)
+				// The connection stays open: a front that waits for more input
+				// must end it by itself (the request-head timeout at the latest).
+				out, closed := exchangeRaw(t, addr, []byte(tc.in+pipelined), true, 5*time.Second)
+				codes := statuses(out)
+				got := rec.since(0)
+				whole := 0
+				for _, r := range got {
+					if r.target == "/smuggled" {
+						t.Errorf("the upstream received the smuggled request: %+v", r)
+					}
+					if r.complete {
+						whole++
+					}
 				}
-				if r.complete {
-					whole++
+				if tc.lenient {
+					if whole > tc.forwarded {
+						t.Errorf("the upstream received %d whole requests, want at most %d: %+v", whole, tc.forwarded, got)
+					}
+					t.Logf("answers %v, closed %v, upstream requests %d (whole %d)", codes, closed, len(got), whole)
+					return
 				}
-			}
-			if tc.lenient {
+				switch {
+				case len(codes) == 0 && !closed:
+					t.Errorf("no answer and the connection is still open")
+				case len(codes) > 0 && (codes[0] < 400 || codes[0] > 499):
+					t.Errorf("first answer %d, want a 4xx; answers %v, upstream got %+v", codes[0], codes, got)
+				}
+				if len(codes) > 1 {
+					t.Errorf("answers %v: the connection served more after the bad input", codes)
+				}
+				if !closed {
+					t.Errorf("the connection stayed open after the bad input")
+				}
 				if whole > tc.forwarded {
 					t.Errorf("the upstream received %d whole requests, want at most %d: %+v", whole, tc.forwarded, got)
 				}
 				t.Logf("answers %v, closed %v, upstream requests %d (whole %d)", codes, closed, len(got), whole)
-				return
-			}
-			switch {
-			case len(codes) == 0 && !closed:
-				t.Errorf("no answer and the connection is still open")
-			case len(codes) > 0 && (codes[0] < 400 || codes[0] > 499):
-				t.Errorf("first answer %d, want a 4xx; answers %v, upstream got %+v", codes[0], codes, got)
-			}
-			if len(codes) > 1 {
-				t.Errorf("answers %v: the connection served more after the bad input", codes)
-			}
-			if !closed {
-				t.Errorf("the connection stayed open after the bad input")
-			}
-			if whole > tc.forwarded {
-				t.Errorf("the upstream received %d whole requests, want at most %d: %+v", whole, tc.forwarded, got)
-			}
-			t.Logf("answers %v, closed %v, upstream requests %d (whole %d)", codes, closed, len(got), whole)
-		})
-	}
+			})
+		}
+	})
 }
 
 // TestFastFrontPipelinedGood: well-framed pipelined requests (a
@@ -247,45 +249,52 @@ func TestFastFrontSmuggling(t *testing.T) {
 // each once and whole, and get their answers in order.
 func TestFastFrontPipelinedGood(t *testing.T) {
 	t.Parallel()
-	rec := startRecorder(t)
-	addr := startFastFront(t, rec.srv.Listener.Addr().String(), 2*time.Second)
-	in := "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" +
-		"POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nworld\r\n0\r\n\r\n" +
-		"GET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-	out, closed := exchangeRaw(t, addr, []byte(in), true, 5*time.Second)
-	if codes := statuses(out); fmt.Sprint(codes) != "[200 200 200]" || !closed {
-		t.Fatalf("answers %v, closed %v; want three 200 and the connection closed", codes, closed)
-	}
-	got := rec.since(0)
-	want := []string{"POST /a hello", "POST /b world", "GET /c "}
-	if len(got) != len(want) {
-		t.Fatalf("upstream got %+v, want %v", got, want)
-	}
-	for i, r := range got {
-		if s := r.method + " " + r.target + " " + r.body; s != want[i] || !r.complete {
-			t.Errorf("request %d: %q (complete %v), want %q", i, s, r.complete, want[i])
+	eachFastFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		rec := startRecorder(t)
+		addr := startFastFront(t, front, rec.srv.Listener.Addr().String(), 2*time.Second)
+		in := "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" +
+			"POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nworld\r\n0\r\n\r\n" +
+			"GET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+		out, closed := exchangeRaw(t, addr, []byte(in), true, 5*time.Second)
+		if codes := statuses(out); fmt.Sprint(codes) != "[200 200 200]" || !closed {
+			t.Fatalf("answers %v, closed %v; want three 200 and the connection closed", codes, closed)
 		}
-	}
+		got := rec.since(0)
+		want := []string{"POST /a hello", "POST /b world", "GET /c "}
+		if len(got) != len(want) {
+			t.Fatalf("upstream got %+v, want %v", got, want)
+		}
+		for i, r := range got {
+			if s := r.method + " " + r.target + " " + r.body; s != want[i] || !r.complete {
+				t.Errorf("request %d: %q (complete %v), want %q", i, s, r.complete, want[i])
+			}
+		}
+	})
 }
 
 // TestFastFrontHeadTimeout: a request head that never ends is cut at the
 // server's request-head timeout.
 func TestFastFrontHeadTimeout(t *testing.T) {
 	t.Parallel()
-	rec := startRecorder(t)
-	addr := startFastFront(t, rec.srv.Listener.Addr().String(), 500*time.Millisecond)
-	// The client keeps the connection open and waits far longer than the
-	// head timeout: only the server can end it first.
-	if _, closed := exchangeRaw(t, addr, []byte("GET / HTTP/1.1\r\nHost: x\r\nX-Slow: a"), true, testrun.Timeout); !closed {
-		t.Fatalf("the connection was still open after %v; want it closed by the 500ms head timeout", testrun.Timeout)
-	}
-	if n := rec.count(); n != 0 {
-		t.Errorf("the upstream got %d requests", n)
-	}
+	eachFastFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		rec := startRecorder(t)
+		addr := startFastFront(t, front, rec.srv.Listener.Addr().String(), 500*time.Millisecond)
+		// The client keeps the connection open and waits far longer than the
+		// head timeout: only the server can end it first.
+		if _, closed := exchangeRaw(t, addr, []byte("GET / HTTP/1.1\r\nHost: x\r\nX-Slow: a"), true, testrun.Timeout); !closed {
+			t.Fatalf("the connection was still open after %v; want it closed by the 500ms head timeout", testrun.Timeout)
+		}
+		if n := rec.count(); n != 0 {
+			t.Errorf("the upstream got %d requests", n)
+		}
+	})
 }
 
 // FuzzFastFrontRequest feeds arbitrary bytes as one client connection's
-// input to the fasthttp front, with a recording upstream behind it. Every
+// input to each front that parses with fasthttp (the loop front where it
+// runs, and the fasthttp front), each with a recording upstream behind it. Every
 // request the upstream receives whole must have been sent whole by the
 // client: its method and target are in the input, the upstream receives no more
 // whole requests than the input has request lines, and a Content-Length
@@ -310,30 +319,39 @@ func FuzzFastFrontRequest(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	rec := startRecorder(f)
-	addr := startFastFront(f, rec.srv.Listener.Addr().String(), time.Second)
+	type served struct {
+		front, addr string
+		rec         *recorder
+	}
+	var fronts []served
+	for _, front := range fastFronts {
+		rec := startRecorder(f)
+		fronts = append(fronts, served{front, startFastFront(f, front, rec.srv.Listener.Addr().String(), time.Second), rec})
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		before := rec.count()
-		exchangeRaw(t, addr, in, false, 3*time.Second)
-		lines := 0
-		for _, r := range rec.since(before) {
-			if !r.complete {
-				continue
+		for _, fr := range fronts {
+			before := fr.rec.count()
+			exchangeRaw(t, fr.addr, in, false, 3*time.Second)
+			lines := 0
+			for _, r := range fr.rec.since(before) {
+				if !r.complete {
+					continue
+				}
+				// An absolute-form target is forwarded in origin form (its
+				// path cleaned), so the target is looked for only when the
+				// input has none, and the method apart.
+				absolute := bytes.Contains(in, []byte("://"))
+				if !bytes.Contains(in, []byte(r.method+" ")) || !absolute && !bytes.Contains(in, []byte(r.target)) {
+					t.Errorf("%s front: the upstream received %q, not a request line of the input", fr.front, r.method+" "+r.target)
+				}
+				if r.contentLength > 0 && len(r.te) == 0 && !bytes.Contains(in, []byte(r.body)) {
+					t.Errorf("%s front: the upstream received a body that is not in the input: %q", fr.front, r.body)
+				}
+				lines++
 			}
-			// An absolute-form target is forwarded in origin form (its path
-			// cleaned), so the target is looked for only when the input has
-			// none, and the method apart.
-			absolute := bytes.Contains(in, []byte("://"))
-			if !bytes.Contains(in, []byte(r.method+" ")) || !absolute && !bytes.Contains(in, []byte(r.target)) {
-				t.Errorf("the upstream received %q, not a request line of the input", r.method+" "+r.target)
+			if n := bytes.Count(in, []byte(" HTTP/1.")); lines > n {
+				t.Errorf("%s front: the upstream received %d whole requests from an input of %d request lines", fr.front, lines, n)
 			}
-			if r.contentLength > 0 && len(r.te) == 0 && !bytes.Contains(in, []byte(r.body)) {
-				t.Errorf("the upstream received a body that is not in the input: %q", r.body)
-			}
-			lines++
-		}
-		if n := bytes.Count(in, []byte(" HTTP/1.")); lines > n {
-			t.Errorf("the upstream received %d whole requests from an input of %d request lines", lines, n)
 		}
 	})
 }

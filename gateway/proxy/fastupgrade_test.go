@@ -17,9 +17,8 @@ import (
 	"github.com/dwara/dwara/internal/testrun"
 )
 
-// startFastGateway is startGateway with the fasthttp front whatever
-// DWARA_TEST_FRONT says, and with the options o (Metrics is the
-// gateway's own registry).
+// startFastGateway is startGateway on the fasthttp front with the
+// options o (Metrics is the gateway's own registry).
 func startFastGateway(t testing.TB, o Options) *gateway {
 	t.Helper()
 	reg := prometheus.NewRegistry()

@@ -1,25 +1,46 @@
 package proxy
 
 import (
-	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
-	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
-// testFront is the front the tests' gateways serve with: the gateway's
-// default ("loop" on Linux, else "fasthttp") unless DWARA_TEST_FRONT names
-// another: fasthttp, or net/http, which runs the whole suite against
-// ServeHTTP (make test runs all three).
-var testFront = cmp.Or(os.Getenv("DWARA_TEST_FRONT"), defaultTestFront())
+// A front is the name a test's subtest and serveFront know one HTTP front
+// by: "loop", "fasthttp" or "net/http", the values of node's Front.
+//
+// allFronts are the fronts every test that concerns the proxy runs on, in
+// one go test (eachFront): the loop front where it runs, fasthttp, which
+// the loop front hands the rest to, and net/http, which serves HTTP/2.
+// fastFronts are the two that parse with fasthttp's parser.
+var (
+	allFronts  = supportedFronts("loop", "fasthttp", "net/http")
+	fastFronts = supportedFronts("loop", "fasthttp")
+)
+
+// supportedFronts is names without the loop front where it does not run.
+func supportedFronts(names ...string) []string {
+	var out []string
+	for _, n := range names {
+		if n != "loop" || LoopSupported {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// benchFront is the front the benchmarks serve with: the gateway's default
+// unless -front names another (go test -bench=. ./gateway/proxy -front=net/http).
+var benchFront = flag.String("front", defaultTestFront(), "the front benchmarks serve with: loop, fasthttp or net/http")
 
 // defaultTestFront is the gateway's default front: the loop front where it
 // runs, else fasthttp.
@@ -30,11 +51,38 @@ func defaultTestFront() string {
 	return "fasthttp"
 }
 
-// serveFront serves p on a loopback listener with the front the tests run
-// with, and returns its base URL; the server stops when the test ends.
-func serveFront(t testing.TB, p *Proxy) string {
+// eachFront runs f as a subtest on each of allFronts, named after the
+// front (loop, fasthttp, nethttp: no slash, so -run can name each).
+// The subtests run one after another unless f calls t.Parallel.
+func eachFront(t *testing.T, f func(t *testing.T, front string)) {
 	t.Helper()
-	switch testFront {
+	runFronts(t, allFronts, f)
+}
+
+// eachFastFront is eachFront on fastFronts only.
+func eachFastFront(t *testing.T, f func(t *testing.T, front string)) {
+	t.Helper()
+	runFronts(t, fastFronts, f)
+}
+
+func runFronts(t *testing.T, fronts []string, f func(t *testing.T, front string)) {
+	t.Helper()
+	for _, front := range fronts {
+		t.Run(frontName(front), func(t *testing.T) { f(t, front) })
+	}
+}
+
+// frontName is front as a subtest's name: net/http is nethttp.
+func frontName(front string) string {
+	return strings.ReplaceAll(front, "/", "")
+}
+
+// serveFront serves p on a loopback listener with front (loop, fasthttp
+// or net/http) and returns its base URL; the server stops when the test
+// ends.
+func serveFront(t testing.TB, p *Proxy, front string) string {
+	t.Helper()
+	switch front {
 	case "fasthttp":
 		return "http://" + serveFast(t, p, nil)
 	case "net/http":
@@ -42,7 +90,7 @@ func serveFront(t testing.TB, p *Proxy) string {
 	case "loop":
 		return "http://" + serveLoop(t, p, nil)
 	}
-	t.Fatalf("DWARA_TEST_FRONT=%q: want fasthttp, net/http or loop", testFront)
+	t.Fatalf("front %q: want fasthttp, net/http or loop", front)
 	return ""
 }
 
@@ -157,7 +205,7 @@ type sideFront struct {
 
 // serveEveryFront starts every front this system runs, side by side, each
 // with its own gateway routing every request to its own rawRecorder, and
-// the request-head timeout headTimeout, whatever DWARA_TEST_FRONT says.
+// the request-head timeout headTimeout.
 func serveEveryFront(t *testing.T, headTimeout time.Duration) []sideFront {
 	t.Helper()
 	quiet := func(srv *fasthttp.Server) {
@@ -165,10 +213,7 @@ func serveEveryFront(t *testing.T, headTimeout time.Duration) []sideFront {
 		srv.Logger = log.New(io.Discard, "", 0)
 	}
 	var fronts []sideFront
-	for _, name := range []string{"loop", "fasthttp", "net/http"} {
-		if name == "loop" && !LoopSupported {
-			continue
-		}
+	for _, name := range allFronts {
 		up := startRawRecorder(t)
 		p := New(Options{})
 		t.Cleanup(p.Close)

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// FuzzEndpointAnswer feeds an arbitrary answer (any framing, extra bytes,
+// FuzzEndpointAnswer feeds, through each front in turn, an arbitrary answer (any framing, extra bytes,
 // a close anywhere) from an endpoint to request A, then sends request B,
 // which the endpoint answers cleanly with a secret the fuzzer cannot know,
 // on whatever endpoint connection the gateway picks: B must get exactly
@@ -55,30 +55,36 @@ func FuzzEndpointAnswer(f *testing.F) {
 		body := secret + ":" + r.URL.Path
 		return rawAnswer{bytes: fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)}
 	})
-	g := proxyTo(f, 1, ep.addr, "response_header_timeout_ms: 300")
+	gateways := map[string]*gateway{}
+	for _, front := range allFronts {
+		gateways[front] = proxyTo(f, front, 1, ep.addr, "response_header_timeout_ms: 300")
+	}
 	var iter atomic.Int64
 	f.Fuzz(func(t *testing.T, answer []byte) {
-		n := iter.Add(1)
-		a, b := fmt.Sprintf("/a/%d", n), fmt.Sprintf("/b/%d", n)
-		answers.Store(a, answer)
-		defer answers.Delete(a)
-		// A: whatever comes back, or nothing.
-		ca, err := net.Dial("tcp", hostOf(g.URL))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = ca.SetDeadline(time.Now().Add(conformanceDeadline))
-		_, _ = io.WriteString(ca, rawHead("GET "+a+" HTTP/1.1", "Host: a.example"))
-		if resp, err := http.ReadResponse(bufio.NewReader(ca), &http.Request{Method: "GET"}); err == nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-		}
-		ca.Close()
-		// B: exactly its own answer.
-		rc := dialRaw(t, g)
-		rc.write(rawHead("GET "+b+" HTTP/1.1", "Host: a.example"))
-		resp, body := rc.readFinal("GET")
-		if want := secret + ":" + b; resp.StatusCode != 200 || string(body) != want {
-			t.Fatalf("after the answer %q to A, B got %d %q, want 200 with its own answer", answer, resp.StatusCode, body)
+		for _, front := range allFronts {
+			g := gateways[front]
+			n := iter.Add(1)
+			a, b := fmt.Sprintf("/a/%d", n), fmt.Sprintf("/b/%d", n)
+			answers.Store(a, answer)
+			defer answers.Delete(a)
+			// A: whatever comes back, or nothing.
+			ca, err := net.Dial("tcp", hostOf(g.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = ca.SetDeadline(time.Now().Add(conformanceDeadline))
+			_, _ = io.WriteString(ca, rawHead("GET "+a+" HTTP/1.1", "Host: a.example"))
+			if resp, err := http.ReadResponse(bufio.NewReader(ca), &http.Request{Method: "GET"}); err == nil {
+				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+			}
+			ca.Close()
+			// B: exactly its own answer.
+			rc := dialRaw(t, g)
+			rc.write(rawHead("GET "+b+" HTTP/1.1", "Host: a.example"))
+			resp, body := rc.readFinal("GET")
+			if want := secret + ":" + b; resp.StatusCode != 200 || string(body) != want {
+				t.Fatalf("%s front: after the answer %q to A, B got %d %q, want 200 with its own answer", front, answer, resp.StatusCode, body)
+			}
 		}
 	})
 }

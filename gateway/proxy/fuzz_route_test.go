@@ -194,8 +194,8 @@ func hostField(s string) string {
 //   - the route seam itself, with the input as the request's path: a path
 //     with a "." or ".." segment is answered 400, and a routed one is under
 //     the matched service's base path (and its host, when it has one);
-//   - a whole request on a real loopback gateway with a recording endpoint
-//     behind it: nothing panics, the gateway always answers, a request the
+//   - a whole request on each front of a real loopback gateway with a
+//     recording endpoint behind it: nothing panics, the gateway always answers, a request the
 //     endpoint receives was answered 200 and its target parses, has no dot
 //     segment, decodes to the path the gateway routed and is under the base
 //     path of the service named in X-Dwara-Service; a request not forwarded
@@ -250,33 +250,95 @@ func FuzzRouteOddPaths(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(p.Close)
-	var addr string
-	switch testFront {
-	case "fasthttp":
-		addr = serveFast(f, p, nil) // a panic there ends the fuzzing process
-	case "loop":
-		addr = serveLoop(f, p, nil)
-	default:
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			defer func() {
-				if v := recover(); v != nil {
-					if v != http.ErrAbortHandler {
-						panics.Add(1)
-						lastPanic.Store(fmt.Sprintf("%v\n%s", v, debug.Stack()))
+	// Every front serves the same proxy, each on its own listener.
+	addrs := map[string]string{}
+	for _, front := range allFronts {
+		switch front {
+		case "fasthttp":
+			addrs[front] = serveFast(f, p, nil) // a panic there ends the fuzzing process
+		case "loop":
+			addrs[front] = serveLoop(f, p, nil)
+		default:
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				defer func() {
+					if v := recover(); v != nil {
+						if v != http.ErrAbortHandler {
+							panics.Add(1)
+							lastPanic.Store(fmt.Sprintf("%v\n%s", v, debug.Stack()))
+						}
+						panic(v)
 					}
-					panic(v)
-				}
-			}()
-			p.ServeHTTP(w, r)
-		}))
-		// Panics are caught above; the server's complaints about malformed
-		// requests are expected.
-		srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-		srv.Start()
-		f.Cleanup(srv.Close)
-		addr = srv.Listener.Addr().String()
+				}()
+				p.ServeHTTP(w, r)
+			}))
+			// Panics are caught above; the server's complaints about
+			// malformed requests are expected.
+			srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+			srv.Start()
+			f.Cleanup(srv.Close)
+			addrs[front] = srv.Listener.Addr().String()
+		}
 	}
 	var seq atomic.Int64
+
+	// wireRequest sends one request for target and host on a connection of
+	// its own to the front at addr.
+	wireRequest := func(t *testing.T, front, addr, target, host string) {
+		t.Helper()
+		tgt, h := requestTarget(target), hostField(host)
+		id := fmt.Sprintf("fuzz-%d", seq.Add(1))
+		before := panics.Load()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nX-Request-Id: %s\r\nConnection: close\r\n\r\n", tgt, h, id); err != nil {
+			t.Fatalf("write the request: %v", err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if panics.Load() != before {
+			t.Fatalf("%s front: GET %q Host %q: the handler panicked: %v", front, tgt, h, lastPanic.Load())
+		}
+		if err != nil {
+			t.Fatalf("%s front: GET %q Host %q: no answer: %v", front, tgt, h, err)
+		}
+		resp.Body.Close()
+
+		got, forwarded := rec.take(id)
+		routed, perr := url.ParseRequestURI(tgt) // what the gateway parsed, as net/http does
+		if !forwarded {
+			if resp.StatusCode < 400 || resp.StatusCode > 499 {
+				t.Errorf("%s front: GET %q Host %q: not forwarded, answered %d; want 4xx", front, tgt, h, resp.StatusCode)
+			}
+			if perr == nil && dotSegmentPath(routed.Path) && resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("%s front: GET %q Host %q: a dot-segment path answered %d, want 400", front, tgt, h, resp.StatusCode)
+			}
+			return
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s front: GET %q Host %q: forwarded, but answered %d", front, tgt, h, resp.StatusCode)
+		}
+		u, err := url.ParseRequestURI(got.target)
+		if err != nil {
+			t.Fatalf("%s front: GET %q Host %q: the endpoint received target %q, which does not parse: %v", front, tgt, h, got.target, err)
+		}
+		svc, known := fuzzServices[got.service]
+		switch {
+		case dotSegmentPath(u.Path):
+			t.Errorf("%s front: GET %q Host %q: forwarded with a dot segment: the endpoint resolves %q", front, tgt, h, u.Path)
+		case !known:
+			t.Errorf("%s front: GET %q Host %q: forwarded for service %q, which the generation does not have", front, tgt, h, got.service)
+		case !underBase(u.Path, svc.base):
+			t.Errorf("%s front: GET %q Host %q: forwarded for service %s (base path %q) as %q (path %q), outside its base path", front, tgt, h, got.service, svc.base, got.target, u.Path)
+		case svc.host != "" && !strings.Contains(strings.ToLower(got.forwardedHost), svc.host):
+			t.Errorf("%s front: GET %q Host %q: forwarded for service %s of host %q with X-Forwarded-Host %q", front, tgt, h, got.service, svc.host, got.forwardedHost)
+		}
+		if perr == nil && routed.Path != u.Path {
+			t.Errorf("%s front: GET %q Host %q: the gateway routed path %q, the endpoint resolves %q", front, tgt, h, routed.Path, u.Path)
+		}
+	}
 
 	f.Fuzz(func(t *testing.T, target, host string) {
 		// The seam: the input is the request's (decoded) path.
@@ -297,60 +359,9 @@ func FuzzRouteOddPaths(f *testing.F) {
 			t.Errorf("route(path %q, host %q): status %d %s, want 0, 400 or 404", target, host, rt.status, rt.title)
 		}
 
-		// The wire: one request on a connection of its own.
-		tgt, h := requestTarget(target), hostField(host)
-		id := fmt.Sprintf("fuzz-%d", seq.Add(1))
-		before := panics.Load()
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nX-Request-Id: %s\r\nConnection: close\r\n\r\n", tgt, h, id); err != nil {
-			t.Fatalf("write the request: %v", err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if panics.Load() != before {
-			t.Fatalf("GET %q Host %q: the handler panicked: %v", tgt, h, lastPanic.Load())
-		}
-		if err != nil {
-			t.Fatalf("GET %q Host %q: no answer: %v", tgt, h, err)
-		}
-		resp.Body.Close()
-
-		got, forwarded := rec.take(id)
-		routed, perr := url.ParseRequestURI(tgt) // what the gateway parsed, as net/http does
-		if !forwarded {
-			if resp.StatusCode < 400 || resp.StatusCode > 499 {
-				t.Errorf("GET %q Host %q: not forwarded, answered %d; want 4xx", tgt, h, resp.StatusCode)
-			}
-			if perr == nil && dotSegmentPath(routed.Path) && resp.StatusCode != http.StatusBadRequest {
-				t.Errorf("GET %q Host %q: a dot-segment path answered %d, want 400", tgt, h, resp.StatusCode)
-			}
-			return
-		}
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("GET %q Host %q: forwarded, but answered %d", tgt, h, resp.StatusCode)
-		}
-		u, err := url.ParseRequestURI(got.target)
-		if err != nil {
-			t.Fatalf("GET %q Host %q: the endpoint received target %q, which does not parse: %v", tgt, h, got.target, err)
-		}
-		svc, known := fuzzServices[got.service]
-		switch {
-		case dotSegmentPath(u.Path):
-			t.Errorf("GET %q Host %q: forwarded with a dot segment: the endpoint resolves %q", tgt, h, u.Path)
-		case !known:
-			t.Errorf("GET %q Host %q: forwarded for service %q, which the generation does not have", tgt, h, got.service)
-		case !underBase(u.Path, svc.base):
-			t.Errorf("GET %q Host %q: forwarded for service %s (base path %q) as %q (path %q), outside its base path",
-				tgt, h, got.service, svc.base, got.target, u.Path)
-		case svc.host != "" && !strings.Contains(strings.ToLower(got.forwardedHost), svc.host):
-			t.Errorf("GET %q Host %q: forwarded for service %s of host %q with X-Forwarded-Host %q", tgt, h, got.service, svc.host, got.forwardedHost)
-		}
-		if perr == nil && routed.Path != u.Path {
-			t.Errorf("GET %q Host %q: the gateway routed path %q, the endpoint resolves %q", tgt, h, routed.Path, u.Path)
+		// The wire: one request on a connection of its own, on each front.
+		for _, front := range allFronts {
+			wireRequest(t, front, addrs[front], target, host)
 		}
 	})
 }

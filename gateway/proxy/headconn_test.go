@@ -14,8 +14,7 @@ import (
 )
 
 // netHTTPGateway serves a new proxy to addr with the net/http front
-// (HeadCheckListener under it, as node serves it), whatever
-// DWARA_TEST_FRONT says, and returns its address.
+// (HeadCheckListener under it, as node serves it) and returns its address.
 func netHTTPGateway(t *testing.T, addr string) string {
 	t.Helper()
 	p := New(Options{})

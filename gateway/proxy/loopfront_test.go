@@ -25,10 +25,10 @@ import (
 
 // The loop front's own tests: which requests it serves itself, which it
 // hands over and when, and that the answer is the same either way. The
-// whole proxy suite also runs on it (DWARA_TEST_FRONT=loop, make test).
+// whole proxy suite also runs on it (eachFront).
 
-// loopGateway is a gateway on the loop front, whatever DWARA_TEST_FRONT
-// says, with its server for the tests that stop it.
+// loopGateway is a gateway on the loop front, with its server for the
+// tests that stop it.
 type loopGateway struct {
 	*gateway
 	*loopServing

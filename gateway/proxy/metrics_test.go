@@ -41,42 +41,45 @@ func TestCodeCountersEveryCode(t *testing.T) {
 // keep their counts.
 func TestSeriesOfRemovedTargetsAreDeleted(t *testing.T) {
 	t.Parallel()
-	a := startPool(t, "a", 1)
-	b := startPool(t, "b", 1)
-	g := startGateway(t)
-	g.apply(t, 1, `
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		a := startPool(t, "a", 1)
+		b := startPool(t, "b", 1)
+		g := startGateway(t, front)
+		g.apply(t, 1, `
 upstreams: [{name: a, endpoints: ["`+a.Addrs[0]+`"]}, {name: b, endpoints: ["`+b.Addrs[0]+`"]}]
 services: [{name: one, base_path: /one, upstream: a}, {name: two, base_path: /two, upstream: b}]
 `)
-	get(t, client, g.URL+"/one", nil)
-	get(t, client, g.URL+"/two", nil)
-	series := func() map[string]bool {
-		t.Helper()
-		got := map[string]bool{}
-		for _, s := range g.samples(t) {
-			if svc := s.labels["service"]; svc != "" {
-				got[s.name+"/"+svc+"/"+s.labels["upstream"]] = true
+		get(t, client, g.URL+"/one", nil)
+		get(t, client, g.URL+"/two", nil)
+		series := func() map[string]bool {
+			t.Helper()
+			got := map[string]bool{}
+			for _, s := range g.samples(t) {
+				if svc := s.labels["service"]; svc != "" {
+					got[s.name+"/"+svc+"/"+s.labels["upstream"]] = true
+				}
+			}
+			return got
+		}
+		before := series()
+		for _, name := range []string{"dwara_split_picks_total", "dwara_requests_total", "dwara_request_duration_seconds"} {
+			if !before[name+"/two/b"] || !before[name+"/one/a"] {
+				t.Fatalf("before: %s lacks a pair: %v", name, before)
 			}
 		}
-		return got
-	}
-	before := series()
-	for _, name := range []string{"dwara_split_picks_total", "dwara_requests_total", "dwara_request_duration_seconds"} {
-		if !before[name+"/two/b"] || !before[name+"/one/a"] {
-			t.Fatalf("before: %s lacks a pair: %v", name, before)
-		}
-	}
-	g.apply(t, 2, `
+		g.apply(t, 2, `
 upstreams: [{name: a, endpoints: ["`+a.Addrs[0]+`"]}]
 services: [{name: one, base_path: /one, upstream: a}]
 `)
-	after := series()
-	for s := range after {
-		if len(s) > 6 && s[len(s)-6:] == "/two/b" {
-			t.Errorf("series %s survived the generation that removed service two", s)
+		after := series()
+		for s := range after {
+			if len(s) > 6 && s[len(s)-6:] == "/two/b" {
+				t.Errorf("series %s survived the generation that removed service two", s)
+			}
 		}
-	}
-	if !after["dwara_split_picks_total/one/a"] {
-		t.Errorf("series of service one lost: %v", after)
-	}
+		if !after["dwara_split_picks_total/one/a"] {
+			t.Errorf("series of service one lost: %v", after)
+		}
+	})
 }

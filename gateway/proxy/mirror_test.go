@@ -102,19 +102,16 @@ func post(t testing.TB, url, id, body string) *http.Response {
 	return resp
 }
 
-// fronts runs f on each front.
+// fronts runs f on each front (eachFront), the subtests in parallel, with
+// start starting a gateway on that front, closed when the test ends.
 func fronts(t *testing.T, f func(t *testing.T, start func(t testing.TB) *gateway)) {
-	t.Run("nethttp", func(t *testing.T) {
+	eachFront(t, func(t *testing.T, front string) {
 		t.Parallel()
 		f(t, func(t testing.TB) *gateway {
-			g := startGateway(t)
+			g := startGateway(t, front)
 			t.Cleanup(g.Close)
 			return g
 		})
-	})
-	t.Run("fasthttp", func(t *testing.T) {
-		t.Parallel()
-		f(t, func(t testing.TB) *gateway { return startFastGateway(t, Options{}) })
 	})
 }
 
@@ -332,18 +329,20 @@ func TestMirrorBodyCap(t *testing.T) {
 // TestMirrorMetricsDeleted: a generation without the mirror deletes its
 // series.
 func TestMirrorMetricsDeleted(t *testing.T) {
-	real, shadow := startMirrorRecorder(t, nil), startMirrorRecorder(t, nil)
-	g := startGateway(t)
-	t.Cleanup(g.Close)
-	g.apply(t, 1, mirrorSpec(real.addr(), shadow.addr(), 100, ""))
-	post(t, g.URL+"/x", "m-1", "b")
-	if len(g.samples(t, "dwara_mirror_requests_total")) != 5 {
-		t.Fatalf("want 5 series, got %v", g.samples(t, "dwara_mirror_requests_total"))
-	}
-	g.apply(t, 2, fmt.Sprintf("upstreams: [{name: real, endpoints: [%q]}]\nservices: [{name: web, upstream: real}]\n", real.addr()))
-	if s := g.samples(t, "dwara_mirror_requests_total"); len(s) != 0 {
-		t.Errorf("series left after the mirror was removed: %v", s)
-	}
+	eachFront(t, func(t *testing.T, front string) {
+		real, shadow := startMirrorRecorder(t, nil), startMirrorRecorder(t, nil)
+		g := startGateway(t, front)
+		t.Cleanup(g.Close)
+		g.apply(t, 1, mirrorSpec(real.addr(), shadow.addr(), 100, ""))
+		post(t, g.URL+"/x", "m-1", "b")
+		if len(g.samples(t, "dwara_mirror_requests_total")) != 5 {
+			t.Fatalf("want 5 series, got %v", g.samples(t, "dwara_mirror_requests_total"))
+		}
+		g.apply(t, 2, fmt.Sprintf("upstreams: [{name: real, endpoints: [%q]}]\nservices: [{name: web, upstream: real}]\n", real.addr()))
+		if s := g.samples(t, "dwara_mirror_requests_total"); len(s) != 0 {
+			t.Errorf("series left after the mirror was removed: %v", s)
+		}
+	})
 }
 
 // TestMirrorValidation: unknown upstream, the service's own target,
@@ -435,7 +434,7 @@ func BenchmarkMirror(b *testing.B) {
 				}
 			}))
 			b.Cleanup(slow.Close)
-			g := startGateway(b)
+			g := startGateway(b, *benchFront)
 			b.Cleanup(g.Close)
 			spec := fmt.Sprintf("upstreams: [{name: real, endpoints: [%q]}, {name: shadow, endpoints: [%q]}]\nservices: [{name: web, upstream: real}]\n",
 				real.addr(), strings.TrimPrefix(slow.URL, "http://"))

@@ -20,44 +20,47 @@ import (
 // service without override ignores the header.
 func TestForcedBranch(t *testing.T) {
 	t.Parallel()
-	a := startPool(t, "a", 1)
-	b := startPool(t, "b", 1)
-	g := startGateway(t)
-	g.apply(t, 1, spectest.SplitOver([]*demo.Pool{a, b}, 100, 0).Sticky("sid", 0).
-		Edit(func(s *config.Spec) { s.Services[0].Override = &config.Override{Header: "X-Dwara-Branch"} }).
-		Split("plain", "/plain", spectest.T("a", 1), spectest.T("b", 0)).YAML())
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		a := startPool(t, "a", 1)
+		b := startPool(t, "b", 1)
+		g := startGateway(t, front)
+		g.apply(t, 1, spectest.SplitOver([]*demo.Pool{a, b}, 100, 0).Sticky("sid", 0).
+			Edit(func(s *config.Spec) { s.Services[0].Override = &config.Override{Header: "X-Dwara-Branch"} }).
+			Split("plain", "/plain", spectest.T("a", 1), spectest.T("b", 0)).YAML())
 
-	for i := range 100 {
-		resp, _ := get(t, client, g.URL+"/", map[string]string{"X-Dwara-Branch": "b", "X-Request-Id": fmt.Sprintf("f-%d", i)})
-		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Pool") != "b" {
-			t.Fatalf("forced request %d: %d from %q, want 200 from b", i, resp.StatusCode, resp.Header.Get("X-Pool"))
+		for i := range 100 {
+			resp, _ := get(t, client, g.URL+"/", map[string]string{"X-Dwara-Branch": "b", "X-Request-Id": fmt.Sprintf("f-%d", i)})
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Pool") != "b" {
+				t.Fatalf("forced request %d: %d from %q, want 200 from b", i, resp.StatusCode, resp.Header.Get("X-Pool"))
+			}
+			if sc := resp.Header.Get("Set-Cookie"); sc != "" {
+				t.Fatalf("forced request %d minted a cookie: %s", i, sc)
+			}
 		}
-		if sc := resp.Header.Get("Set-Cookie"); sc != "" {
-			t.Fatalf("forced request %d minted a cookie: %s", i, sc)
+		if n := testutil.ToFloat64(g.m.forced.WithLabelValues("web", "b")); n != 100 {
+			t.Errorf("dwara_split_forced_total{web,b} = %v, want 100", n)
 		}
-	}
-	if n := testutil.ToFloat64(g.m.forced.WithLabelValues("web", "b")); n != 100 {
-		t.Errorf("dwara_split_forced_total{web,b} = %v, want 100", n)
-	}
-	// An existing session is not changed either.
-	resp, _ := get(t, client, g.URL+"/", map[string]string{"X-Dwara-Branch": "a", "Cookie": "sid=0123456789abcdef01234567"})
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Pool") != "a" || resp.Header.Get("Set-Cookie") != "" {
-		t.Errorf("forced a with a session: %d from %q, Set-Cookie %q", resp.StatusCode, resp.Header.Get("X-Pool"), resp.Header.Get("Set-Cookie"))
-	}
+		// An existing session is not changed either.
+		resp, _ := get(t, client, g.URL+"/", map[string]string{"X-Dwara-Branch": "a", "Cookie": "sid=0123456789abcdef01234567"})
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Pool") != "a" || resp.Header.Get("Set-Cookie") != "" {
+			t.Errorf("forced a with a session: %d from %q, Set-Cookie %q", resp.StatusCode, resp.Header.Get("X-Pool"), resp.Header.Get("Set-Cookie"))
+		}
 
-	resp, body := get(t, client, g.URL+"/", map[string]string{"X-Dwara-Branch": "c"})
-	var p struct{ Detail string }
-	_ = json.Unmarshal([]byte(body), &p)
-	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(p.Detail, "allowed: a, b") {
-		t.Errorf("unknown branch: %d %q, want 400 naming a, b", resp.StatusCode, p.Detail)
-	}
-	// Without override the header is only a header the gateway removes.
-	for range 20 {
-		resp, _ := get(t, client, g.URL+"/plain", map[string]string{"X-Dwara-Branch": "b"})
-		if resp.Header.Get("X-Pool") != "a" {
-			t.Fatalf("a service without override followed the header to %q", resp.Header.Get("X-Pool"))
+		resp, body := get(t, client, g.URL+"/", map[string]string{"X-Dwara-Branch": "c"})
+		var p struct{ Detail string }
+		_ = json.Unmarshal([]byte(body), &p)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(p.Detail, "allowed: a, b") {
+			t.Errorf("unknown branch: %d %q, want 400 naming a, b", resp.StatusCode, p.Detail)
 		}
-	}
+		// Without override the header is only a header the gateway removes.
+		for range 20 {
+			resp, _ := get(t, client, g.URL+"/plain", map[string]string{"X-Dwara-Branch": "b"})
+			if resp.Header.Get("X-Pool") != "a" {
+				t.Fatalf("a service without override followed the header to %q", resp.Header.Get("X-Pool"))
+			}
+		}
+	})
 }
 
 // TestOverrideValidation refuses override headers that are not tokens or

@@ -48,69 +48,72 @@ func (h panicHandler) WithGroup(string) slog.Handler      { return h }
 // the answer's bookkeeping, loses the line and never the answer.
 func TestPanicsAreContained(t *testing.T) {
 	t.Parallel()
-	for _, where := range []string{"routing", "access log"} {
-		t.Run(where, func(t *testing.T) {
-			t.Parallel()
-			up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				_, _ = io.WriteString(w, "ok")
-			}))
-			sink := &panicSink{}
-			var logArmed atomic.Bool
-			reg := prometheus.NewRegistry()
-			o := Options{Metrics: reg, Logger: slog.New(slog.DiscardHandler)}
-			if where == "routing" {
-				o.Exposures, o.ExposureSampleRate = sink, 1
-			} else {
-				o.AccessLog = slog.New(panicHandler{armed: &logArmed})
-			}
-			p := New(o)
-			g := &gateway{Proxy: p, URL: serveFront(t, p), reg: reg}
-			t.Cleanup(p.Close)
-			g.apply(t, 1, fmt.Sprintf("upstreams: [{name: a, balancer: least_conn, endpoints: [%q]}]\nservices: [{name: web, upstream: a}]\n", hostOf(up.URL)))
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		for _, where := range []string{"routing", "access log"} {
+			t.Run(where, func(t *testing.T) {
+				t.Parallel()
+				up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.WriteString(w, "ok")
+				}))
+				sink := &panicSink{}
+				var logArmed atomic.Bool
+				reg := prometheus.NewRegistry()
+				o := Options{Metrics: reg, Logger: slog.New(slog.DiscardHandler)}
+				if where == "routing" {
+					o.Exposures, o.ExposureSampleRate = sink, 1
+				} else {
+					o.AccessLog = slog.New(panicHandler{armed: &logArmed})
+				}
+				p := New(o)
+				g := &gateway{Proxy: p, URL: serveFront(t, p, front), reg: reg}
+				t.Cleanup(p.Close)
+				g.apply(t, 1, fmt.Sprintf("upstreams: [{name: a, balancer: least_conn, endpoints: [%q]}]\nservices: [{name: web, upstream: a}]\n", hostOf(up.URL)))
 
-			sink.armed.Store(true)
-			logArmed.Store(true)
-			for range 3 {
-				rc := dialRaw(t, g)
-				rc.write(rawHead("GET /x HTTP/1.1", "Host: x"))
-				resp, err := http.ReadResponse(rc.br, &http.Request{Method: http.MethodGet})
-				switch {
-				case where == "routing" && testFront == "fasthttp":
-					if err != nil || resp.StatusCode != http.StatusBadGateway || !resp.Close ||
-						resp.Header.Get("Content-Type") != "application/problem+json" {
-						t.Fatalf("a request whose routing panicked: %v %v; want 502 problem+json and the connection closed", resp, err)
-					}
-				case where == "routing":
-					if err == nil {
-						t.Fatalf("a request whose routing panicked got %d; want the connection closed", resp.StatusCode)
-					}
-				default: // the access log loses its line, never the answer
-					if err != nil || resp.StatusCode != http.StatusOK {
-						t.Fatalf("a request whose access log line panicked: %v %v; want its 200", resp, err)
+				sink.armed.Store(true)
+				logArmed.Store(true)
+				for range 3 {
+					rc := dialRaw(t, g)
+					rc.write(rawHead("GET /x HTTP/1.1", "Host: x"))
+					resp, err := http.ReadResponse(rc.br, &http.Request{Method: http.MethodGet})
+					switch {
+					case where == "routing" && front == "fasthttp":
+						if err != nil || resp.StatusCode != http.StatusBadGateway || !resp.Close ||
+							resp.Header.Get("Content-Type") != "application/problem+json" {
+							t.Fatalf("a request whose routing panicked: %v %v; want 502 problem+json and the connection closed", resp, err)
+						}
+					case where == "routing":
+						if err == nil {
+							t.Fatalf("a request whose routing panicked got %d; want the connection closed", resp.StatusCode)
+						}
+					default: // the access log loses its line, never the answer
+						if err != nil || resp.StatusCode != http.StatusOK {
+							t.Fatalf("a request whose access log line panicked: %v %v; want its 200", resp, err)
+						}
 					}
 				}
-			}
-			sink.armed.Store(false)
-			logArmed.Store(false)
-			resp, body := get(t, client, g.URL+"/x", nil)
-			if resp.StatusCode != http.StatusOK || body != "ok" {
-				t.Fatalf("after the panics: %d %q; want 200 ok", resp.StatusCode, body)
-			}
-			if where == "access log" {
-				// Counted before the line was logged: the bookkeeping is whole.
-				deadline := time.Now().Add(testrun.Timeout)
-				for testutil.ToFloat64(g.m.requests.WithLabelValues("web", "a", "200")) < 4 {
-					if time.Now().After(deadline) {
-						t.Fatalf("requests counted: %v; want 4 answered 200", g.samples(t, "dwara_requests_total"))
+				sink.armed.Store(false)
+				logArmed.Store(false)
+				resp, body := get(t, client, g.URL+"/x", nil)
+				if resp.StatusCode != http.StatusOK || body != "ok" {
+					t.Fatalf("after the panics: %d %q; want 200 ok", resp.StatusCode, body)
+				}
+				if where == "access log" {
+					// Counted before the line was logged: the bookkeeping is whole.
+					deadline := time.Now().Add(testrun.Timeout)
+					for testutil.ToFloat64(g.m.requests.WithLabelValues("web", "a", "200")) < 4 {
+						if time.Now().After(deadline) {
+							t.Fatalf("requests counted: %v; want 4 answered 200", g.samples(t, "dwara_requests_total"))
+						}
+						time.Sleep(10 * time.Millisecond) // polling a condition, bounded above
 					}
-					time.Sleep(10 * time.Millisecond) // polling a condition, bounded above
 				}
-			}
-			for _, ep := range g.table.Load().upstreams["a"].endpoints {
-				if n := ep.state.Inflight(); n != 0 {
-					t.Errorf("endpoint %s: %d in flight after the panics, want 0", ep.addr, n)
+				for _, ep := range g.table.Load().upstreams["a"].endpoints {
+					if n := ep.state.Inflight(); n != 0 {
+						t.Errorf("endpoint %s: %d in flight after the panics, want 0", ep.addr, n)
+					}
 				}
-			}
-		})
-	}
+			})
+		}
+	})
 }

@@ -13,7 +13,7 @@ import (
 func BenchmarkProxyParallel(b *testing.B) {
 	stable := startPool(b, "stable", 2)
 	canary := startPool(b, "canary", 2)
-	g := startGateway(b)
+	g := startGateway(b, *benchFront)
 	g.apply(b, 1, spectest.SplitOver([]*demo.Pool{stable, canary}, 95, 5).YAML())
 	b.SetParallelism(16)
 	b.ReportAllocs()

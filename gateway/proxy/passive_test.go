@@ -62,31 +62,34 @@ func startStatusUpstream(t *testing.T, name string, status int) *statusUpstream 
 // failed request is retried on the other endpoint, so no GET fails.
 func TestPassiveEjectsClosedPort(t *testing.T) {
 	t.Parallel()
-	good := startPool(t, "good", 1)
-	dead := testnet.ClosedAddr(t)
-	g := startGateway(t)
-	g.apply(t, 1, upstreamSpec("", dead, good.Addrs[0]))
-	const n = 40
-	ejectedAt := -1.0
-	for i := range n {
-		resp, _ := get(t, client, g.URL+"/", nil)
-		if resp.StatusCode != 200 {
-			t.Fatalf("GET %d: %d, want 200 (retried on the live endpoint)", i, resp.StatusCode)
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		good := startPool(t, "good", 1)
+		dead := testnet.ClosedAddr(t)
+		g := startGateway(t, front)
+		g.apply(t, 1, upstreamSpec("", dead, good.Addrs[0]))
+		const n = 40
+		ejectedAt := -1.0
+		for i := range n {
+			resp, _ := get(t, client, g.URL+"/", nil)
+			if resp.StatusCode != 200 {
+				t.Fatalf("GET %d: %d, want 200 (retried on the live endpoint)", i, resp.StatusCode)
+			}
+			retries, ejections := g.counted("u")
+			switch {
+			case retries < 3 && ejections != 0:
+				t.Fatalf("ejected after %v failures, want 3", retries)
+			case ejections >= 1 && ejectedAt < 0:
+				ejectedAt = retries
+			}
 		}
-		retries, ejections := g.counted("u")
-		switch {
-		case retries < 3 && ejections != 0:
-			t.Fatalf("ejected after %v failures, want 3", retries)
-		case ejections >= 1 && ejectedAt < 0:
-			ejectedAt = retries
+		if ejectedAt != 3 {
+			t.Errorf("ejected after %v failures, want 3", ejectedAt)
 		}
-	}
-	if ejectedAt != 3 {
-		t.Errorf("ejected after %v failures, want 3", ejectedAt)
-	}
-	if got := good.Hits(0); got != n {
-		t.Errorf("the live endpoint served %d requests, want all %d", got, n)
-	}
+		if got := good.Hits(0); got != n {
+			t.Errorf("the live endpoint served %d requests, want all %d", got, n)
+		}
+	})
 }
 
 // TestPassiveNeverEjectsWholeUpstream: with every endpoint failing, the
@@ -95,38 +98,41 @@ func TestPassiveEjectsClosedPort(t *testing.T) {
 // (or a failover that hides it).
 func TestPassiveNeverEjectsWholeUpstream(t *testing.T) {
 	t.Parallel()
-	t.Run("two endpoints", func(t *testing.T) {
+	eachFront(t, func(t *testing.T, front string) {
 		t.Parallel()
-		a, b := testnet.ClosedAddr(t), testnet.ClosedAddr(t)
-		g := startGateway(t)
-		g.apply(t, 1, upstreamSpec("", a, b))
-		sa, sb := g.Registry().Get(a), g.Registry().Get(b)
-		for i := range 30 {
-			resp, body := get(t, client, g.URL+"/", nil)
-			if resp.StatusCode != 502 || resp.Header.Get("Content-Type") != "application/problem+json" {
-				t.Fatalf("GET %d: %d %q, want 502 problem+json", i, resp.StatusCode, body)
+		t.Run("two endpoints", func(t *testing.T) {
+			t.Parallel()
+			a, b := testnet.ClosedAddr(t), testnet.ClosedAddr(t)
+			g := startGateway(t, front)
+			g.apply(t, 1, upstreamSpec("", a, b))
+			sa, sb := g.Registry().Get(a), g.Registry().Get(b)
+			for i := range 30 {
+				resp, body := get(t, client, g.URL+"/", nil)
+				if resp.StatusCode != 502 || resp.Header.Get("Content-Type") != "application/problem+json" {
+					t.Fatalf("GET %d: %d %q, want 502 problem+json", i, resp.StatusCode, body)
+				}
+				if sa.Ejected() && sb.Ejected() {
+					t.Fatalf("GET %d: both endpoints ejected", i)
+				}
 			}
-			if sa.Ejected() && sb.Ejected() {
-				t.Fatalf("GET %d: both endpoints ejected", i)
+			if _, ejections := g.counted("u"); ejections < 1 {
+				t.Errorf("dwara_upstream_ejections_total = %v, want one endpoint ejected", ejections)
 			}
-		}
-		if _, ejections := g.counted("u"); ejections < 1 {
-			t.Errorf("dwara_upstream_ejections_total = %v, want one endpoint ejected", ejections)
-		}
-	})
-	t.Run("one endpoint", func(t *testing.T) {
-		t.Parallel()
-		dead := testnet.ClosedAddr(t)
-		g := startGateway(t)
-		g.apply(t, 1, upstreamSpec("passive: {consecutive_failures: 1}", dead))
-		for i := range 10 {
-			if resp, body := get(t, client, g.URL+"/", nil); resp.StatusCode != 502 {
-				t.Fatalf("GET %d: %d %q, want 502", i, resp.StatusCode, body)
+		})
+		t.Run("one endpoint", func(t *testing.T) {
+			t.Parallel()
+			dead := testnet.ClosedAddr(t)
+			g := startGateway(t, front)
+			g.apply(t, 1, upstreamSpec("passive: {consecutive_failures: 1}", dead))
+			for i := range 10 {
+				if resp, body := get(t, client, g.URL+"/", nil); resp.StatusCode != 502 {
+					t.Fatalf("GET %d: %d %q, want 502", i, resp.StatusCode, body)
+				}
 			}
-		}
-		if _, ejections := g.counted("u"); ejections != 0 || !g.Registry().Get(dead).Up() {
-			t.Errorf("a lone endpoint was ejected (%v ejections)", ejections)
-		}
+			if _, ejections := g.counted("u"); ejections != 0 || !g.Registry().Get(dead).Up() {
+				t.Errorf("a lone endpoint was ejected (%v ejections)", ejections)
+			}
+		})
 	})
 }
 
@@ -186,36 +192,39 @@ services:
 // are passed on, not retried.
 func TestPassiveConsecutive5xx(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name  string
-		extra string
-		want  float64 // ejections after the endpoint's second 500
-	}{
-		{"configured", "passive: {consecutive_5xx: 2}", 1},
-		{"absent", "", 0},
-		{"zero", "passive: {consecutive_5xx: 0}", 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			bad := startStatusUpstream(t, "bad", http.StatusInternalServerError)
-			good := startStatusUpstream(t, "good", http.StatusOK)
-			g := startGateway(t)
-			g.apply(t, 1, upstreamSpec(tc.extra, bad.addr, good.addr))
-			// Round robin: bad, good, bad.
-			for i, want := range []int{500, 200, 500} {
-				if resp, _ := get(t, client, g.URL+"/", nil); resp.StatusCode != want {
-					t.Fatalf("GET %d: %d, want %d", i, resp.StatusCode, want)
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name  string
+			extra string
+			want  float64 // ejections after the endpoint's second 500
+		}{
+			{"configured", "passive: {consecutive_5xx: 2}", 1},
+			{"absent", "", 0},
+			{"zero", "passive: {consecutive_5xx: 0}", 0},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				bad := startStatusUpstream(t, "bad", http.StatusInternalServerError)
+				good := startStatusUpstream(t, "good", http.StatusOK)
+				g := startGateway(t, front)
+				g.apply(t, 1, upstreamSpec(tc.extra, bad.addr, good.addr))
+				// Round robin: bad, good, bad.
+				for i, want := range []int{500, 200, 500} {
+					if resp, _ := get(t, client, g.URL+"/", nil); resp.StatusCode != want {
+						t.Fatalf("GET %d: %d, want %d", i, resp.StatusCode, want)
+					}
+					if _, ej := g.counted("u"); i < 2 && ej != 0 {
+						t.Fatalf("ejected after %d answers", i+1)
+					}
 				}
-				if _, ej := g.counted("u"); i < 2 && ej != 0 {
-					t.Fatalf("ejected after %d answers", i+1)
+				retries, ejections := g.counted("u")
+				if ejections != tc.want || retries != 0 {
+					t.Errorf("%v ejections, %v retries after two 500s; want %v, 0", ejections, retries, tc.want)
 				}
-			}
-			retries, ejections := g.counted("u")
-			if ejections != tc.want || retries != 0 {
-				t.Errorf("%v ejections, %v retries after two 500s; want %v, 0", ejections, retries, tc.want)
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // TestPassiveStandardLibraryPath: the failures of upgrade requests, which
@@ -223,27 +232,30 @@ func TestPassiveConsecutive5xx(t *testing.T) {
 // as well (they are not retried).
 func TestPassiveStandardLibraryPath(t *testing.T) {
 	t.Parallel()
-	good := startPool(t, "good", 1)
-	dead := testnet.ClosedAddr(t)
-	g := startGateway(t)
-	g.apply(t, 1, upstreamSpec("", dead, good.Addrs[0]))
-	hdr := map[string]string{"Connection": "Upgrade", "Upgrade": "test"}
-	failed := 0
-	for i := 0; failed < 3; i++ {
-		if i == 20 {
-			t.Fatalf("only %d of 20 upgrade requests reached the closed port", failed)
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		good := startPool(t, "good", 1)
+		dead := testnet.ClosedAddr(t)
+		g := startGateway(t, front)
+		g.apply(t, 1, upstreamSpec("", dead, good.Addrs[0]))
+		hdr := map[string]string{"Connection": "Upgrade", "Upgrade": "test"}
+		failed := 0
+		for i := 0; failed < 3; i++ {
+			if i == 20 {
+				t.Fatalf("only %d of 20 upgrade requests reached the closed port", failed)
+			}
+			if _, ej := g.counted("u"); ej != 0 {
+				t.Fatalf("ejected after %d failures, want 3", failed)
+			}
+			resp, _ := get(t, client, g.URL+"/", hdr)
+			if resp.StatusCode == 502 {
+				failed++
+			}
 		}
-		if _, ej := g.counted("u"); ej != 0 {
-			t.Fatalf("ejected after %d failures, want 3", failed)
+		if retries, ejections := g.counted("u"); ejections != 1 || retries != 0 {
+			t.Errorf("%v ejections, %v retries after 3 failed upgrades; want 1, 0", ejections, retries)
 		}
-		resp, _ := get(t, client, g.URL+"/", hdr)
-		if resp.StatusCode == 502 {
-			failed++
-		}
-	}
-	if retries, ejections := g.counted("u"); ejections != 1 || retries != 0 {
-		t.Errorf("%v ejections, %v retries after 3 failed upgrades; want 1, 0", ejections, retries)
-	}
+	})
 }
 
 // TestPassiveBookkeepingAllocs guards the per-request work of the passive
@@ -273,23 +285,26 @@ func TestPassiveBookkeepingAllocs(t *testing.T) {
 // series of an upstream that a new generation no longer has are deleted.
 func TestRetryAndEjectionSeriesOfRemovedUpstreams(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t)
-	series := func() map[string]bool {
-		out := map[string]bool{}
-		for _, s := range g.samples(t, "dwara_upstream_retries_total", "dwara_upstream_ejections_total") {
-			out[s.name+"/"+s.labels["upstream"]] = true
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		g := startGateway(t, front)
+		series := func() map[string]bool {
+			out := map[string]bool{}
+			for _, s := range g.samples(t, "dwara_upstream_retries_total", "dwara_upstream_ejections_total") {
+				out[s.name+"/"+s.labels["upstream"]] = true
+			}
+			return out
 		}
-		return out
-	}
-	g.apply(t, 1, `
+		g.apply(t, 1, `
 upstreams: [{name: a, endpoints: ["10.0.0.1:80"]}, {name: b, endpoints: ["10.0.0.2:80"]}]
 services: [{name: web, split: {targets: [{upstream: a}, {upstream: b}]}}]
 `)
-	if got := series(); len(got) != 4 {
-		t.Fatalf("series %v, want retries and ejections of a and b", got)
-	}
-	g.apply(t, 2, upstreamSpec("", "10.0.0.1:80"))
-	if got := series(); len(got) != 2 || !got["dwara_upstream_retries_total/u"] {
-		t.Errorf("series %v, want only upstream u's", got)
-	}
+		if got := series(); len(got) != 4 {
+			t.Fatalf("series %v, want retries and ejections of a and b", got)
+		}
+		g.apply(t, 2, upstreamSpec("", "10.0.0.1:80"))
+		if got := series(); len(got) != 2 || !got["dwara_upstream_retries_total/u"] {
+			t.Errorf("series %v, want only upstream u's", got)
+		}
+	})
 }

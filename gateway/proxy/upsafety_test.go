@@ -208,70 +208,73 @@ func (g *gateway) protocolErrors(t *testing.T, upstream, reason string) float64 
 // and each way is counted.
 func TestNoAnswerCrossesExchanges(t *testing.T) {
 	t.Parallel()
-	ep := startRawEndpoint(t, func(r *http.Request, _ int) rawAnswer { return rawAnswer{bytes: poisoned(r)} })
-	g := proxyTo(t, 1, ep.addr, "")
-	variants := []string{"clean", "extra", "head", "204", "304", "chunked"}
-	const clients, perClient = 16, 625
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	tr := &http.Transport{MaxIdleConnsPerHost: clients, DisableCompression: true}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
-	var wrong atomic.Int64
-	var firstWrong atomic.Value
-	var wg sync.WaitGroup
-	for i := range clients {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(20, uint64(i)))
-			for n := range perClient {
-				if ctx.Err() != nil {
-					return
-				}
-				v := variants[rng.IntN(len(variants))]
-				path := fmt.Sprintf("/v/%s/%d-%d", v, i, n)
-				method := http.MethodGet
-				if v == "head" {
-					method = http.MethodHead
-				}
-				req, _ := http.NewRequestWithContext(ctx, method, g.URL+path, nil)
-				resp, err := client.Do(req)
-				if err != nil {
-					if wrong.Add(1) == 1 {
-						firstWrong.Store(fmt.Sprintf("%s %s: %v", method, path, err))
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		ep := startRawEndpoint(t, func(r *http.Request, _ int) rawAnswer { return rawAnswer{bytes: poisoned(r)} })
+		g := proxyTo(t, front, 1, ep.addr, "")
+		variants := []string{"clean", "extra", "head", "204", "304", "chunked"}
+		const clients, perClient = 16, 625
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		tr := &http.Transport{MaxIdleConnsPerHost: clients, DisableCompression: true}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr}
+		var wrong atomic.Int64
+		var firstWrong atomic.Value
+		var wg sync.WaitGroup
+		for i := range clients {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(20, uint64(i)))
+				for n := range perClient {
+					if ctx.Err() != nil {
+						return
 					}
-					continue
-				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				want, wantCode := "ok:"+path, http.StatusOK
-				switch v {
-				case "head", "204", "304":
-					want = ""
-				}
-				switch v {
-				case "204":
-					wantCode = http.StatusNoContent
-				case "304":
-					wantCode = http.StatusNotModified
-				}
-				if resp.StatusCode != wantCode || string(body) != want {
-					if wrong.Add(1) == 1 {
-						firstWrong.Store(fmt.Sprintf("%s %s: got %d %q, want %d %q", method, path, resp.StatusCode, body, wantCode, want))
+					v := variants[rng.IntN(len(variants))]
+					path := fmt.Sprintf("/v/%s/%d-%d", v, i, n)
+					method := http.MethodGet
+					if v == "head" {
+						method = http.MethodHead
+					}
+					req, _ := http.NewRequestWithContext(ctx, method, g.URL+path, nil)
+					resp, err := client.Do(req)
+					if err != nil {
+						if wrong.Add(1) == 1 {
+							firstWrong.Store(fmt.Sprintf("%s %s: %v", method, path, err))
+						}
+						continue
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					want, wantCode := "ok:"+path, http.StatusOK
+					switch v {
+					case "head", "204", "304":
+						want = ""
+					}
+					switch v {
+					case "204":
+						wantCode = http.StatusNoContent
+					case "304":
+						wantCode = http.StatusNotModified
+					}
+					if resp.StatusCode != wantCode || string(body) != want {
+						if wrong.Add(1) == 1 {
+							firstWrong.Store(fmt.Sprintf("%s %s: got %d %q, want %d %q", method, path, resp.StatusCode, body, wantCode, want))
+						}
 					}
 				}
-			}
-		})
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		t.Fatalf("the requests did not finish within the test's deadline")
-	}
-	if n := wrong.Load(); n > 0 {
-		t.Fatalf("%d of %d requests got another exchange's bytes or failed; first: %v", n, clients*perClient, firstWrong.Load())
-	}
-	if n := g.protocolErrors(t, "a", "extra_bytes"); n == 0 {
-		t.Errorf("dwara_upstream_protocol_errors_total{reason=extra_bytes} = 0, want the stray answers counted")
-	}
+			})
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			t.Fatalf("the requests did not finish within the test's deadline")
+		}
+		if n := wrong.Load(); n > 0 {
+			t.Fatalf("%d of %d requests got another exchange's bytes or failed; first: %v", n, clients*perClient, firstWrong.Load())
+		}
+		if n := g.protocolErrors(t, "a", "extra_bytes"); n == 0 {
+			t.Errorf("dwara_upstream_protocol_errors_total{reason=extra_bytes} = 0, want the stray answers counted")
+		}
+	})
 }
 
 // TestStrayBytesOnIdleConnection: an endpoint that writes a whole answer
@@ -280,33 +283,36 @@ func TestNoAnswerCrossesExchanges(t *testing.T) {
 // the stray bytes are counted.
 func TestStrayBytesOnIdleConnection(t *testing.T) {
 	t.Parallel()
-	lateSent, proceed := make(chan struct{}, 1), make(chan struct{})
-	ep := startRawEndpoint(t, func(r *http.Request, nth int) rawAnswer {
-		a := rawAnswer{bytes: okAnswer(r)}
-		if r.URL.Path == "/first" {
-			a.late, a.lateSent, a.proceed = poison, lateSent, proceed
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		lateSent, proceed := make(chan struct{}, 1), make(chan struct{})
+		ep := startRawEndpoint(t, func(r *http.Request, nth int) rawAnswer {
+			a := rawAnswer{bytes: okAnswer(r)}
+			if r.URL.Path == "/first" {
+				a.late, a.lateSent, a.proceed = poison, lateSent, proceed
+			}
+			return a
+		})
+		g := proxyTo(t, front, 1, ep.addr, "")
+		rc := dialRaw(t, g)
+		rc.write(rawHead("GET /first HTTP/1.1", "Host: a.example"))
+		if resp, body := rc.readFinal("GET"); resp.StatusCode != 200 || string(body) != "ok:/first" {
+			t.Fatalf("first: %d %q", resp.StatusCode, body)
 		}
-		return a
-	})
-	g := proxyTo(t, 1, ep.addr, "")
-	rc := dialRaw(t, g)
-	rc.write(rawHead("GET /first HTTP/1.1", "Host: a.example"))
-	if resp, body := rc.readFinal("GET"); resp.StatusCode != 200 || string(body) != "ok:/first" {
-		t.Fatalf("first: %d %q", resp.StatusCode, body)
-	}
-	// The stray answer comes once the client has its answer: the
-	// connection is idle by then.
-	close(proceed)
-	recvWithin(t, lateSent, "stray answer written")
-	testrun.Eventually(t, "the stray bytes counted", func() bool {
-		// The loop front sees them as they come; the pools look at an
-		// idle connection when they take it.
-		rc.write(rawHead("GET /second HTTP/1.1", "Host: a.example"))
-		resp, body := rc.readFinal("GET")
-		if resp.StatusCode != 200 || string(body) != "ok:/second" {
-			t.Fatalf("second: %d %q, want its own answer", resp.StatusCode, body)
-		}
-		return g.protocolErrors(t, "a", "unsolicited") == 1
+		// The stray answer comes once the client has its answer: the
+		// connection is idle by then.
+		close(proceed)
+		recvWithin(t, lateSent, "stray answer written")
+		testrun.Eventually(t, "the stray bytes counted", func() bool {
+			// The loop front sees them as they come; the pools look at an
+			// idle connection when they take it.
+			rc.write(rawHead("GET /second HTTP/1.1", "Host: a.example"))
+			resp, body := rc.readFinal("GET")
+			if resp.StatusCode != 200 || string(body) != "ok:/second" {
+				t.Fatalf("second: %d %q, want its own answer", resp.StatusCode, body)
+			}
+			return g.protocolErrors(t, "a", "unsolicited") == 1
+		})
 	})
 }
 
@@ -317,42 +323,45 @@ func TestStrayBytesOnIdleConnection(t *testing.T) {
 // again.
 func TestUnsafeRequestNotSentTwice(t *testing.T) {
 	t.Parallel()
-	for _, delay := range []time.Duration{0, 200 * time.Millisecond} {
-		for _, tc := range []struct {
-			method, cl string
-			want       int
-		}{
-			{"POST", "", http.StatusBadGateway},
-			{"POST", "0", http.StatusBadGateway},
-			{"PATCH", "", http.StatusBadGateway},
-			{"DELETE", "", http.StatusBadGateway},
-			{"GET", "", http.StatusOK},
-		} {
-			t.Run(fmt.Sprintf("%s-cl%q-%v", tc.method, tc.cl, delay), func(t *testing.T) {
-				t.Parallel()
-				ep := startRawEndpoint(t, func(r *http.Request, nth int) rawAnswer {
-					if nth == 1 { // the second request on a connection: read, then nothing
-						return rawAnswer{closeAfter: true, delay: delay}
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		for _, delay := range []time.Duration{0, 200 * time.Millisecond} {
+			for _, tc := range []struct {
+				method, cl string
+				want       int
+			}{
+				{"POST", "", http.StatusBadGateway},
+				{"POST", "0", http.StatusBadGateway},
+				{"PATCH", "", http.StatusBadGateway},
+				{"DELETE", "", http.StatusBadGateway},
+				{"GET", "", http.StatusOK},
+			} {
+				t.Run(fmt.Sprintf("%s-cl%q-%v", tc.method, tc.cl, delay), func(t *testing.T) {
+					t.Parallel()
+					ep := startRawEndpoint(t, func(r *http.Request, nth int) rawAnswer {
+						if nth == 1 { // the second request on a connection: read, then nothing
+							return rawAnswer{closeAfter: true, delay: delay}
+						}
+						return rawAnswer{bytes: okAnswer(r)}
+					})
+					g := proxyTo(t, front, 1, ep.addr, "")
+					rc := warmUp(t, g)
+					head := []string{"Host: a.example"}
+					if tc.cl != "" {
+						head = append(head, "Content-Length: "+tc.cl)
 					}
-					return rawAnswer{bytes: okAnswer(r)}
+					rc.write(rawHead(tc.method+" /act HTTP/1.1", head...))
+					resp, body := rc.readFinal(tc.method)
+					if resp.StatusCode != tc.want {
+						t.Fatalf("%s after the endpoint closed: %d %q, want %d", tc.method, resp.StatusCode, body, tc.want)
+					}
+					if n := ep.count(tc.method, "/act"); tc.method != "GET" && n != 1 {
+						t.Fatalf("the endpoint read %s /act %d times, want exactly once", tc.method, n)
+					}
 				})
-				g := proxyTo(t, 1, ep.addr, "")
-				rc := warmUp(t, g)
-				head := []string{"Host: a.example"}
-				if tc.cl != "" {
-					head = append(head, "Content-Length: "+tc.cl)
-				}
-				rc.write(rawHead(tc.method+" /act HTTP/1.1", head...))
-				resp, body := rc.readFinal(tc.method)
-				if resp.StatusCode != tc.want {
-					t.Fatalf("%s after the endpoint closed: %d %q, want %d", tc.method, resp.StatusCode, body, tc.want)
-				}
-				if n := ep.count(tc.method, "/act"); tc.method != "GET" && n != 1 {
-					t.Fatalf("the endpoint read %s /act %d times, want exactly once", tc.method, n)
-				}
-			})
+			}
 		}
-	}
+	})
 }
 
 // warmUp dials g and sends GET /warm on the connection, which leaves an
@@ -373,37 +382,40 @@ func warmUp(t *testing.T, g *gateway) *rawConn {
 // the closed one.
 func TestBodyAfterIdleClose(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ name, method, body string }{
-		{"post-body", "POST", "hello"},
-		{"post-bodiless", "POST", ""},
-		{"put-body", "PUT", "hello"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			closed := make(chan struct{}, 1)
-			ep := startRawEndpoint(t, func(r *http.Request, nth int) rawAnswer {
-				if r.URL.Path == "/warm" {
-					return rawAnswer{bytes: okAnswer(r), closeAfter: true, closed: closed}
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		for _, tc := range []struct{ name, method, body string }{
+			{"post-body", "POST", "hello"},
+			{"post-bodiless", "POST", ""},
+			{"put-body", "PUT", "hello"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				closed := make(chan struct{}, 1)
+				ep := startRawEndpoint(t, func(r *http.Request, nth int) rawAnswer {
+					if r.URL.Path == "/warm" {
+						return rawAnswer{bytes: okAnswer(r), closeAfter: true, closed: closed}
+					}
+					return rawAnswer{bytes: okAnswer(r)}
+				})
+				g := proxyTo(t, front, 1, ep.addr, "")
+				rc := warmUp(t, g)
+				recvWithin(t, closed, "the endpoint's close")
+				head := []string{"Host: a.example"}
+				if tc.body != "" {
+					head = append(head, "Content-Length: "+strconv.Itoa(len(tc.body)))
 				}
-				return rawAnswer{bytes: okAnswer(r)}
+				rc.write(rawHead(tc.method+" /act HTTP/1.1", head...) + tc.body)
+				resp, body := rc.readFinal(tc.method)
+				if resp.StatusCode != 200 || string(body) != "ok:/act" {
+					t.Fatalf("%s after the idle close: %d %q, want 200", tc.method, resp.StatusCode, body)
+				}
+				if n := ep.count(tc.method, "/act"); n != 1 {
+					t.Fatalf("the endpoint read %s /act %d times, want once", tc.method, n)
+				}
 			})
-			g := proxyTo(t, 1, ep.addr, "")
-			rc := warmUp(t, g)
-			recvWithin(t, closed, "the endpoint's close")
-			head := []string{"Host: a.example"}
-			if tc.body != "" {
-				head = append(head, "Content-Length: "+strconv.Itoa(len(tc.body)))
-			}
-			rc.write(rawHead(tc.method+" /act HTTP/1.1", head...) + tc.body)
-			resp, body := rc.readFinal(tc.method)
-			if resp.StatusCode != 200 || string(body) != "ok:/act" {
-				t.Fatalf("%s after the idle close: %d %q, want 200", tc.method, resp.StatusCode, body)
-			}
-			if n := ep.count(tc.method, "/act"); n != 1 {
-				t.Fatalf("the endpoint read %s /act %d times, want once", tc.method, n)
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestAnswerFraming: answers RFC 9112 allows are relayed (bare LF line
@@ -411,35 +423,38 @@ func TestBodyAfterIdleClose(t *testing.T) {
 // is a 502, on every front.
 func TestAnswerFraming(t *testing.T) {
 	t.Parallel()
-	big := "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("b", 1<<20) + "\r\nContent-Length: 2\r\n\r\nok"
-	for _, tc := range []struct {
-		name, answer string
-		want         int
-		body         string
-	}{
-		{"bare-lf", "HTTP/1.1 200 OK\nContent-Length: 2\nX-A: 1\n\nok", 200, "ok"},
-		{"bare-lf-chunked", "HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\r\nok\r\n0\r\n\r\n", 200, "ok"},
-		{"chunk-leading-zeros", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0000000000000005\r\nhello\r\n0\r\n\r\n", 200, "hello"},
-		{"head-over-cap", big, http.StatusBadGateway, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ep := startRawEndpoint(t, func(r *http.Request, _ int) rawAnswer { return rawAnswer{bytes: tc.answer, closeAfter: true} })
-			// A header timeout far above the test's deadline: an answer
-			// taken for incomplete would fail the test rather than pass as
-			// a 504.
-			g := proxyTo(t, 1, ep.addr, "response_header_timeout_ms: 120000")
-			rc := dialRaw(t, g)
-			rc.write(rawHead("GET /x HTTP/1.1", "Host: a.example"))
-			resp, body := rc.readFinal("GET")
-			if resp.StatusCode != tc.want || tc.body != "" && string(body) != tc.body {
-				t.Fatalf("got %d %q, want %d %q", resp.StatusCode, body, tc.want, tc.body)
-			}
-			if n := g.protocolErrors(t, "a", "head_too_large"); (tc.want == http.StatusBadGateway) != (n == 1) {
-				t.Fatalf("dwara_upstream_protocol_errors_total{reason=head_too_large} = %v", n)
-			}
-		})
-	}
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		big := "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("b", 1<<20) + "\r\nContent-Length: 2\r\n\r\nok"
+		for _, tc := range []struct {
+			name, answer string
+			want         int
+			body         string
+		}{
+			{"bare-lf", "HTTP/1.1 200 OK\nContent-Length: 2\nX-A: 1\n\nok", 200, "ok"},
+			{"bare-lf-chunked", "HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\r\nok\r\n0\r\n\r\n", 200, "ok"},
+			{"chunk-leading-zeros", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0000000000000005\r\nhello\r\n0\r\n\r\n", 200, "hello"},
+			{"head-over-cap", big, http.StatusBadGateway, ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				ep := startRawEndpoint(t, func(r *http.Request, _ int) rawAnswer { return rawAnswer{bytes: tc.answer, closeAfter: true} })
+				// A header timeout far above the test's deadline: an answer
+				// taken for incomplete would fail the test rather than pass as
+				// a 504.
+				g := proxyTo(t, front, 1, ep.addr, "response_header_timeout_ms: 120000")
+				rc := dialRaw(t, g)
+				rc.write(rawHead("GET /x HTTP/1.1", "Host: a.example"))
+				resp, body := rc.readFinal("GET")
+				if resp.StatusCode != tc.want || tc.body != "" && string(body) != tc.body {
+					t.Fatalf("got %d %q, want %d %q", resp.StatusCode, body, tc.want, tc.body)
+				}
+				if n := g.protocolErrors(t, "a", "head_too_large"); (tc.want == http.StatusBadGateway) != (n == 1) {
+					t.Fatalf("dwara_upstream_protocol_errors_total{reason=head_too_large} = %v", n)
+				}
+			})
+		}
+	})
 }
 
 // TestConnectionLinesAllCount: a request with five Connection lines, each
@@ -449,37 +464,40 @@ func TestAnswerFraming(t *testing.T) {
 // the first four lines).
 func TestConnectionLinesAllCount(t *testing.T) {
 	t.Parallel()
-	seen := make(chan http.Header, 1)
-	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		offerSeen(seen, r.Header.Clone())
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		seen := make(chan http.Header, 1)
+		up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			offerSeen(seen, r.Header.Clone())
+			for i := 1; i <= 5; i++ {
+				w.Header().Add("Connection", fmt.Sprintf("X-R%d", i))
+				w.Header().Set(fmt.Sprintf("X-R%d", i), "hop")
+			}
+			w.Header().Set("X-Kept", "1")
+			_, _ = io.WriteString(w, "ok")
+		}))
+		g := proxyTo(t, front, 1, hostOf(up.URL), "")
+		head := []string{"Host: a.example"}
 		for i := 1; i <= 5; i++ {
-			w.Header().Add("Connection", fmt.Sprintf("X-R%d", i))
-			w.Header().Set(fmt.Sprintf("X-R%d", i), "hop")
+			head = append(head, fmt.Sprintf("Connection: X-C%d", i), fmt.Sprintf("X-C%d: hop", i))
 		}
-		w.Header().Set("X-Kept", "1")
-		_, _ = io.WriteString(w, "ok")
-	}))
-	g := proxyTo(t, 1, hostOf(up.URL), "")
-	head := []string{"Host: a.example"}
-	for i := 1; i <= 5; i++ {
-		head = append(head, fmt.Sprintf("Connection: X-C%d", i), fmt.Sprintf("X-C%d: hop", i))
-	}
-	rc := dialRaw(t, g)
-	rc.write(rawHead("GET /x HTTP/1.1", append(head, "X-Kept: 1")...))
-	resp, body := rc.readFinal("GET")
-	if resp.StatusCode != 200 || string(body) != "ok" {
-		t.Fatalf("got %d %q", resp.StatusCode, body)
-	}
-	got := recvWithin(t, seen, "the request at the endpoint")
-	for i := 1; i <= 5; i++ {
-		if v := got.Get(fmt.Sprintf("X-C%d", i)); v != "" {
-			t.Errorf("the endpoint got X-C%d: %q, named in the client's Connection line %d", i, v, i)
+		rc := dialRaw(t, g)
+		rc.write(rawHead("GET /x HTTP/1.1", append(head, "X-Kept: 1")...))
+		resp, body := rc.readFinal("GET")
+		if resp.StatusCode != 200 || string(body) != "ok" {
+			t.Fatalf("got %d %q", resp.StatusCode, body)
 		}
-		if v := resp.Header.Get(fmt.Sprintf("X-R%d", i)); v != "" {
-			t.Errorf("the client got X-R%d: %q, named in the endpoint's Connection line %d", i, v, i)
+		got := recvWithin(t, seen, "the request at the endpoint")
+		for i := 1; i <= 5; i++ {
+			if v := got.Get(fmt.Sprintf("X-C%d", i)); v != "" {
+				t.Errorf("the endpoint got X-C%d: %q, named in the client's Connection line %d", i, v, i)
+			}
+			if v := resp.Header.Get(fmt.Sprintf("X-R%d", i)); v != "" {
+				t.Errorf("the client got X-R%d: %q, named in the endpoint's Connection line %d", i, v, i)
+			}
 		}
-	}
-	if got.Get("X-Kept") != "1" || resp.Header.Get("X-Kept") != "1" {
-		t.Errorf("X-Kept lost: request %q, answer %q", got.Get("X-Kept"), resp.Header.Get("X-Kept"))
-	}
+		if got.Get("X-Kept") != "1" || resp.Header.Get("X-Kept") != "1" {
+			t.Errorf("X-Kept lost: request %q, answer %q", got.Get("X-Kept"), resp.Header.Get("X-Kept"))
+		}
+	})
 }
