@@ -4,17 +4,19 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"math"
 )
 
 // chunkedBody decodes an endpoint's chunked answer body from br as RFC
-// 9112 section 7.1 frames it: a chunk size in hex (leading zeros allowed,
-// at most 16 significant digits), extensions ignored, a size line ended by
-// CRLF or a bare LF and chunk data by CRLF (as Go's HTTP client reads
-// them, so that every front frames an answer alike), and after the last
-// chunk the trailer section, which trailer reads (through its empty line). It reads nothing
-// past the body's end, so the connection's next answer starts where it
-// stops. The zero value is not usable; set br and trailer. It must not be
-// copied once in use.
+// 9112 section 7.1 frames it: a chunk size in hex with any number of
+// leading zeros and extensions ignored (chunkSizeLine, which the request
+// side's head check parses with too), a size line ended by CRLF or a bare
+// LF and chunk data by CRLF (as Go's HTTP client reads them, so that
+// every front frames an answer alike), and after the last chunk the
+// trailer section, which trailer reads (through its empty line). It reads
+// nothing past the body's end, so the connection's next answer starts
+// where it stops. The zero value is not usable; set br and trailer. It
+// must not be copied once in use.
 type chunkedBody struct {
 	br      *bufio.Reader
 	trailer trailerReader
@@ -96,59 +98,52 @@ func (b *chunkedBody) lineEnd() error {
 	return nil
 }
 
-// maxChunkLine bounds a chunk-size line, extensions included.
+// maxChunkLine bounds a chunk-size line, extensions and line end
+// included.
 const maxChunkLine = 4096
 
-// sizeLine reads a chunk-size line and returns the size.
+// sizeLine reads a chunk-size line, ended by CRLF or a bare LF, and
+// returns the size.
 func (b *chunkedBody) sizeLine() (int64, error) {
-	var size uint64
-	digits, significant := 0, 0
-	inExt := false
-	for n := 0; ; n++ {
-		if n > maxChunkLine {
-			return 0, errBadChunk
+	line, err := b.br.ReadSlice('\n')
+	switch {
+	case err == bufio.ErrBufferFull || len(line) > maxChunkLine:
+		return 0, errBadChunk
+	case err != nil:
+		return 0, unexpected(err)
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	size, _, ok := chunkSizeLine(line)
+	if !ok {
+		return 0, errBadChunk
+	}
+	return size, nil
+}
+
+// chunkSizeLine parses a chunk-size line without its line end (RFC 9112
+// section 7.1): hex digits, then optional whitespace and extensions (from
+// a ';'), no control character but tab. It returns the size and how many
+// digits it had, leading zeros included (any number: the callers bound
+// them as their peers need), and false for anything else or a size that
+// overflows an int64.
+func chunkSizeLine(line []byte) (size int64, digits int, ok bool) {
+	for ; digits < len(line) && isHex(line[digits]); digits++ {
+		if size > math.MaxInt64>>4 {
+			return 0, 0, false
 		}
-		c, err := b.br.ReadByte()
-		if err != nil {
-			return 0, unexpected(err)
-		}
-		switch {
-		case c == '\n':
-			if digits == 0 {
-				return 0, errBadChunk
-			}
-			if size > 1<<62 {
-				return 0, errBadChunk
-			}
-			return int64(size), nil
-		case c == '\r':
-			if next, err := b.br.ReadByte(); err != nil || next != '\n' {
-				return 0, errBadChunk
-			}
-			if digits == 0 || size > 1<<62 {
-				return 0, errBadChunk
-			}
-			return int64(size), nil
-		case inExt:
-			if c < ' ' && c != '\t' || c == 0x7f {
-				return 0, errBadChunk
-			}
-		case c == ';' || c == ' ' || c == '\t':
-			if digits == 0 {
-				return 0, errBadChunk
-			}
-			inExt = true
-		case isHex(c):
-			digits++
-			if size == 0 && c == '0' {
-				continue // a leading zero
-			}
-			if significant++; significant > 16 {
-				return 0, errBadChunk
-			}
-			size = size<<4 | uint64(unhex(c))
-		default:
-			return 0, errBadChunk
+		size = size<<4 | int64(unhex(line[digits]))
+	}
+	if digits == 0 {
+		return 0, 0, false
+	}
+	for _, c := range line[digits:] {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return 0, 0, false
 		}
 	}
+	rest := trimOWS(line[digits:])
+	return size, digits, len(rest) == 0 || rest[0] == ';'
 }

@@ -392,25 +392,8 @@ func chunkSize(line []byte) (int64, bool) {
 	if len(line) < 3 || line[len(line)-2] != '\r' {
 		return 0, false
 	}
-	line = line[:len(line)-2]
-	var n int64
-	i := 0
-	for ; i < len(line) && isHex(line[i]); i++ {
-		if i >= maxChunkDigits {
-			return 0, false
-		}
-		n = n<<4 | int64(unhex(line[i]))
-	}
-	if i == 0 {
-		return 0, false
-	}
-	for _, c := range line[i:] {
-		if c < ' ' && c != '\t' || c == 0x7f {
-			return 0, false
-		}
-	}
-	rest := trimOWS(line[i:])
-	return n, len(rest) == 0 || rest[0] == ';'
+	n, digits, ok := chunkSizeLine(line[:len(line)-2])
+	return n, ok && digits <= maxChunkDigits
 }
 
 // goodTrailer reports whether line (with its CRLF) is a trailer field
