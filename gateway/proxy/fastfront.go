@@ -603,7 +603,7 @@ func readAnswerHead(br *bufio.Reader, h *fasthttp.ResponseHeader, w *protocolWat
 			return err
 		}
 		head, _ := br.Peek(size)
-		if bareLF(head) {
+		if _, bare := headEnd(head, 0); bare {
 			err = h.Read(bufio.NewReader(bytes.NewReader(crlfLines(head))))
 			_, _ = br.Discard(size)
 		} else {
@@ -619,21 +619,6 @@ func readAnswerHead(br *bufio.Reader, h *fasthttp.ResponseHeader, w *protocolWat
 			return errors.New("more than 8 interim answers")
 		}
 	}
-}
-
-// bareLF reports whether b holds a LF without a CR before it.
-func bareLF(b []byte) bool {
-	for i := bytes.IndexByte(b, '\n'); i >= 0; {
-		if i == 0 || b[i-1] != '\r' {
-			return true
-		}
-		j := bytes.IndexByte(b[i+1:], '\n')
-		if j < 0 {
-			return false
-		}
-		i += j + 1
-	}
-	return false
 }
 
 // crlfLines returns a copy of head with every line ended by CRLF.

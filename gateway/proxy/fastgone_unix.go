@@ -29,15 +29,8 @@ func fastPeerGone(c net.Conn) bool {
 	}
 	gone := false
 	peek := func(fd uintptr) bool {
-		var b [1]byte
-		for {
-			n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			if err == syscall.EINTR {
-				continue
-			}
-			gone = err == nil && n == 0 || err != nil && err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
-			return true // never wait
-		}
+		gone = peekFD(int(fd)) == idleClosed
+		return true // never wait
 	}
 	if rc.Read(peek) != nil {
 		// The server's request-head deadline has passed: the request is

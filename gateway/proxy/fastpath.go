@@ -59,9 +59,9 @@ var fastPathRules = []fastPathRule{
 	{field: "services[].split.canary_analysis.rollback.metric"},
 	{field: "services[].split.canary_analysis.rollback.threshold"},
 	// Mirroring copies the request in the full path only.
-	{field: "services[].mirror.upstream", off: func(s *config.Service, _ []*config.Upstream) bool { return s.Mirror != nil }},
-	{field: "services[].mirror.percent", off: func(s *config.Service, _ []*config.Upstream) bool { return s.Mirror != nil }},
-	{field: "services[].mirror.max_body_bytes", off: func(s *config.Service, _ []*config.Upstream) bool { return s.Mirror != nil }},
+	{field: "services[].mirror.upstream", off: mirrored},
+	{field: "services[].mirror.percent", off: mirrored},
+	{field: "services[].mirror.max_body_bytes", off: mirrored},
 	// The upstreams: the balancer (route), health (the endpoint states
 	// route reads), the pool's timeouts and dial checks (every path's
 	// pools honour them).
@@ -93,6 +93,9 @@ var fastPathRules = []fastPathRule{
 	{field: "upstreams[].idle_timeout_ms"},
 	{field: "upstreams[].allow_link_local"},
 }
+
+// mirrored reports whether svc mirrors its requests.
+func mirrored(svc *config.Service, _ []*config.Upstream) bool { return svc.Mirror != nil }
 
 // fastPathOK reports whether the requests of s may take a front's fast
 // path: no rule keeps it off, and the Proxy keeps no access log (whose

@@ -119,6 +119,34 @@ func answerHeadEnd(b []byte) int {
 	}
 }
 
+// headEnd returns the length of the head at the start of b, through its
+// empty line, or -1 when it is not all in; bare reports a LF without a CR
+// before it in what is there of the head.
+//
+// from is how much of b an earlier call looked at and found neither in: a
+// head that arrives a byte at a time is not scanned again from its start
+// at every read.
+func headEnd(b []byte, from int) (end int, bare bool) {
+	from = max(from-3, 0)
+	end = -1
+	head := b
+	if i := bytes.Index(b[from:], []byte("\r\n\r\n")); i >= 0 {
+		end = from + i + 4
+		head = b[:from+i+2]
+	}
+	for j := from; j < len(head); j++ {
+		k := bytes.IndexByte(head[j:], '\n')
+		if k < 0 {
+			break
+		}
+		j += k
+		if j == 0 || head[j-1] != '\r' {
+			return -1, true
+		}
+	}
+	return end, false
+}
+
 // bufferAnswerHead reads from br until it holds a whole answer head, and
 // returns its length: errAnswerHeadTooLarge (counted in w) when the head
 // does not fit br's buffer (maxAnswerHead), or the read's error. Reads
