@@ -139,10 +139,8 @@ func chunkSizeLine(line []byte) (size int64, digits int, ok bool) {
 	if digits == 0 {
 		return 0, 0, false
 	}
-	for _, c := range line[digits:] {
-		if c < ' ' && c != '\t' || c == 0x7f {
-			return 0, 0, false
-		}
+	if hasCTL(line[digits:]) {
+		return 0, 0, false
 	}
 	rest := trimOWS(line[digits:])
 	return size, digits, len(rest) == 0 || rest[0] == ';'
