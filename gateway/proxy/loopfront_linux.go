@@ -1454,7 +1454,8 @@ func (l *eloop) continueAnswer(c *lconn, u *uconn) {
 		if err != nil {
 			return exchange{conn: &upConn{}, reused: reused}, err
 		}
-		uc := &upConn{nc: un, br: bufio.NewReaderSize(io.MultiReader(bytes.NewReader(in), un), connBufferSize), bw: bufio.NewWriterSize(un, connBufferSize)}
+		// The pools may keep it after this answer: it is one of theirs.
+		uc := newUpConn(un, io.MultiReader(bytes.NewReader(in), un))
 		_ = un.SetReadDeadline(deadline)
 		if err := x.readAnswer(ctx, uc, nil); err != nil {
 			un.Close()

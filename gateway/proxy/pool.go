@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -143,10 +144,18 @@ func (p *connPool) dial(ctx context.Context) (*upConn, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	c := &upConn{nc: nc, br: bufio.NewReaderSize(nc, connBufferSize)}
+	return newUpConn(nc, nc), nil
+}
+
+// newUpConn makes nc, a connection to an endpoint, one the pools can
+// carry requests on: its answers read from r (nc, or what was read of it
+// already followed by nc), its writes counted, its socket looked at when
+// it is taken idle.
+func newUpConn(nc net.Conn, r io.Reader) *upConn {
+	c := &upConn{nc: nc, br: bufio.NewReaderSize(r, connBufferSize)}
 	c.bw = bufio.NewWriterSize(c, connBufferSize)
 	c.peeker.init(nc)
-	return c, nil
+	return c
 }
 
 // put returns a connection whose last exchange completed: its answer was
