@@ -82,7 +82,7 @@ func BenchmarkRoute(b *testing.B) {
 		{"new session", nil},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			v := view{host: "example.test", path: "/x", cookies: bc.cookies, requestID: "req-1", clientIP: "127.0.0.1"}
+			v := &outbound{host: "example.test", path: "/x", cookies: bc.cookies, requestID: "req-1", clientIP: "127.0.0.1"}
 			b.ReportAllocs()
 			for b.Loop() {
 				if rt := p.route(t, v); rt.ep == nil {

@@ -242,7 +242,7 @@ func TestExposureNoAllocation(t *testing.T) {
 			t.Fatal(err)
 		}
 		tb := p.table.Load()
-		v := view{method: "GET", host: "x", path: "/", requestID: "0123456789abcdef0123456789abcdef", clientIP: "127.0.0.1"}
+		v := &outbound{method: "GET", host: "x", path: "/", requestID: "0123456789abcdef0123456789abcdef", clientIP: "127.0.0.1"}
 		return testing.AllocsPerRun(1000, func() {
 			if q != nil {
 				select {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -218,31 +217,21 @@ func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, s
 		_ = ctx.Conn().SetReadDeadline(time.Time{})
 	}
 	ip := peerIP(x.ipBuf[:0], ctx.RemoteAddr())
-	var cookies []string
-	if c := h.Peek(fasthttp.HeaderCookie); len(c) > 0 {
-		x.cookieLines[0] = b2s(c)
-		cookies = x.cookieLines[:]
-	}
-	path, ok := fastRoutePath(fastTarget(h))
+	target := fastTarget(h)
+	path, ok := fastRoutePath(target)
 	if !ok && !h.IsConnect() { // CONNECT's authority-form: route refuses the method
 		// As net/http refuses a target that url.ParseRequestURI does not
 		// take, before any handler.
 		return refuse(http.StatusBadRequest, "Bad request target", "the request target is not a path, or has a bad percent-escape", true)
 	}
-	rt := p.route(t, view{
-		method:    b2s(h.Method()),
-		host:      b2s(ctx.Host()),
-		path:      path,
-		cookies:   cookies,
-		requestID: rid,
-		clientIP:  b2s(ip),
-		tls:       ctx.IsTLS(),
-		headers:   (*fastFields)(h),
-		svc:       svc,
-	})
+	q := &x.req
+	fastOutbound(q, ctx, target, rid, ip)
+	q.path, q.svc = path, svc
+	rt := p.route(t, q)
 	if rt.status != 0 {
 		return refuse(rt.status, rt.title, rt.detail, false)
 	}
+	q.service = rt.tg.hdrService[0]
 	x.ip = ip
 	return rt, true
 }
@@ -250,10 +239,9 @@ func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, s
 // fastServe forwards a routed request, mirroring it first when its target
 // mirrors; x becomes the request's exchange.
 func (p *Proxy) fastServe(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, start time.Time) {
-	h := &ctx.Request.Header
 	var upgrade []byte
-	if fastIsUpgrade(h) {
-		upgrade = h.Peek(fasthttp.HeaderUpgrade)
+	if x.req.upgrade != "" {
+		upgrade = ctx.Request.Header.Peek(fasthttp.HeaderUpgrade)
 	}
 	// x comes zeroed from the pool, but for the view's buffers.
 	x.p, x.tg, x.a, x.start, x.ctx = p, rt.tg, newAttempt(rt.ep), start, ctx
@@ -335,14 +323,15 @@ type fastExchange struct {
 	// a read of more moves the client's write deadline (fastBody.Read).
 	relayed bool
 
+	// req is the core's view of the request (fastOutbound), its slices
+	// kept when the exchange is recycled.
+	req outbound
 	// ridBuf holds the request id.
 	ridBuf [128]byte
-	// ipBuf holds the client's address, ip; cookieLines the Cookie field
-	// for route. They live here so that the view of the request does not
-	// allocate.
-	ipBuf       [64]byte
-	ip          []byte
-	cookieLines [1]string
+	// ipBuf holds the client's address, ip, here so that the view of the
+	// request does not allocate.
+	ipBuf [64]byte
+	ip    []byte
 	// line is the access log's view of the request; set only with an
 	// access log.
 	line accessLine
@@ -393,13 +382,9 @@ func (p *Proxy) fastServeEndpoint(ctx *fasthttp.RequestCtx, x *fastExchange, rt 
 // fastForward forwards the request on the forwarding path and answers it,
 // reporting whether the answer's body took the exchange over.
 func (p *Proxy) fastForward(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, ip []byte) bool {
-	h := &ctx.Request.Header
-	cl := h.ContentLength()
+	cl := ctx.Request.Header.ContentLength()
 	u := rt.tg.up
-	xc, err := p.exchangeRetrying(x, u, &x.a, outbound{
-		method: b2s(h.Method()), body: cl > 0 || cl == -1,
-		requestID: rid, service: rt.tg.hdrService[0],
-	}, func(c *upConn, ep *endpoint) (bool, error) {
+	xc, err := p.exchangeRetrying(x, u, &x.a, &x.req, func(c *upConn, ep *endpoint) (bool, error) {
 		return p.fastSend(ctx, c, ep, x, rt.tg, rid, ip, cl, nil)
 	})
 	if err != nil {
@@ -507,7 +492,9 @@ func (x *fastExchange) end(werr error) {
 // recycle zeroes x and gives it back to the pool; nothing of it (the
 // request id in ridBuf included) may be used after.
 func (x *fastExchange) recycle() {
-	*x = fastExchange{}
+	req := x.req
+	req.reset()
+	*x = fastExchange{req: req}
 	fastExchanges.Put(x)
 }
 
@@ -518,7 +505,7 @@ func (x *fastExchange) recycle() {
 // answer taken.
 func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *fastExchange, tg *target, rid string, ip []byte, cl int, upgrade []byte) (sent bool, err error) {
 	x.releaseUp() // a failed earlier attempt's
-	writeFastHead(c.bw, ctx, ep, tg, rid, ip, cl, upgrade)
+	writeHead(c.bw, &x.req, ep.hostHeader, tg, nil)
 	var body io.Reader
 	if cl > 0 || cl == -1 {
 		body = x.requestBody(ctx)
@@ -723,81 +710,6 @@ func fastHeadBuffered(br *bufio.Reader) bool {
 	return answerHeadEnd(b) >= 0
 }
 
-// writeFastHead writes the request line and header for the endpoint: the
-// client's fields without the hop-by-hop ones (with those named in
-// Connection), its X-Dwara-*, X-Request-Id and X-Forwarded-* fields, then
-// the gateway's set, for an upgrade request (upgrade not nil: the client's
-// Upgrade value) Connection: Upgrade and the Upgrade field, and the body
-// framing. Errors surface at Flush.
-func writeFastHead(bw *bufio.Writer, ctx *fasthttp.RequestCtx, ep *endpoint, tg *target, rid string, ip []byte, cl int, upgrade []byte) {
-	h := &ctx.Request.Header
-	bw.Write(h.Method())
-	bw.WriteByte(' ')
-	bw.Write(fastTarget(h))
-	bw.WriteString(" HTTP/1.1\r\nHost: ")
-	bw.WriteString(ep.hostHeader)
-	bw.WriteString("\r\n")
-	var connBuf [8][]byte
-	conn := connectionFields(&connBuf, h.PeekAll(fasthttp.HeaderConnection))
-	xffHop := namedInBytes(conn, "X-Forwarded-For")
-	for k, v := range h.All() {
-		if skipFastRequestHeader(k) || namedInBytes(conn, b2s(k)) {
-			continue
-		}
-		writeFieldBytes(bw, k, v)
-	}
-	bw.WriteString("X-Request-Id: ")
-	bw.WriteString(rid)
-	bw.WriteString("\r\nX-Dwara-Service: ")
-	bw.WriteString(tg.hdrService[0])
-	bw.WriteString("\r\nX-Dwara-Upstream: ")
-	bw.WriteString(tg.hdrUpstream[0])
-	bw.WriteString("\r\nX-Dwara-Generation: ")
-	bw.WriteString(tg.hdrGeneration[0])
-	bw.WriteString("\r\nX-Forwarded-For: ")
-	if !xffHop {
-		for _, v := range h.PeekAll("X-Forwarded-For") {
-			bw.Write(cleanBytes(v))
-			bw.WriteString(", ")
-		}
-	}
-	bw.Write(ip)
-	bw.WriteString("\r\nX-Forwarded-Host: ")
-	bw.Write(cleanBytes(ctx.Host()))
-	if ctx.IsTLS() {
-		bw.WriteString("\r\nX-Forwarded-Proto: https\r\n")
-	} else {
-		bw.WriteString("\r\nX-Forwarded-Proto: http\r\n")
-	}
-	if upgrade != nil {
-		bw.WriteString("Connection: Upgrade\r\nUpgrade: ")
-		bw.Write(cleanBytes(upgrade))
-		bw.WriteString("\r\n")
-	}
-	switch {
-	case cl > 0:
-		var num [20]byte
-		bw.WriteString("Content-Length: ")
-		bw.Write(strconv.AppendInt(num[:0], int64(cl), 10))
-		bw.WriteString("\r\n")
-	case cl == -1:
-		bw.WriteString("Transfer-Encoding: chunked\r\n")
-		if keys := h.PeekTrailerKeys(); len(keys) > 0 {
-			bw.WriteString("Trailer: ")
-			for i, k := range keys {
-				if i > 0 {
-					bw.WriteString(", ")
-				}
-				bw.Write(k)
-			}
-			bw.WriteString("\r\n")
-		}
-	case h.IsPost() || h.IsPut() || h.IsPatch():
-		bw.WriteString("Content-Length: 0\r\n")
-	}
-	bw.WriteString("\r\n")
-}
-
 // respond copies the endpoint's answer to the client: its header without
 // the hop-by-hop fields, the request id unless the endpoint set one, and
 // its body as a stream that finishes the exchange when fasthttp closes it.
@@ -983,18 +895,6 @@ func fastHangUp(ctx *fasthttp.RequestCtx) {
 	ctx.Hijack(func(net.Conn) {})
 }
 
-// fastFields reads request header fields for route (a service's
-// override header); converting the header's pointer to it allocates
-// nothing.
-type fastFields fasthttp.RequestHeader
-
-// Get returns the first value of field name, "" when absent. The string
-// aliases the header's buffer: route uses it only while the request is
-// served.
-func (f *fastFields) Get(name string) string {
-	return b2s((*fasthttp.RequestHeader)(f).Peek(name))
-}
-
 // fastProblem writes an RFC 9457 problem+json answer, as writeProblem.
 func fastProblem(ctx *fasthttp.RequestCtx, status int, title, detail string) {
 	ctx.Response.Header.SetContentType("application/problem+json")
@@ -1026,6 +926,42 @@ func fastTarget(h *fasthttp.RequestHeader) []byte {
 		return append([]byte{'/'}, rest[j:]...)
 	}
 	return rest[j:]
+}
+
+// fastOutbound fills q, the core's view of the request of ctx
+// (outbound.go), with its target as forwarded (fastTarget), request id
+// rid and peer ip: the fasthttp front's translation of its request, which
+// the loop front shares; the caller sets the routing path. The view's
+// strings are ctx's own bytes; reusing q's slices, it does not allocate
+// once warmed up.
+func fastOutbound(q *outbound, ctx *fasthttp.RequestCtx, target []byte, rid string, ip []byte) {
+	h := &ctx.Request.Header
+	q.reset()
+	q.method = b2s(h.Method())
+	q.target = b2s(target)
+	q.host = b2s(ctx.Host())
+	if c := h.Peek(fasthttp.HeaderCookie); len(c) > 0 {
+		q.cookieBuf[0] = b2s(c)
+		q.cookies = q.cookieBuf[:]
+	}
+	for k, v := range h.All() {
+		q.addField(b2s(k), b2s(v))
+	}
+	switch cl := h.ContentLength(); {
+	case cl > 0:
+		q.length = int64(cl)
+	case cl == -1:
+		q.length = -1
+		for _, k := range h.PeekTrailerKeys() {
+			q.trailers = append(q.trailers, b2s(k))
+		}
+	}
+	q.clientIP = b2s(ip)
+	q.tls = ctx.IsTLS()
+	if fastIsUpgrade(h) {
+		q.upgrade = b2s(h.Peek(fasthttp.HeaderUpgrade))
+	}
+	q.requestID = rid
 }
 
 // fastRoutePath returns the path a request with the target fastTarget
@@ -1095,7 +1031,7 @@ func fastErrorHandler(ctx *fasthttp.RequestCtx, err error) {
 	case errors.As(err, &op) && op.Timeout():
 		fastProblem(ctx, http.StatusRequestTimeout, "Request timeout", "the request head did not arrive in time")
 	case strings.Contains(err.Error(), `"PRI * HTTP/2.0`):
-		rt, _ := refuse(view{method: "PRI"})
+		rt, _ := refuse(&outbound{method: "PRI"})
 		fastProblem(ctx, rt.status, rt.title, rt.detail)
 	default:
 		fastProblem(ctx, http.StatusBadRequest, "Bad request", "the request could not be parsed")
@@ -1136,17 +1072,6 @@ func peerIP(dst []byte, a net.Addr) []byte {
 	return append(dst, s...)
 }
 
-// skipFastRequestHeader reports whether the client's field k is not
-// forwarded as it is: skipRequestHeader's set, the gateway's own fields,
-// and the client's X-Request-Id (the gateway writes the one it kept).
-func skipFastRequestHeader(k []byte) bool {
-	if len(k) > 8 && equalFoldASCII(k[:8], "X-Dwara-") {
-		return true
-	}
-	s := b2s(k)
-	return s == "X-Request-Id" || skipRequestHeader(s)
-}
-
 // skipFastResponseHeader reports whether the endpoint's field k is not
 // copied to the client: the hop-by-hop fields and the framing, which the
 // front writes itself.
@@ -1171,21 +1096,6 @@ func namedInBytes(conn [][]byte, k string) bool {
 		}
 	}
 	return false
-}
-
-func writeFieldBytes(bw *bufio.Writer, k, v []byte) {
-	bw.Write(k)
-	bw.WriteString(": ")
-	bw.Write(cleanBytes(v))
-	bw.WriteString("\r\n")
-}
-
-// cleanBytes is cleanValue for bytes.
-func cleanBytes(v []byte) []byte {
-	if bytes.ContainsAny(v, "\r\n") {
-		return []byte(cleanValue(string(v)))
-	}
-	return v
 }
 
 func equalFoldASCII(b []byte, s string) bool {

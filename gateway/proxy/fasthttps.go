@@ -160,7 +160,7 @@ func fastStdRequest(ctx *fasthttp.RequestCtx, rt route, rid string, ip, upgrade 
 	var connBuf [8][]byte
 	conn := connectionFields(&connBuf, h.PeekAll(fasthttp.HeaderConnection))
 	for k, v := range h.All() {
-		if skipFastRequestHeader(k) || namedInBytes(conn, b2s(k)) {
+		if skipRequestHeader(b2s(k)) || gatewayField(b2s(k)) || namedInBytes(conn, b2s(k)) {
 			continue
 		}
 		key := http.CanonicalHeaderKey(string(k))

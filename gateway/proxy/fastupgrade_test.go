@@ -264,7 +264,7 @@ func TestFastTunnelAbandoned(t *testing.T) {
 	t.Parallel()
 	g := startFastGateway(t, Options{})
 	g.apply(t, 1, "upstreams: [{name: u, endpoints: [\"10.0.0.1:80\"]}]\nservices: [{name: web, upstream: u}]\n")
-	rt := g.route(g.table.Load(), view{host: "x", path: "/", requestID: "r"})
+	rt := g.route(g.table.Load(), &outbound{host: "x", path: "/", requestID: "r"})
 	if rt.status != 0 {
 		t.Fatalf("route: %d %s", rt.status, rt.detail)
 	}

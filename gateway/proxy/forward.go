@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -58,8 +57,9 @@ type exchange struct {
 // failure and every answer header is reported to the passive checks
 // (passive.go). It returns the status code the client got, or 499 when the
 // client went away before it had the whole answer.
-func (p *Proxy) forward(w *statusWriter, r *http.Request, u *upstream, a *attempt) int {
+func (p *Proxy) forward(w *statusWriter, r *http.Request, tg *target, a *attempt) int {
 	ctx := r.Context()
+	u := tg.up
 	dl, _ := w.ResponseWriter.(deadliner)
 	if p.stall > 0 && dl != nil && hasBody(r) {
 		// A request body that stalls ends the request; the deadline is
@@ -71,11 +71,9 @@ func (p *Proxy) forward(w *statusWriter, r *http.Request, u *upstream, a *attemp
 		defer func() { r.Body = body }()
 	}
 	var resp *http.Response
-	x, err := p.exchangeRetrying(ctx, u, a, outbound{
-		method: r.Method, body: hasBody(r),
-		requestID: r.Header.Get("X-Request-Id"), service: r.Header.Get("X-Dwara-Service"),
-	}, func(c *upConn, ep *endpoint) (sent bool, err error) {
-		resp, sent, err = p.send(c, r, ep)
+	q := &w.out
+	x, err := p.exchangeRetrying(ctx, u, a, q, func(c *upConn, ep *endpoint) (sent bool, err error) {
+		resp, sent, err = p.send(c, r, q, ep, tg)
 		return sent, err
 	})
 	if w.body.dl != nil {
@@ -111,19 +109,6 @@ func (p *Proxy) forward(w *statusWriter, r *http.Request, u *upstream, a *attemp
 	return x.resp.StatusCode
 }
 
-// outbound is what the shared steps of the forwarding path need to know of
-// a request, whichever front parsed it: its method and whether it has a
-// body (the retry rules), and its request id and service (the log).
-type outbound struct {
-	method             string
-	body               bool
-	requestID, service string
-}
-
-// replayable reports whether r may be sent again after it may have
-// reached the endpoint: a safe method without a body (retry.go).
-func (r outbound) replayable() bool { return safeMethod(r.method) && !r.body }
-
 // sendFunc writes a request on c, a connection to ep, and reads the answer
 // header (each front parses answers its own way); sent reports whether any
 // of the request body was read from the client. A failure to read the
@@ -140,7 +125,7 @@ type sendFunc func(c *upConn, ep *endpoint) (sent bool, err error)
 // the last one tried. Every transport failure is reported to the passive
 // checks (passive.go); the caller reports the answer (answered) and owns
 // x.conn on success. A failure while ctx is done is returned at once.
-func (p *Proxy) exchangeRetrying(ctx context.Context, u *upstream, a *attempt, req outbound, send sendFunc) (exchange, error) {
+func (p *Proxy) exchangeRetrying(ctx context.Context, u *upstream, a *attempt, req *outbound, send sendFunc) (exchange, error) {
 	x, err := p.roundTrip(ctx, a.ep, send, false, req.replayable())
 	return p.retryFrom(ctx, u, a, req, send, x, err)
 }
@@ -148,7 +133,7 @@ func (p *Proxy) exchangeRetrying(ctx context.Context, u *upstream, a *attempt, r
 // retryFrom is exchangeRetrying after its first exchange x on a.ep ended
 // with err (nil: it succeeded): the loop front starts exchanges of its own
 // and continues here when one fails.
-func (p *Proxy) retryFrom(ctx context.Context, u *upstream, a *attempt, req outbound, send sendFunc, x exchange, err error) (exchange, error) {
+func (p *Proxy) retryFrom(ctx context.Context, u *upstream, a *attempt, req *outbound, send sendFunc, x exchange, err error) (exchange, error) {
 	for err != nil {
 		if ctx.Err() != nil {
 			return x, err
@@ -252,10 +237,11 @@ func (x exchange) mayHaveArrived() bool {
 	return x.conn != nil && (x.written || x.sent)
 }
 
-// send writes r on c and reads the response header under the response
-// header timeout. sent reports whether the request body was touched.
-func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint) (resp *http.Response, sent bool, err error) {
-	writeRequestHead(c.bw, r, ep.hostHeader)
+// send writes r, whose view is q, on c and reads the response header
+// under the response header timeout. sent reports whether the request
+// body was touched.
+func (p *Proxy) send(c *upConn, r *http.Request, q *outbound, ep *endpoint, tg *target) (resp *http.Response, sent bool, err error) {
+	writeHead(c.bw, q, ep.hostHeader, tg, nil)
 	var body io.Reader
 	length := int64(0)
 	if hasBody(r) {
@@ -306,114 +292,41 @@ func hasBody(r *http.Request) bool {
 	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 }
 
-// writeRequestHead writes the request line and header of r for an endpoint
-// whose Host header is host: the client's header without the hop-by-hop
-// fields (RFC 9110 section 7.6.1, with those named in Connection), then the
-// X-Forwarded-* set and the body framing. Errors surface at Flush.
-func writeRequestHead(bw *bufio.Writer, r *http.Request, host string) {
-	bw.WriteString(r.Method)
-	bw.WriteByte(' ')
-	if u := r.RequestURI; u != "" && (u[0] == '/' || u == "*") {
-		bw.WriteString(u)
-	} else {
-		bw.WriteString(r.URL.RequestURI())
+// httpOutbound fills q, the core's view of r (outbound.go): the net/http
+// front's translation of its request, which it routes (route) and
+// forwards (writeHead) by. The client's X-Request-Id is replaced by a
+// fresh one unless it is well-formed (requestID). The view's strings are
+// r's own; reusing q's slices, it does not allocate once warmed up.
+func httpOutbound(q *outbound, r *http.Request) {
+	q.reset()
+	q.requestID = requestID(r)
+	q.method = r.Method
+	q.target = r.RequestURI
+	if q.target == "" || q.target[0] != '/' && q.target != "*" {
+		q.target = r.URL.RequestURI() // absolute form: its path and query
 	}
-	bw.WriteString(" HTTP/1.1\r\nHost: ")
-	bw.WriteString(host)
-	bw.WriteString("\r\n")
-	conn := r.Header["Connection"]
+	q.host = r.Host
+	q.path = r.URL.Path
+	q.cookies = r.Header["Cookie"]
 	for k, vv := range r.Header {
-		// The gateway's own fields (X-Dwara-*, X-Request-Id) were set after
-		// the client's were removed; a client naming them in Connection
-		// does not take them away.
-		if skipRequestHeader(k) || namedIn(conn, k) && !gatewayField(k) {
-			continue
-		}
 		for _, v := range vv {
-			writeField(bw, k, v)
+			q.addField(k, v)
 		}
 	}
-	// X-Forwarded-For: the client's list (unless the client made it
-	// hop-by-hop), then the peer.
-	bw.WriteString("X-Forwarded-For: ")
-	if !namedIn(conn, "X-Forwarded-For") {
-		for _, v := range r.Header["X-Forwarded-For"] {
-			bw.WriteString(cleanValue(v))
-			bw.WriteString(", ")
-		}
-	}
-	bw.WriteString(clientIP(r))
-	bw.WriteString("\r\nX-Forwarded-Host: ")
-	bw.WriteString(cleanValue(r.Host))
-	if r.TLS != nil {
-		bw.WriteString("\r\nX-Forwarded-Proto: https\r\n")
-	} else {
-		bw.WriteString("\r\nX-Forwarded-Proto: http\r\n")
-	}
-	switch {
-	case r.ContentLength > 0 && hasBody(r):
-		bw.WriteString("Content-Length: ")
-		var num [20]byte
-		bw.Write(strconv.AppendInt(num[:0], r.ContentLength, 10))
-		bw.WriteString("\r\n")
-	case hasBody(r): // length unknown: chunked, with any trailers
-		bw.WriteString("Transfer-Encoding: chunked\r\n")
-		if len(r.Trailer) > 0 {
-			bw.WriteString("Trailer: ")
-			first := true
+	if hasBody(r) {
+		q.length = r.ContentLength
+		if q.length < 0 {
+			q.length = -1
 			for k := range r.Trailer {
-				if !first {
-					bw.WriteString(", ")
-				}
-				first = false
-				bw.WriteString(k)
+				q.trailers = append(q.trailers, k)
 			}
-			bw.WriteString("\r\n")
 		}
-	case r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch:
-		bw.WriteString("Content-Length: 0\r\n")
 	}
-	bw.WriteString("\r\n")
-}
-
-// writeField writes one header field line.
-func writeField(bw *bufio.Writer, k, v string) {
-	bw.WriteString(k)
-	bw.WriteString(": ")
-	bw.WriteString(cleanValue(v))
-	bw.WriteString("\r\n")
-}
-
-// cleanValue guards against a value that would split the header: the
-// server refuses CR and LF in fields already, so this only matters for
-// values built elsewhere; it allocates only then.
-func cleanValue(v string) string {
-	if strings.ContainsAny(v, "\r\n") {
-		return strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+	q.clientIP = clientIP(r)
+	q.tls = r.TLS != nil
+	if isUpgrade(r) {
+		q.upgrade = r.Header.Get("Upgrade")
 	}
-	return v
-}
-
-// gatewayField reports whether k is a field the gateway sets on every
-// proxied request.
-func gatewayField(k string) bool {
-	return k == "X-Request-Id" || len(k) > 8 && k[:8] == "X-Dwara-"
-}
-
-// skipRequestHeader reports whether the client's field k is not forwarded
-// as it is: the hop-by-hop fields (HTTP2-Settings among them, which an h2c
-// upgrade sends: none is forwarded), the framing the proxy writes itself, the
-// X-Forwarded-* fields it rewrites, and Expect (the proxy answers
-// 100-continue itself by reading the body).
-func skipRequestHeader(k string) bool {
-	switch k {
-	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-		"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Http2-Settings",
-		"Content-Length", "Host", "Expect",
-		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
-		return true
-	}
-	return false
 }
 
 // skipResponseHeader reports whether the endpoint's field k is not copied
@@ -423,21 +336,6 @@ func skipResponseHeader(k string) bool {
 	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
 		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
 		return true
-	}
-	return false
-}
-
-// namedIn reports whether the Connection field values conn name the field
-// k (case-insensitively), which makes k hop-by-hop. It does not allocate.
-func namedIn(conn []string, k string) bool {
-	for _, v := range conn {
-		for v != "" {
-			var tok string
-			tok, v, _ = strings.Cut(v, ",")
-			if strings.EqualFold(strings.TrimSpace(tok), k) {
-				return true
-			}
-		}
 	}
 	return false
 }

@@ -342,7 +342,7 @@ func FuzzRouteOddPaths(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, target, host string) {
 		// The seam: the input is the request's (decoded) path.
-		rt := p.route(p.table.Load(), view{method: http.MethodGet, host: host, path: target, requestID: "fuzz-seam", clientIP: "127.0.0.1"})
+		rt := p.route(p.table.Load(), &outbound{method: http.MethodGet, host: host, path: target, requestID: "fuzz-seam", clientIP: "127.0.0.1"})
 		switch {
 		case dotSegmentPath(target) && rt.status != http.StatusBadRequest:
 			t.Errorf("route(path %q, host %q): status %d, want 400 for a dot segment", target, host, rt.status)

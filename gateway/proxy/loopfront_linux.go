@@ -905,7 +905,7 @@ func (l *eloop) send(c *lconn, ep *endpoint) {
 		}
 	}
 	u.c, c.u = c, u
-	u.out = l.render(u.out, func(bw *bufio.Writer) { writeFastHead(bw, c.ctx, ep, c.x.tg, c.rid, c.x.ip, 0, nil) })
+	u.out = l.render(u.out, func(bw *bufio.Writer) { writeHead(bw, &c.x.req, ep.hostHeader, c.x.tg, nil) })
 	u.outOff = 0
 	c.state, c.deadline = cWait, time.Time{}
 	if u.state == uConnecting {
@@ -1523,15 +1523,12 @@ func (s *LoopServer) exchangeOn(nc net.Conn, rest []byte, ctx *fasthttp.RequestC
 		}
 		nc.Close()
 	}()
-	h := &ctx.Request.Header
 	u := x.tg.up
 	send := func(c *upConn, ep *endpoint) (bool, error) {
 		return p.fastSend(ctx, c, ep, x, x.tg, rid, x.ip, 0, nil)
 	}
 	xc, err := first(send)
-	xc, err = p.retryFrom(x, u, &x.a, outbound{
-		method: b2s(h.Method()), requestID: rid, service: x.tg.hdrService[0],
-	}, send, xc, err)
+	xc, err = p.retryFrom(x, u, &x.a, &x.req, send, xc, err)
 	streamed := false
 	if err != nil {
 		x.releaseUp()

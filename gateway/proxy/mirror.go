@@ -114,9 +114,6 @@ type mirrorRunner struct {
 	children map[string]*mirrorMetrics
 }
 
-// mirrorHeader is the X-Dwara-Mirror field of a copy.
-var mirrorHeader = []string{"1"}[:1:1]
-
 // compileMirror compiles the mirror of service s of table t (under
 // applyMu) and starts the workers if they are not running.
 func (p *Proxy) compileMirror(s config.Service, t *table) (*mirror, error) {
@@ -386,7 +383,7 @@ func (j *mirrorJob) bodyLen() int {
 // chosen, it queues a copy and returns the body buffer the real request
 // now reads (to release when the real request is done), else nil. r's
 // header holds the gateway's X-Dwara-* set already.
-func (p *Proxy) mirrorHTTP(w http.ResponseWriter, r *http.Request, rt route) *mirrorBuf {
+func (p *Proxy) mirrorHTTP(w *statusWriter, r *http.Request, rt route) *mirrorBuf {
 	m := rt.tg.mirror
 	rid := ""
 	if v := r.Header["X-Request-Id"]; len(v) > 0 {
@@ -415,7 +412,7 @@ func (p *Proxy) mirrorHTTP(w http.ResponseWriter, r *http.Request, rt route) *mi
 	if n > 0 {
 		mb = getMirrorBuf(int(n))
 		body := io.Reader(r.Body)
-		if dl, ok := w.(deadliner); ok && p.stall > 0 {
+		if dl, ok := w.ResponseWriter.(deadliner); ok && p.stall > 0 {
 			// As forward reads a body: one that stalls ends the request.
 			body = &stallBody{r: r.Body, dl: dl, stall: p.stall}
 			defer func() { _ = dl.SetReadDeadline(time.Time{}) }()
@@ -444,12 +441,7 @@ func (p *Proxy) mirrorHTTP(w http.ResponseWriter, r *http.Request, rt route) *mi
 	}
 	j := newMirrorJob(m, ep, r.Method)
 	j.body = mb
-	hu := r.Header["X-Dwara-Upstream"]
-	r.Header["X-Dwara-Upstream"] = m.hdrUpstream
-	r.Header["X-Dwara-Mirror"] = mirrorHeader
-	writeRequestHead(j.bw, r, ep.hostHeader)
-	r.Header["X-Dwara-Upstream"] = hu
-	delete(r.Header, "X-Dwara-Mirror")
+	writeHead(j.bw, &w.out, ep.hostHeader, rt.tg, m)
 	_ = j.bw.Flush()
 	if mb != nil && mb.refs.Load() == 1 {
 		mb = nil // the copy owns it alone
@@ -511,13 +503,8 @@ func (p *Proxy) mirrorFast(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, 
 	}
 	j := newMirrorJob(m, ep, string(h.Method()))
 	j.body = mb
-	tg := *rt.tg
-	tg.hdrUpstream = m.hdrUpstream
-	writeFastHead(j.bw, ctx, ep, &tg, rid, ip, cl, nil)
+	writeHead(j.bw, &x.req, ep.hostHeader, rt.tg, m)
 	_ = j.bw.Flush()
-	// The head ends with its empty line: add the mirror's field before it.
-	j.head.Truncate(j.head.Len() - 2)
-	j.head.WriteString("X-Dwara-Mirror: 1\r\n\r\n")
 	if mb != nil && mb.refs.Load() == 1 {
 		mb = nil
 	}

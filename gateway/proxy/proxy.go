@@ -332,16 +332,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, "No generation loaded", "the gateway has not applied a configuration generation yet")
 		return
 	}
-	rt := p.route(t, view{
-		method:    r.Method,
-		host:      r.Host,
-		path:      r.URL.Path,
-		cookies:   r.Header["Cookie"],
-		requestID: requestID(r),
-		clientIP:  clientIP(r),
-		tls:       r.TLS != nil,
-		headers:   r.Header,
-	})
+	sw := getStatusWriter(w)
+	q := &sw.out
+	httpOutbound(q, r)
+	rt := p.route(t, q)
 	// Remove every X-Dwara-* header the client sent (an override header
 	// was read by route): only the gateway speaks them upstream. Deleting
 	// during range is allowed by the language.
@@ -359,8 +353,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p.access != nil {
 			p.logAccess(httpAccessLine(r), rt.status, nil, nil, start)
 		}
+		putStatusWriter(sw)
 		return
 	}
+	q.service = rt.tg.hdrService[0]
 	if rt.setCookie != "" {
 		w.Header().Add("Set-Cookie", rt.setCookie)
 	}
@@ -368,36 +364,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Header["X-Dwara-Upstream"] = rt.tg.hdrUpstream
 	r.Header["X-Dwara-Generation"] = rt.tg.hdrGeneration
 	if rt.tg.mirror != nil {
-		defer p.mirrorHTTP(w, r, rt).release()
+		defer p.mirrorHTTP(sw, r, rt).release()
 	}
-	p.serveEndpoint(w, r, rt.tg, rt.ep, start)
-}
-
-// view is what routing needs of a request, whichever HTTP server parsed
-// it: the routing, the pick and the bookkeeping depend on this and nothing
-// else of the request.
-type view struct {
-	// method is the request method; "" is not checked (a front that
-	// refuses the methods of refuseMethod itself).
-	method     string
-	host, path string
-	cookies    []string // the Cookie field lines
-	requestID  string   // well-formed: the client's, or a fresh one
-	clientIP   string   // the peer, never a header
-	tls        bool
-	// headers reads a request field by its canonical name, for a
-	// service's override header; nil reads none.
-	headers fieldReader
-	// svc is the service host and path match, when the front matched it
-	// already (the loop front, to know whether it serves the request);
-	// nil: route matches.
-	svc *service
-}
-
-// fieldReader reads one request header field by its canonical name
-// (http.Header does; so does the fasthttp front's adapter).
-type fieldReader interface {
-	Get(canonicalName string) string
+	p.serveEndpoint(sw, r, rt.tg, rt.ep, start)
 }
 
 // route is where a request goes: its target and endpoint, and the cookie
@@ -416,7 +385,7 @@ type route struct {
 // split and the endpoint by the upstream's balancer, failing over to the
 // next target with an endpoint up when every endpoint of the picked one is
 // marked down. It allocates only to mint a new session's cookie.
-func (p *Proxy) route(t *table, v view) route {
+func (p *Proxy) route(t *table, v *outbound) route {
 	if rt, refused := refuse(v); refused {
 		return rt
 	}
@@ -427,8 +396,8 @@ func (p *Proxy) route(t *table, v view) route {
 	if svc == nil {
 		return route{status: http.StatusNotFound, title: "No service matches", detail: "no service of the active generation matches this host and path"}
 	}
-	if svc.override != "" && v.headers != nil {
-		if name := v.headers.Get(svc.override); name != "" {
+	if svc.override != "" {
+		if name := v.get(svc.override); name != "" {
 			rt := p.forcedRoute(svc, v, name)
 			if p.exp != nil {
 				p.exposeForced(t, svc, rt.tg, v.requestID, v.cookies) // exposure.go
@@ -506,7 +475,7 @@ func (tg *target) endRequest(a *attempt, code int, start time.Time) {
 // header: that target serves it whatever its weight, with no failover to
 // another target and no sticky cookie minted; an existing valid cookie
 // still keys the endpoint balancer. A name that is not a target is 400.
-func (p *Proxy) forcedRoute(svc *service, v view, name string) route {
+func (p *Proxy) forcedRoute(svc *service, v *outbound, name string) route {
 	for _, tg := range svc.targets {
 		if tg.up.name != name {
 			continue
@@ -539,7 +508,7 @@ var allowedMethods = []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}
 // ".." segment (after percent-decoding, so /v1/%2e%2e/admin and
 // /v1%2f..%2fadmin too) with 400, since a base path must not be escaped
 // by a path the endpoint resolves elsewhere.
-func refuse(v view) (route, bool) {
+func refuse(v *outbound) (route, bool) {
 	switch v.method {
 	case http.MethodConnect, http.MethodTrace:
 		return route{status: http.StatusMethodNotAllowed, title: "Method not allowed",
@@ -581,8 +550,7 @@ func hasDotSegment(path string) bool {
 // the metrics balanced. An answer the client did not take to its end (it
 // went away) is counted as 499 and is not the endpoint's failure; an
 // answer the endpoint cut is counted as 502 and is.
-func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target, ep *endpoint, start time.Time) {
-	sw := getStatusWriter(w)
+func (p *Proxy) serveEndpoint(sw *statusWriter, r *http.Request, tg *target, ep *endpoint, start time.Time) {
 	a := newAttempt(ep)
 	code := 0
 	completed := false
@@ -602,7 +570,7 @@ func (p *Proxy) serveEndpoint(w http.ResponseWriter, r *http.Request, tg *target
 		}
 	}()
 	if ep.pool != nil && !isUpgrade(r) {
-		code = p.forward(sw, r, tg.up, &a)
+		code = p.forward(sw, r, tg, &a)
 	} else {
 		ep.rp.ServeHTTP(sw, r)
 		code = sw.code

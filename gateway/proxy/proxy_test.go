@@ -724,7 +724,7 @@ func TestRoutingAllocs(t *testing.T) {
 	// The whole routing step as ServeHTTP runs it: match, cookie, pick,
 	// balancer, bookkeeping of the pick.
 	allocs := testing.AllocsPerRun(1000, func() {
-		rt := g.route(tbl, view{host: req.Host, path: req.URL.Path, cookies: req.Header["Cookie"],
+		rt := g.route(tbl, &outbound{host: req.Host, path: req.URL.Path, cookies: req.Header["Cookie"],
 			requestID: "req-1", clientIP: clientIP(req)})
 		if rt.status != 0 || rt.ep == nil || rt.setCookie != "" {
 			t.Fatalf("route = %+v, want an endpoint and no new cookie", rt)

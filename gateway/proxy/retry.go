@@ -86,7 +86,7 @@ func (a *attempt) end(u *upstream, failed bool) {
 // exchange x on a.ep failed with err, or nil when r is not to be retried
 // (see the rules above). A non-nil result has taken one retry from u's
 // budget, held by a until it ends, and is counted.
-func (p *Proxy) retryTarget(r outbound, u *upstream, a *attempt, x exchange, err error) *endpoint {
+func (p *Proxy) retryTarget(r *outbound, u *upstream, a *attempt, x exchange, err error) *endpoint {
 	if x.sent || x.mayHaveArrived() && !r.replayable() {
 		return nil
 	}

@@ -18,6 +18,9 @@ type statusWriter struct {
 	// body is the stall-guarded reader of the request body, when the
 	// forwarding path installs one (so that it does not allocate).
 	body stallBody
+	// out is the core's view of the request (httpOutbound), kept here so
+	// that filling it does not allocate.
+	out outbound
 }
 
 // deadliner is what the standard library's response writer offers for
@@ -62,6 +65,7 @@ func getStatusWriter(w http.ResponseWriter) *statusWriter {
 func putStatusWriter(sw *statusWriter) {
 	sw.ResponseWriter = nil
 	sw.body = stallBody{}
+	sw.out.reset()
 	statusWriters.Put(sw)
 }
 
