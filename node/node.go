@@ -272,12 +272,9 @@ type ServeConfig struct {
 	// Demo starts the built-in demo upstreams and seeds an example
 	// generation into an empty database; false starts neither.
 	Demo bool
-	// Front is the HTTP server of the proxy listener: FrontLoop (on Linux
-	// "" stands for it; see proxy.LoopServer), which serves plain HTTP/1.1
-	// requests without a body from an event loop per CPU and hands the
-	// rest, and TLS, to the fasthttp front; FrontFastHTTP (see
-	// proxy.NewFastServer; "" elsewhere), which serves HTTP/1.1 itself and,
-	// with TLS, hands the connections that negotiate HTTP/2 to a net/http
+	// Front is the HTTP server of the proxy listener: FrontFastHTTP ("",
+	// see proxy.NewFastServer), which serves HTTP/1.1 itself and, with
+	// TLS, hands the connections that negotiate HTTP/2 to a net/http
 	// server of the same proxy; or FrontNetHTTP, Go's net/http server for
 	// everything; anything else is refused.
 	Front string
@@ -343,20 +340,10 @@ type GatewayConfig struct {
 const (
 	FrontNetHTTP  = "net/http"
 	FrontFastHTTP = "fasthttp"
-	// FrontLoop is the loop front (Linux): an epoll event loop per CPU
-	// serves the common exchange and hands the rest to the fasthttp
-	// front; with TLS, the fasthttp front serves alone.
-	FrontLoop = "loop"
 )
 
-// DefaultFront is the front "" stands for: FrontLoop where it runs
-// (Linux), else FrontFastHTTP.
-func DefaultFront() string {
-	if proxy.LoopSupported {
-		return FrontLoop
-	}
-	return FrontFastHTTP
-}
+// DefaultFront is the front "" stands for: FrontFastHTTP.
+func DefaultFront() string { return FrontFastHTTP }
 
 // Addrs are the bound addresses of a running process ("" when not served).
 type Addrs struct {
@@ -522,41 +509,23 @@ type server struct {
 	// front, when set, does the TLS handshakes of fast's listener and
 	// hands each connection to fast or h2 (useTLS).
 	front *tlsFront
-	// loop, when set, serves ln (plain TCP, not capped by limit: the loop
-	// caps its connections itself) and hands to fast what it does not
-	// serve; capped is ln capped, for fast alone when TLS is used.
-	loop   *proxy.LoopServer
-	capped net.Listener
 }
 
-// listenFront binds addr for the proxy px on front: FrontLoop,
-// FrontFastHTTP or FrontNetHTTP ("": DefaultFront); any other front, or
-// FrontLoop where it does not run, is an error.
+// listenFront binds addr for the proxy px on front: FrontFastHTTP or
+// FrontNetHTTP ("": DefaultFront); any other front is an error.
 func listenFront(front, addr string, px *proxy.Proxy, l Limits) (*server, error) {
 	if front == "" {
 		front = DefaultFront()
-	}
-	if front == FrontLoop && !proxy.LoopSupported {
-		return nil, errors.New("the loop front needs Linux (epoll); use --front fasthttp")
 	}
 	switch front {
 	case FrontNetHTTP:
 		return listenProxy(addr, px, l)
 	case FrontFastHTTP:
 		return listenFast(addr, px, l)
-	case FrontLoop:
-		s, err := listenFast(addr, px, l)
-		if err != nil {
-			return nil, err
-		}
-		s.capped = s.ln
-		if ll, ok := s.ln.(*limitListener); ok {
-			s.ln = ll.Listener
-		}
-		s.loop = proxy.NewLoopServer(px, s.fast, l.MaxConns)
-		return s, nil
+	case "loop":
+		return nil, errors.New(`the loop front was removed (it served no faster than the fasthttp front over the benchmark's workload matrix); use --front fasthttp, the default`)
 	}
-	return nil, fmt.Errorf("unknown front %q: want %q, %q or %q", front, FrontFastHTTP, FrontNetHTTP, FrontLoop)
+	return nil, fmt.Errorf("unknown front %q: want %q or %q", front, FrontFastHTTP, FrontNetHTTP)
 }
 
 // listenFast binds addr for the fasthttp front of px. Its h2 is ready for
@@ -582,8 +551,6 @@ func (s *server) serve() error {
 	switch {
 	case s.front != nil:
 		return s.front.serve()
-	case s.loop != nil:
-		return s.loop.Serve(s.ln)
 	case s.fast != nil:
 		return s.fast.Serve(s.ln) // nil after ShutdownWithContext
 	case s.tls:
@@ -602,9 +569,6 @@ func (s *server) shutdown(ctx context.Context, log *slog.Logger) {
 	switch {
 	case s.front != nil:
 		err = s.front.shutdown(ctx)
-	case s.loop != nil:
-		err = s.loop.Shutdown(ctx)
-		_ = s.ln.Close() // in case Serve had not started yet
 	case s.fast != nil:
 		err = s.fast.ShutdownWithContext(ctx)
 		_ = s.ln.Close() // in case Serve had not started yet

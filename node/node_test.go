@@ -97,17 +97,11 @@ func (p *proc) appliedWithin(gen int64, d time.Duration) bool {
 }
 
 // allFronts are the fronts the tests that serve traffic run on, in one go
-// test (eachFront): the loop front where it runs, fasthttp and net/http.
-var allFronts = func() []string {
-	fronts := []string{FrontFastHTTP, FrontNetHTTP}
-	if proxy.LoopSupported {
-		fronts = append([]string{FrontLoop}, fronts...)
-	}
-	return fronts
-}()
+// test (eachFront): fasthttp and net/http.
+var allFronts = []string{FrontFastHTTP, FrontNetHTTP}
 
 // eachFront runs f as a subtest on each of allFronts, named after the
-// front (loop, fasthttp, nethttp: no slash, so -run can name each). The
+// front (fasthttp, nethttp: no slash, so -run can name each). The
 // subtests run one after another unless f calls t.Parallel.
 func eachFront(t *testing.T, f func(t *testing.T, front string)) {
 	t.Helper()

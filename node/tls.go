@@ -102,9 +102,6 @@ func (r *certReloader) run(ctx context.Context, reload <-chan struct{}) error {
 // a tlsFront, which does the handshakes (each within the read-header
 // timeout) and hands the connections that negotiate HTTP/2 to s.h2.
 func (s *server) useTLS(r *certReloader) {
-	if s.loop != nil { // the loop front serves plain TCP: fasthttp serves TLS
-		s.loop, s.ln = nil, s.capped
-	}
 	if s.fast != nil {
 		c := r.config()
 		c.NextProtos = []string{"h2", "http/1.1"}

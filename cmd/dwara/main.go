@@ -299,13 +299,15 @@ func processFlags(fs *flag.FlagSet, p *node.Process) (finish func() (func(), err
 // frontFlag registers --front on fs, into front (node.DefaultFront by
 // default). Call check after fs.Parse; its error is a usage mistake.
 func frontFlag(fs *flag.FlagSet, front *string) (check func() error) {
-	fs.StringVar(front, "front", node.DefaultFront(), "HTTP server of the proxy listener: `loop, fasthttp or net/http` (loop, on Linux, serves plain HTTP/1.1 requests without a body from an event loop per CPU and hands the rest, and TLS, to fasthttp; fasthttp serves HTTP/1.1 itself and, with TLS, hands HTTP/2 connections to net/http; net/http serves everything)")
+	fs.StringVar(front, "front", node.DefaultFront(), "HTTP server of the proxy listener: `fasthttp or net/http` (fasthttp serves HTTP/1.1 itself and, with TLS, hands HTTP/2 connections to net/http; net/http serves everything)")
 	return func() error {
 		switch *front {
-		case node.FrontFastHTTP, node.FrontNetHTTP, node.FrontLoop:
+		case node.FrontFastHTTP, node.FrontNetHTTP:
 			return nil
+		case "loop":
+			return usagef("--front loop: the loop front was removed (it served no faster than fasthttp over the benchmark's workload matrix); use %s, the default, or %s", node.FrontFastHTTP, node.FrontNetHTTP)
 		}
-		return usagef("--front %q: want %s, %s or %s", *front, node.FrontLoop, node.FrontFastHTTP, node.FrontNetHTTP)
+		return usagef("--front %q: want %s or %s", *front, node.FrontFastHTTP, node.FrontNetHTTP)
 	}
 }
 

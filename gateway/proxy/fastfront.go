@@ -169,7 +169,7 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 		x.recycle()
 		return
 	}
-	if rt, ok := p.fastRoute(ctx, x, t, nil, rid, start); ok {
+	if rt, ok := p.fastRoute(ctx, x, t, rid, start); ok {
 		p.fastServe(ctx, x, rt, rid, start) // x is the exchange's from here
 		return
 	}
@@ -177,10 +177,9 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 }
 
 // fastRoute checks and routes the request, with x's buffers for what the
-// routing needs of it; svc, when not nil, is the service t matches for it
-// (the caller matched it already). When the request is not to be forwarded
-// it answers it (and writes its access log line) and reports false.
-func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, svc *service, rid string, start time.Time) (route, bool) {
+// routing needs of it. When the request is not to be forwarded it answers
+// it (and writes its access log line) and reports false.
+func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, rid string, start time.Time) (route, bool) {
 	h := &ctx.Request.Header
 	refuse := func(status int, title, detail string, closeConn bool) (route, bool) {
 		if closeConn {
@@ -226,7 +225,7 @@ func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, s
 	}
 	q := &x.req
 	fastOutbound(q, ctx, target, rid, ip)
-	q.path, q.svc = path, svc
+	q.path = path
 	rt := p.route(t, q)
 	if rt.status != 0 {
 		return refuse(rt.status, rt.title, rt.detail, false)
@@ -930,8 +929,8 @@ func fastTarget(h *fasthttp.RequestHeader) []byte {
 
 // fastOutbound fills q, the core's view of the request of ctx
 // (outbound.go), with its target as forwarded (fastTarget), request id
-// rid and peer ip: the fasthttp front's translation of its request, which
-// the loop front shares; the caller sets the routing path. The view's
+// rid and peer ip: the fasthttp front's translation of its request; the
+// caller sets the routing path. The view's
 // strings are ctx's own bytes; reusing q's slices, it does not allocate
 // once warmed up.
 func fastOutbound(q *outbound, ctx *fasthttp.RequestCtx, target []byte, rid string, ip []byte) {

@@ -67,9 +67,8 @@ func (rec *recorder) count() int {
 	return len(rec.reqs)
 }
 
-// startFastFront serves a proxy to up with front, the loop front (what it
-// does not serve itself it hands to the fasthttp front, so both parsers
-// meet the input) or the fasthttp front, with the given request-head
+// startFastFront serves a proxy to up with front (a front that parses
+// with fasthttp's parser: fastFronts), with the given request-head
 // timeout, and returns its address.
 func startFastFront(t testing.TB, front, up string, headTimeout time.Duration) string {
 	t.Helper()
@@ -81,9 +80,6 @@ func startFastFront(t testing.TB, front, up string, headTimeout time.Duration) s
 	configure := func(srv *fasthttp.Server) {
 		srv.ReadTimeout = headTimeout
 		srv.Logger = log.New(io.Discard, "", 0) // the bad inputs would fill the log
-	}
-	if front == "loop" {
-		return serveLoop(t, p, configure)
 	}
 	return serveFast(t, p, configure)
 }
@@ -293,8 +289,7 @@ func TestFastFrontHeadTimeout(t *testing.T) {
 }
 
 // FuzzFastFrontRequest feeds arbitrary bytes as one client connection's
-// input to each front that parses with fasthttp (the loop front where it
-// runs, and the fasthttp front), each with a recording upstream behind it. Every
+// input to each front that parses with fasthttp (fastFronts), each with a recording upstream behind it. Every
 // request the upstream receives whole must have been sent whole by the
 // client: its method and target are in the input, the upstream receives no more
 // whole requests than the input has request lines, and a Content-Length

@@ -127,13 +127,6 @@ type sendFunc func(c *upConn, ep *endpoint) (sent bool, err error)
 // x.conn on success. A failure while ctx is done is returned at once.
 func (p *Proxy) exchangeRetrying(ctx context.Context, u *upstream, a *attempt, req *outbound, send sendFunc) (exchange, error) {
 	x, err := p.roundTrip(ctx, a.ep, send, false, req.replayable())
-	return p.retryFrom(ctx, u, a, req, send, x, err)
-}
-
-// retryFrom is exchangeRetrying after its first exchange x on a.ep ended
-// with err (nil: it succeeded): the loop front starts exchanges of its own
-// and continues here when one fails.
-func (p *Proxy) retryFrom(ctx context.Context, u *upstream, a *attempt, req *outbound, send sendFunc, x exchange, err error) (exchange, error) {
 	for err != nil {
 		if ctx.Err() != nil {
 			return x, err

@@ -16,43 +16,22 @@ import (
 )
 
 // A front is the name a test's subtest and serveFront know one HTTP front
-// by: "loop", "fasthttp" or "net/http", the values of node's Front.
+// by: "fasthttp" or "net/http", the values of node's Front.
 //
 // allFronts are the fronts every test that concerns the proxy runs on, in
-// one go test (eachFront): the loop front where it runs, fasthttp, which
-// the loop front hands the rest to, and net/http, which serves HTTP/2.
-// fastFronts are the two that parse with fasthttp's parser.
+// one go test (eachFront): fasthttp, the default, and net/http, which
+// serves HTTP/2. fastFronts are those that parse with fasthttp's parser.
 var (
-	allFronts  = supportedFronts("loop", "fasthttp", "net/http")
-	fastFronts = supportedFronts("loop", "fasthttp")
+	allFronts  = []string{"fasthttp", "net/http"}
+	fastFronts = []string{"fasthttp"}
 )
-
-// supportedFronts is names without the loop front where it does not run.
-func supportedFronts(names ...string) []string {
-	var out []string
-	for _, n := range names {
-		if n != "loop" || LoopSupported {
-			out = append(out, n)
-		}
-	}
-	return out
-}
 
 // benchFront is the front the benchmarks serve with: the gateway's default
 // unless -front names another (go test -bench=. ./gateway/proxy -front=net/http).
-var benchFront = flag.String("front", defaultTestFront(), "the front benchmarks serve with: loop, fasthttp or net/http")
-
-// defaultTestFront is the gateway's default front: the loop front where it
-// runs, else fasthttp.
-func defaultTestFront() string {
-	if LoopSupported {
-		return "loop"
-	}
-	return "fasthttp"
-}
+var benchFront = flag.String("front", "fasthttp", "the front benchmarks serve with: fasthttp or net/http")
 
 // eachFront runs f as a subtest on each of allFronts, named after the
-// front (loop, fasthttp, nethttp: no slash, so -run can name each).
+// front (fasthttp, nethttp: no slash, so -run can name each).
 // The subtests run one after another unless f calls t.Parallel.
 func eachFront(t *testing.T, f func(t *testing.T, front string)) {
 	t.Helper()
@@ -77,8 +56,8 @@ func frontName(front string) string {
 	return strings.ReplaceAll(front, "/", "")
 }
 
-// serveFront serves p on a loopback listener with front (loop, fasthttp
-// or net/http) and returns its base URL; the server stops when the test
+// serveFront serves p on a loopback listener with front (fasthttp or
+// net/http) and returns its base URL; the server stops when the test
 // ends.
 func serveFront(t testing.TB, p *Proxy, front string) string {
 	t.Helper()
@@ -87,10 +66,8 @@ func serveFront(t testing.TB, p *Proxy, front string) string {
 		return "http://" + serveFast(t, p, nil)
 	case "net/http":
 		return "http://" + serveNetHTTP(t, p, nil)
-	case "loop":
-		return "http://" + serveLoop(t, p, nil)
 	}
-	t.Fatalf("front %q: want fasthttp, net/http or loop", front)
+	t.Fatalf("front %q: want fasthttp or net/http", front)
 	return ""
 }
 
@@ -117,59 +94,6 @@ func serveFast(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string 
 		<-done
 	})
 	return ln.Addr().String()
-}
-
-// serveLoop serves p with the loop front on a loopback listener, after
-// configure (when non-nil) adjusted the fasthttp server it hands over to,
-// and returns its address; the server stops when the test ends.
-func serveLoop(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string {
-	t.Helper()
-	return startLoop(t, p, 0, configure).addr
-}
-
-// loopServing is a loop front serving on a loopback listener.
-type loopServing struct {
-	srv  *LoopServer
-	addr string
-	// served is closed when Serve has returned, with err.
-	served chan struct{}
-	err    error
-}
-
-// startLoop serves p with the loop front on a loopback listener, with at
-// most maxConns connections (0: no cap), after configure (when non-nil)
-// adjusted the fasthttp server it hands over to. When the test ends the
-// server is shut down, and the test fails if Serve failed or did not
-// return within conformanceDeadline.
-func startLoop(t testing.TB, p *Proxy, maxConns int, configure func(*fasthttp.Server)) *loopServing {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fast := NewFastServer(p, time.Minute)
-	if configure != nil {
-		configure(fast)
-	}
-	ls := &loopServing{srv: NewLoopServer(p, fast, maxConns), addr: ln.Addr().String(), served: make(chan struct{})}
-	go func() {
-		ls.err = ls.srv.Serve(ln)
-		close(ls.served)
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = ls.srv.Shutdown(ctx)
-		select {
-		case <-ls.served:
-			if ls.err != nil {
-				t.Errorf("loop front: %v", ls.err)
-			}
-		case <-time.After(conformanceDeadline):
-			t.Error("the loop front did not stop")
-		}
-	})
-	return ls
 }
 
 // serveNetHTTP serves p with the net/http front on a loopback listener
@@ -223,8 +147,6 @@ func serveEveryFront(t *testing.T, headTimeout time.Duration) []sideFront {
 		}
 		f := sideFront{name: name, up: up}
 		switch name {
-		case "loop":
-			f.addr = startLoop(t, p, 0, quiet).addr
 		case "fasthttp":
 			f.addr = serveFast(t, p, quiet)
 		case "net/http":

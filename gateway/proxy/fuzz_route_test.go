@@ -244,7 +244,7 @@ func FuzzRouteOddPaths(f *testing.F) {
 	rec := startRouteRecorder(f)
 	var panics atomic.Int64
 	var lastPanic atomic.Value
-	// The loop front recovers a panic and logs it: the log counts them.
+	// A panic recovered and logged is counted by the log.
 	p := New(Options{Logger: slog.New(&panicLog{n: &panics, last: &lastPanic})})
 	if err := p.Apply(mustParse(f, fuzzRouteSpec(rec.ln.Addr().String())), 1); err != nil {
 		f.Fatal(err)
@@ -256,8 +256,6 @@ func FuzzRouteOddPaths(f *testing.F) {
 		switch front {
 		case "fasthttp":
 			addrs[front] = serveFast(f, p, nil) // a panic there ends the fuzzing process
-		case "loop":
-			addrs[front] = serveLoop(f, p, nil)
 		default:
 			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				defer func() {

@@ -13,12 +13,9 @@ import (
 // and one that fails is answered 400 with what is wrong, and its connection
 // closed (what follows on it cannot be framed with confidence).
 //
-// The loop front checks the request line (checkRequestLine) as soon as it
-// is in, so an HTTP/0.9 line is answered at once instead of waiting for a
-// head that never ends; every front checks the header block
-// (checkFields) and the target and Host (checkTarget): the fasthttp and
-// loop fronts in fastRoute, from the header block fasthttp keeps as it
-// came, the net/http front in its connection (headConn, headconn.go), from
+// Every front checks the header block (checkFields) and the target and
+// Host (checkTarget): the fasthttp front in fastRoute, from the header
+// block fasthttp keeps as it came, the net/http front in its connection (headConn, headconn.go), from
 // the bytes read, since net/http's parser repairs what it accepts
 // (obsolete line folding, bare LF line ends, a Content-Length beside
 // Transfer-Encoding) and leaves no trace of it in the request.

@@ -46,8 +46,7 @@ import (
 
 // MaxHeadBytes bounds a request head on the net/http front
 // (HeadCheckListener), as the fasthttp front's read buffer
-// (NewFastServer's ReadBufferSize) and the loop front's buffer bound
-// theirs: 431 over it. A net/http server of the proxy sets it as its
+// (NewFastServer's ReadBufferSize) bounds its own: 431 over it. A net/http server of the proxy sets it as its
 // MaxHeaderBytes too, for the connections HeadCheckListener does not see
 // (TLS, HTTP/2).
 const MaxHeadBytes = 16 << 10
@@ -382,8 +381,8 @@ func (c *headConn) Unwrap() net.Conn { return c.Conn }
 
 // maxChunkDigits is the most hex digits a request's chunk size may have,
 // leading zeros included: fasthttp's parser takes no more (RFC 9112 allows
-// any number), so every front refuses alike what the fasthttp and loop
-// fronts must (a 17-digit "00000000000000005" is a 400 everywhere).
+// any number), so every front refuses alike what the fasthttp front
+// must (a 17-digit "00000000000000005" is a 400 everywhere).
 const maxChunkDigits = 15
 
 // chunkSize parses a chunk-size line (RFC 9112 section 7.1: hex digits,

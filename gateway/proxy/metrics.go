@@ -23,11 +23,6 @@ type metrics struct {
 	canaryWeight *prometheus.GaugeVec
 	// mirrors counts the copies of mirrored requests by outcome.
 	mirrors *prometheus.CounterVec
-	// loop counts what the loop front did with each request or
-	// connection (loopfront_linux.go): loopInline, loopHandedOver and
-	// loopContinued are its children.
-	loop                                      *prometheus.CounterVec
-	loopInline, loopHandedOver, loopContinued prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
@@ -74,17 +69,10 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 			Name: "dwara_mirror_requests_total",
 			Help: "Copies of a service's requests for its mirror upstream, by outcome: sent (an answer came, any status), failed (transport error, or no endpoint up), timeout, dropped (queue full), body_too_large (body over max_body_bytes or of unknown length: not mirrored).",
 		}, []string{"service", "upstream", "outcome"}),
-		loop: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dwara_loop_front_total",
-			Help: "What the loop front (--front loop) did: inline (a request it served itself), handed_over (a connection it gave the fasthttp front before routing its request: a body, Expect, an upgrade, HTTP/1.0, a head fasthttp refuses or over 16 KiB, an access log, a mirror, an https endpoint or one named by DNS), continued (an exchange it began and the fasthttp front's path finished: a streamed or interim answer, or a failed first attempt).",
-		}, []string{"path"}),
 	}
-	m.loopInline = m.loop.WithLabelValues("inline")
-	m.loopHandedOver = m.loop.WithLabelValues("handed_over")
-	m.loopContinued = m.loop.WithLabelValues("continued")
 	if reg != nil {
 		reg.MustRegister(m.picks, m.forced, m.failovers, m.sticky, m.requests, m.duration,
-			m.generation, m.applySecs, m.canaryWeight, m.mirrors, m.loop, endpointCollector{p})
+			m.generation, m.applySecs, m.canaryWeight, m.mirrors, endpointCollector{p})
 	}
 	return m
 }

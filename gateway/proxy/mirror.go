@@ -370,14 +370,6 @@ func (j *mirrorJob) release() {
 	}
 }
 
-// bodyLen is the copy's body length.
-func (j *mirrorJob) bodyLen() int {
-	if j.body == nil {
-		return 0
-	}
-	return len(j.body.b)
-}
-
 // mirrorHTTP is the net/http front's hand-over of a request routed by rt
 // to the service's mirror (rt.tg.mirror, not nil): when the request is
 // chosen, it queues a copy and returns the body buffer the real request

@@ -48,10 +48,6 @@ type outbound struct {
 	requestID string
 	// service is the routed service's name (set once routed), for the logs.
 	service string
-	// svc is the service host and path match, when the front matched it
-	// already (the loop front, to know whether it serves the request);
-	// nil: route matches.
-	svc *service
 	// cookieBuf holds a front's one Cookie line, for cookies.
 	cookieBuf [1]string
 }

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -41,8 +40,7 @@ type connPool struct {
 	// allowLinkLocal is the upstream's allow_link_local.
 	allowLinkLocal atomic.Bool
 
-	// closed is set by close; atomic, as the loop front's pools read it
-	// without mu.
+	// closed is set by close.
 	closed atomic.Bool
 	// watch counts and logs what the endpoint sends outside an answer's
 	// frame; nil in tests that build a pool alone.
@@ -144,15 +142,14 @@ func (p *connPool) dial(ctx context.Context) (*upConn, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return newUpConn(nc, nc), nil
+	return newUpConn(nc), nil
 }
 
 // newUpConn makes nc, a connection to an endpoint, one the pools can
-// carry requests on: its answers read from r (nc, or what was read of it
-// already followed by nc), its writes counted, its socket looked at when
-// it is taken idle.
-func newUpConn(nc net.Conn, r io.Reader) *upConn {
-	c := &upConn{nc: nc, br: bufio.NewReaderSize(r, connBufferSize)}
+// carry requests on: its answers read through br, its writes counted, its
+// socket looked at when it is taken idle.
+func newUpConn(nc net.Conn) *upConn {
+	c := &upConn{nc: nc, br: bufio.NewReaderSize(nc, connBufferSize)}
 	c.bw = bufio.NewWriterSize(c, connBufferSize)
 	c.peeker.init(nc)
 	return c

@@ -389,10 +389,7 @@ func (p *Proxy) route(t *table, v *outbound) route {
 	if rt, refused := refuse(v); refused {
 		return rt
 	}
-	svc := v.svc
-	if svc == nil {
-		svc = t.match(v.host, v.path)
-	}
+	svc := t.match(v.host, v.path)
 	if svc == nil {
 		return route{status: http.StatusNotFound, title: "No service matches", detail: "no service of the active generation matches this host and path"}
 	}

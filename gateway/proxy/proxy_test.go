@@ -712,7 +712,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 func TestRoutingAllocs(t *testing.T) {
 	a := startPool(t, "a", 2)
 	b := startPool(t, "b", 2)
-	g := startGateway(t, defaultTestFront()) // routing only: no request is served
+	g := startGateway(t, "fasthttp") // routing only: no request is served
 	g.apply(t, 1, spectest.SplitOver([]*demo.Pool{a, b}, 95, 5).Sticky("sid", 0).
 		Route("hosted", "/x", "a").Host("example.test").Sticky("sid", 0).YAML())
 	req := httptest.NewRequest(http.MethodGet, "http://Example.test:8080/x/y", nil)

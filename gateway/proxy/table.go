@@ -53,9 +53,6 @@ type service struct {
 	// branches lists the targets' upstream names, for the 400 of an
 	// unknown forced branch.
 	branches string
-	// fastPath: the service's requests may take a front's fast path
-	// (fastpath.go).
-	fastPath bool
 }
 
 // canaryGroup is a compiled canary group: a 2-target split with canary
@@ -214,7 +211,6 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 				tg.mirror = m
 			}
 		}
-		cs.fastPath = p.fastPathOK(&s, spec)
 		if s.Host == "" {
 			t.hostless = append(t.hostless, cs)
 		} else {

@@ -14,10 +14,8 @@ import (
 // an answer. A connection to an endpoint is reused only when it is
 // provably clean: its last answer was read to the end of its frame
 // (Content-Length, the last chunk and its trailer, no body for HEAD, 1xx,
-// 204 and 304) with nothing buffered past it (connPool.put, the loop
-// front's relay), and nothing has arrived on it while it was idle
-// (connPool.takeIdle, the loop front's epoll watch of its idle
-// connections). Anything else closes the connection and is counted in
+// 204 and 304) with nothing buffered past it (connPool.put), and nothing
+// has arrived on it while it was idle (connPool.takeIdle). Anything else closes the connection and is counted in
 // dwara_upstream_protocol_errors_total{upstream,reason}, and logged once
 // per endpoint and reason: a later request must never read another
 // exchange's bytes as its answer.

@@ -304,8 +304,7 @@ func TestStrayBytesOnIdleConnection(t *testing.T) {
 		close(proceed)
 		recvWithin(t, lateSent, "stray answer written")
 		testrun.Eventually(t, "the stray bytes counted", func() bool {
-			// The loop front sees them as they come; the pools look at an
-			// idle connection when they take it.
+			// The pools look at an idle connection when they take it.
 			rc.write(rawHead("GET /second HTTP/1.1", "Host: a.example"))
 			resp, body := rc.readFinal("GET")
 			if resp.StatusCode != 200 || string(body) != "ok:/second" {
@@ -502,36 +501,3 @@ func TestConnectionLinesAllCount(t *testing.T) {
 	})
 }
 
-// TestStrayBytesAfterContinuedAnswer: a connection the loop front began an
-// exchange on and handed over (a chunked answer) joins the pools like any
-// other, and so is looked at when it is taken: stray bytes written on it
-// while idle close it, and the next request taking the pools' path (one
-// with a body) gets its own answer.
-func TestStrayBytesAfterContinuedAnswer(t *testing.T) {
-	t.Parallel()
-	lateSent, proceed := make(chan struct{}, 1), make(chan struct{})
-	ep := startRawEndpoint(t, func(r *http.Request, nth int) rawAnswer {
-		if r.URL.Path == "/first" {
-			body := "ok:" + r.URL.Path
-			return rawAnswer{bytes: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" +
-				strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n",
-				late: poison, lateSent: lateSent, proceed: proceed}
-		}
-		return rawAnswer{bytes: okAnswer(r)}
-	})
-	g := proxyTo(t, "loop", 1, ep.addr, "")
-	rc := dialRaw(t, g)
-	rc.write(rawHead("GET /first HTTP/1.1", "Host: a.example"))
-	if resp, body := rc.readFinal("GET"); resp.StatusCode != 200 || string(body) != "ok:/first" {
-		t.Fatalf("first: %d %q", resp.StatusCode, body)
-	}
-	close(proceed)
-	recvWithin(t, lateSent, "stray answer written")
-	rc.write(rawHead("POST /second HTTP/1.1", "Host: a.example", "Content-Length: 1") + "x")
-	if resp, body := rc.readFinal("POST"); resp.StatusCode != 200 || string(body) != "ok:/second" {
-		t.Fatalf("second: %d %q, want its own answer", resp.StatusCode, body)
-	}
-	if n := g.protocolErrors(t, "a", "unsolicited"); n != 1 {
-		t.Fatalf("dwara_upstream_protocol_errors_total{reason=unsolicited} = %v, want 1", n)
-	}
-}
