@@ -26,7 +26,6 @@ import (
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config/spectest"
-	"github.com/dwara/dwara/gateway/proxy"
 	"github.com/dwara/dwara/internal/testnet"
 	"github.com/dwara/dwara/internal/testrun"
 )

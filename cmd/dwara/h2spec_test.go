@@ -115,9 +115,8 @@ func h2specBinary(t *testing.T) string {
 }
 
 // TestH2spec runs h2spec, the HTTP/2 conformance suite, against a dwara
-// gateway process serving TLS, on the default front (on Linux the loop
-// front, whose TLS is served by the fasthttp front, which hands the
-// connections that negotiate h2 to net/http) and on --front net/http. Every
+// gateway process serving TLS, on the default front (fasthttp, which
+// hands the connections that negotiate h2 to net/http) and on --front net/http. Every
 // case must pass but those of h2specExplained, which must fail.
 func TestH2spec(t *testing.T) {
 	t.Parallel()
