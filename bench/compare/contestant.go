@@ -37,7 +37,7 @@ var contestants = []contestant{
 	{name: "dwara", tool: "dwara", conf: "dwara"},
 	{name: "haproxy-sticky", tool: "haproxy", conf: "haproxy-sticky", cookie: "SRV"},
 	{name: "dwara-sticky", tool: "dwara", conf: "dwara-sticky", cookie: dwaraCookie},
-	// The other fronts, for comparing them with the default (the loop
+	// The other fronts, for comparing them with the default (the fasthttp
 	// front): CONTESTANTS=nginx,dwara,dwara-fasthttp,dwara-nethttp.
 	{name: "dwara-fasthttp", tool: "dwara", conf: "dwara", args: []string{"--front", "fasthttp"}, optIn: true},
 	{name: "dwara-nethttp", tool: "dwara", conf: "dwara", args: []string{"--front", "net/http"}, optIn: true},
