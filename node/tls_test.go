@@ -228,9 +228,10 @@ func TestServeFastFrontTLS(t *testing.T) {
 		t.Errorf("HTTP/2: %s from %q: %s; want HTTP/2 from pool-a with X-Forwarded-Proto https", resp.Proto, resp.Header.Get("X-Pool"), answer)
 	}
 	// A client that offers only http/1.1 by ALPN.
-	h1 := tlsClient(cert)
-	h1.Transport.(*http.Transport).TLSClientConfig.NextProtos = []string{"http/1.1"}
-	resp, err = h1.Get("https://" + srv.Proxy + "/?echo=1")
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	h1 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}}, DisableKeepAlives: true}
+	resp, err = (&http.Client{Transport: h1, Timeout: wait}).Get("https://" + srv.Proxy + "/?echo=1")
 	if err != nil {
 		t.Fatal(err)
 	}
