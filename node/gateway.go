@@ -86,21 +86,23 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		}
 	})
 
-	proxyL, err := listenFront(c.Front, c.Listen, px, c.Limits)
+	certs, err := c.certificates()
 	if err != nil {
 		return err
 	}
-	metricsL, err := listenAdmin("metrics", c.MetricsListen, mux, c.Limits)
+	proxyL, err := listenFront(c.Front, c.Listen, px, c.Limits, certs.config(), log)
+	if err != nil {
+		return err
+	}
+	// The metrics listener stays plain.
+	metricsL, err := listenAdmin("metrics", c.MetricsListen, mux, c.Limits, nil)
 	if err != nil {
 		closeAll(proxyL)
 		return err
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := c.serveTLS(gctx, g, proxyL); err != nil {
-		closeAll(proxyL, metricsL)
-		return err
-	}
+	certs.start(gctx, g, c.TLSReload)
 	switch {
 	case c.ConfigFile != "":
 		src := &source.File{Path: c.ConfigFile, Apply: apply, Reload: c.Reload, Logger: log}

@@ -18,6 +18,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -31,7 +32,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dwara/dwara/api"
@@ -99,8 +99,8 @@ type Process struct {
 	// answers; nil logs none.
 	AccessLog *slog.Logger
 	// TLS, when non-nil, makes the proxy listener and serve's admin
-	// listener serve TLS 1.2+ (HTTP/2 and HTTP/1.1 by ALPN; on the
-	// fasthttp front, HTTP/2 by a net/http server it hands those
+	// listener serve TLS 1.2+ (HTTP/2 and HTTP/1.1 by ALPN; on
+	// FrontFastHTTP, HTTP/2 by a net/http server it hands those
 	// connections to) with this certificate, loaded again on every
 	// receive from TLSReload and whenever the files change; nil serves
 	// plain HTTP. A gateway's metrics listener stays plain.
@@ -126,21 +126,14 @@ type Process struct {
 	exposures *proxy.ExposureQueue
 }
 
-// serveTLS makes servers serve TLS when p.TLS is set, and starts the
-// certificate's reloader under g.
-func (p *Process) serveTLS(ctx context.Context, g *errgroup.Group, servers ...*server) error {
+// certificates returns the reloader of p.TLS's certificate, nil when
+// p.TLS is nil; a pair that fails to load stops the process from
+// starting.
+func (p *Process) certificates() (*certReloader, error) {
 	if p.TLS == nil {
-		return nil
+		return nil, nil
 	}
-	r, err := newCertReloader(*p.TLS, p.Logger)
-	if err != nil {
-		return err
-	}
-	for _, s := range servers {
-		s.useTLS(r)
-	}
-	g.Go(func() error { return r.run(ctx, p.TLSReload) })
-	return nil
+	return newCertReloader(*p.TLS, p.Logger)
 }
 
 // Limits are the timeouts and connection caps of a process's listeners.
@@ -272,11 +265,12 @@ type ServeConfig struct {
 	// Demo starts the built-in demo upstreams and seeds an example
 	// generation into an empty database; false starts neither.
 	Demo bool
-	// Front is the HTTP server of the proxy listener: FrontFastHTTP ("",
-	// see proxy.NewFastServer), which serves HTTP/1.1 itself and, with
-	// TLS, hands the connections that negotiate HTTP/2 to a net/http
-	// server of the same proxy; or FrontNetHTTP, Go's net/http server for
-	// everything; anything else is refused.
+	// Front is the HTTP server of the proxy listener (proxy.NewFront):
+	// FrontFastHTTP ("" stands for it; see proxy.NewFastServer), which
+	// serves HTTP/1.1 itself and, with TLS, hands the connections that
+	// negotiate HTTP/2 to a net/http server of the same proxy; or
+	// FrontNetHTTP, Go's net/http server for everything; anything else is
+	// refused.
 	Front string
 }
 
@@ -336,14 +330,15 @@ type GatewayConfig struct {
 	Profile bool
 }
 
-// The fronts of ServeConfig.Front and GatewayConfig.Front.
+// The fronts of ServeConfig.Front and GatewayConfig.Front: proxy's kinds
+// of front (proxy.FrontConfig.Kind).
 const (
-	FrontNetHTTP  = "net/http"
-	FrontFastHTTP = "fasthttp"
+	FrontNetHTTP  = proxy.FrontNetHTTP
+	FrontFastHTTP = proxy.FrontFastHTTP
 )
 
 // DefaultFront is the front "" stands for: FrontFastHTTP.
-func DefaultFront() string { return FrontFastHTTP }
+func DefaultFront() string { return proxy.DefaultFront() }
 
 // Addrs are the bound addresses of a running process ("" when not served).
 type Addrs struct {
@@ -492,154 +487,65 @@ func instance(listen string) apiv1.GatewayInstance {
 	}
 }
 
-// server is one bound HTTP listener, served by srv or, when set, by fast
-// (with TLS, through front).
+// server is one bound listener and the front that serves it.
 type server struct {
-	name string
-	ln   net.Listener
-	srv  *http.Server
-	fast *fasthttp.Server
-	// h2 is, beside fast, a net/http server of the same proxy for the
-	// connections that negotiate HTTP/2 once fast serves TLS (front).
-	h2  *http.Server
-	tls bool // srv serves TLS (useTLS)
-	// checkHeads: srv is the net/http front's, whose plain connections
-	// are read through proxy.HeadCheckListener.
-	checkHeads bool
-	// front, when set, does the TLS handshakes of fast's listener and
-	// hands each connection to fast or h2 (useTLS).
-	front *tlsFront
+	name  string
+	ln    net.Listener
+	front proxy.Front
 }
 
 // listenFront binds addr for the proxy px on front: FrontFastHTTP or
-// FrontNetHTTP ("": DefaultFront); any other front is an error.
-func listenFront(front, addr string, px *proxy.Proxy, l Limits) (*server, error) {
-	if front == "" {
-		front = DefaultFront()
-	}
-	switch front {
-	case FrontNetHTTP:
-		return listenProxy(addr, px, l)
-	case FrontFastHTTP:
-		return listenFast(addr, px, l)
-	case "loop":
-		return nil, errors.New(`the loop front was removed (it served no faster than the fasthttp front over the benchmark's workload matrix); use --front fasthttp, the default`)
-	}
-	return nil, fmt.Errorf("unknown front %q: want %q or %q", front, FrontFastHTTP, FrontNetHTTP)
-}
-
-// listenFast binds addr for the fasthttp front of px. Its h2 is ready for
-// useTLS: it serves HTTP/2 (and HTTP/1.1) with the timeouts of listenProxy,
-// and as its TLSConfig is nil, Serve configures HTTP/2 for the *tls.Conn a
-// tlsFront hands it.
-func listenFast(addr string, px *proxy.Proxy, l Limits) (*server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("proxy listener: %w", err)
-	}
-	fast := proxy.NewFastServer(px, l.IdleTimeout)
-	fast.ReadTimeout = l.ReadHeaderTimeout
-	h2 := proxyServer(px, l)
-	h2.Protocols = http1And2()
-	h2.HTTP2 = http2Config()
-	return &server{name: "proxy", ln: limit(ln, l.MaxConns), fast: fast, h2: h2}, nil
-}
-
-// serve serves s until its listener is closed; it returns nil (or
-// http.ErrServerClosed) then, else the listener's error.
-func (s *server) serve() error {
-	switch {
-	case s.front != nil:
-		return s.front.serve()
-	case s.fast != nil:
-		return s.fast.Serve(s.ln) // nil after ShutdownWithContext
-	case s.tls:
-		return s.srv.ServeTLS(s.ln, "", "") // the certificate comes from TLSConfig
-	case s.checkHeads:
-		return s.srv.Serve(proxy.HeadCheckListener(s.ln))
-	}
-	return s.srv.Serve(s.ln)
-}
-
-// shutdown stops s gracefully, within ctx; past it, net/http closes the
-// remaining connections, while fasthttp only stops accepting (its
-// connections end as their clients go).
-func (s *server) shutdown(ctx context.Context, log *slog.Logger) {
-	var err error
-	switch {
-	case s.front != nil:
-		err = s.front.shutdown(ctx)
-	case s.fast != nil:
-		err = s.fast.ShutdownWithContext(ctx)
-		_ = s.ln.Close() // in case Serve had not started yet
-	default:
-		err = s.srv.Shutdown(ctx)
-	}
-	if err != nil {
-		log.Warn("graceful shutdown incomplete; closing the remaining connections", "listener", s.name, "err", err)
-		if s.srv != nil {
-			_ = s.srv.Close()
-		}
-		if s.front != nil {
-			_ = s.h2.Close()
-		}
-	}
-}
-
-// listenProxy binds addr for the net/http front of the proxy h; served
-// as plain HTTP, its connections are read through the proxy's head check
-// (proxy.HeadCheckListener).
-func listenProxy(addr string, h http.Handler, l Limits) (*server, error) {
-	s, err := listen("proxy", addr, h, l.MaxConns, proxyServer(h, l))
-	if err == nil {
-		s.checkHeads = true
-	}
-	return s, err
-}
-
-// proxyServer is a net/http server of the proxy h: no read or write
-// timeout (bodies and answers stream for as long as they move; the
-// proxy's stall timeout ends those that do not), and request heads capped
-// as on the other fronts (431 over proxy.MaxHeadBytes).
-func proxyServer(h http.Handler, l Limits) *http.Server {
-	return &http.Server{
-		Handler:           h,
+// FrontNetHTTP ("": DefaultFront), with the timeouts and cap of l,
+// serving TLS with tlsConfig when it is non-nil; any other front is an
+// error (proxy.NewFront).
+func listenFront(front, addr string, px *proxy.Proxy, l Limits, tlsConfig *tls.Config, log *slog.Logger) (*server, error) {
+	f, err := proxy.NewFront(px, proxy.FrontConfig{
+		Kind:              front,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
-		MaxHeaderBytes:    proxy.MaxHeadBytes,
+		MaxConns:          l.MaxConns,
+		TLS:               tlsConfig,
+		Logger:            log.With("listener", "proxy"),
+	})
+	if err != nil {
+		return nil, err
 	}
+	return listen("proxy", addr, f)
 }
 
-// listenAdmin binds addr for an admin or metrics listener: requests are
-// small (1 MiB at most), so the whole request is bounded too. Answers are
-// not (the event stream lasts).
-func listenAdmin(name, addr string, h http.Handler, l Limits) (*server, error) {
-	return listen(name, addr, h, l.AdminMaxConns, &http.Server{
+// listenAdmin binds addr for an admin or metrics listener serving h, with
+// TLS when tlsConfig is non-nil: requests are small (1 MiB at most), so
+// the whole request is bounded too. Answers are not (the event stream
+// lasts).
+func listenAdmin(name, addr string, h http.Handler, l Limits, tlsConfig *tls.Config) (*server, error) {
+	srv := &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		ReadTimeout:       l.AdminReadTimeout,
 		IdleTimeout:       l.IdleTimeout,
-	})
+	}
+	return listen(name, addr, proxy.NewHTTPServerFront(srv, tlsConfig, l.AdminMaxConns))
 }
 
-// listen binds addr, capped at maxConns connections, for srv serving h.
-func listen(name, addr string, h http.Handler, maxConns int, srv *http.Server) (*server, error) {
+// listen binds addr for front.
+func listen(name, addr string, front proxy.Front) (*server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s listener: %w", name, err)
 	}
-	srv.Handler = h
-	return &server{name: name, ln: limit(ln, maxConns), srv: srv}, nil
+	return &server{name: name, ln: ln, front: front}, nil
 }
 
 func (s *server) addr() string { return s.ln.Addr().String() }
 
 // serveHTTP serves every server under g: each until ctx is done, then it is
-// shut down gracefully (shutdownTimeout at most, then closed). A listener
-// that fails returns its error to g, which stops the process.
+// shut down gracefully (shutdownTimeout at most, then its front closes
+// what it can: see proxy.NewFront). A listener that fails returns its
+// error to g, which stops the process.
 func serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger, shutdownTimeout time.Duration, servers ...*server) {
 	for _, s := range servers {
 		g.Go(func() error {
-			if err := s.serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.front.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("%s listener: %w", s.name, err)
 			}
 			return nil
@@ -648,7 +554,9 @@ func serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger, shutdow
 			<-ctx.Done()
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 			defer cancel()
-			s.shutdown(sctx, log)
+			if err := s.front.Shutdown(sctx); err != nil {
+				log.Warn("graceful shutdown incomplete; closing the remaining connections", "listener", s.name, "err", err)
+			}
 			return nil
 		})
 	}

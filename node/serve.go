@@ -88,11 +88,15 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		// this process (its listener hears notifications).
 		Ready: func() bool { return px.Generation() > 0 && (lsn == nil || !lsn.Deaf()) },
 	})
-	proxyL, err := listenFront(c.Front, c.Listen, px, c.Limits)
+	certs, err := c.certificates()
 	if err != nil {
 		return err
 	}
-	adminL, err := listenAdmin("admin", c.AdminListen, adminHandler(apiSrv.Handler()), c.Limits)
+	proxyL, err := listenFront(c.Front, c.Listen, px, c.Limits, certs.config(), log)
+	if err != nil {
+		return err
+	}
+	adminL, err := listenAdmin("admin", c.AdminListen, adminHandler(apiSrv.Handler()), c.Limits, certs.config())
 	if err != nil {
 		closeAll(proxyL)
 		return err
@@ -104,10 +108,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	lsn = l
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := c.serveTLS(gctx, g, proxyL, adminL); err != nil {
-		closeAll(proxyL, adminL)
-		return err
-	}
+	certs.start(gctx, g, c.TLSReload)
 	cp.run(gctx, g)
 	g.Go(func() error { return l.Run(gctx) })
 	g.Go(func() error { return src.Run(gctx) })

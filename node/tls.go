@@ -5,10 +5,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // TLSFiles are the PEM files of the certificate (with its chain) and key a
@@ -69,9 +70,20 @@ func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 }
 
 // config is the TLS configuration of a listener: TLS 1.2 and newer, the
-// reloader's certificate.
+// reloader's certificate; nil (plain HTTP) for a nil reloader. The fronts
+// set the protocols ALPN offers on copies of it.
 func (r *certReloader) config() *tls.Config {
+	if r == nil {
+		return nil
+	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.getCertificate}
+}
+
+// start runs r under g, until ctx is done; a nil r runs nothing.
+func (r *certReloader) start(ctx context.Context, g *errgroup.Group, reload <-chan struct{}) {
+	if r != nil {
+		g.Go(func() error { return r.run(ctx, reload) })
+	}
 }
 
 // run reloads on every receive from reload and whenever the files change,
@@ -95,46 +107,4 @@ func (r *certReloader) run(ctx context.Context, reload <-chan struct{}) error {
 		}
 		r.log.Info("certificate reloaded", "cert", r.files.Cert)
 	}
-}
-
-// useTLS makes s serve TLS with r's certificate, HTTP/2 and HTTP/1.1
-// negotiated by ALPN: a net/http server itself, the fasthttp front through
-// a tlsFront, which does the handshakes (each within the read-header
-// timeout) and hands the connections that negotiate HTTP/2 to s.h2.
-func (s *server) useTLS(r *certReloader) {
-	if s.fast != nil {
-		c := r.config()
-		c.NextProtos = []string{"h2", "http/1.1"}
-		s.front = newTLSFront(s.ln, c, s.h2.ReadHeaderTimeout, r.log.With("listener", s.name), s.fast, s.h2)
-		return
-	}
-	s.srv.TLSConfig = r.config()
-	s.srv.Protocols = http1And2()
-	s.srv.HTTP2 = http2Config()
-	s.tls = true
-}
-
-// maxReadFrameSize is the largest HTTP/2 frame the servers read: the
-// protocol's initial SETTINGS_MAX_FRAME_SIZE (RFC 9113, section 6.5.2),
-// which every peer must be able to send within, instead of Go's 1 MiB.
-// Go's framer keeps a read buffer per connection as large as the largest
-// frame it has read, so this bounds it at 16 KiB rather than letting each
-// client grow it to 1 MiB; and a header block over it gets the
-// FRAME_SIZE_ERROR h2spec expects (its case 4.2 #3 sends a 20 KB HEADERS
-// frame, taking 16 KiB for the limit whatever the server announced).
-const maxReadFrameSize = 16 << 10
-
-// http2Config is the HTTP/2 configuration of every server that serves it:
-// Go's defaults but for maxReadFrameSize.
-func http2Config() *http.HTTP2Config {
-	return &http.HTTP2Config{MaxReadFrameSize: maxReadFrameSize}
-}
-
-// http1And2 is the protocol set of a net/http server that serves TLS:
-// HTTP/1.1 and HTTP/2, chosen by ALPN.
-func http1And2() *http.Protocols {
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetHTTP2(true)
-	return p
 }

@@ -1,9 +1,11 @@
 package node
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/gateway/proxy"
 	"github.com/dwara/dwara/internal/testcert"
 )
 
@@ -120,7 +124,7 @@ func readAll(t *testing.T, resp *http.Response) string {
 }
 
 // TestHTTP2MaxFrameSize: on each front the proxy's HTTP/2 server announces
-// SETTINGS_MAX_FRAME_SIZE maxReadFrameSize (16 KiB) in its first SETTINGS
+// SETTINGS_MAX_FRAME_SIZE proxy.MaxReadFrameSize (16 KiB) in its first SETTINGS
 // frame, not Go's 1 MiB, so a larger frame is a FRAME_SIZE_ERROR (h2spec
 // 4.2 #3, which cmd/dwara's TestH2spec runs).
 func TestHTTP2MaxFrameSize(t *testing.T) {
@@ -140,8 +144,8 @@ func TestHTTP2MaxFrameSize(t *testing.T) {
 			gw := startGateway(t, c)
 			gw.waitApplied(t, 1)
 			const settingMaxFrameSize = 0x5
-			if got, ok := serverSettings(t, gw.Proxy, cert)[settingMaxFrameSize]; !ok || got != maxReadFrameSize {
-				t.Errorf("SETTINGS_MAX_FRAME_SIZE = %d (announced: %v), want %d", got, ok, maxReadFrameSize)
+			if got, ok := serverSettings(t, gw.Proxy, cert)[settingMaxFrameSize]; !ok || got != proxy.MaxReadFrameSize {
+				t.Errorf("SETTINGS_MAX_FRAME_SIZE = %d (announced: %v), want %d", got, ok, proxy.MaxReadFrameSize)
 			}
 		})
 	}
@@ -187,4 +191,52 @@ func serverSettings(t *testing.T, addr string, cert *x509.Certificate) map[uint1
 		settings[binary.BigEndian.Uint16(p)] = binary.BigEndian.Uint32(p[2:6])
 	}
 	return settings
+}
+
+// TestServeFastFrontTLS: serve with Front fasthttp and a certificate
+// serves its proxy over TLS on that front, HTTP/2 and HTTP/1.1, and its
+// admin listener over TLS.
+func TestServeFastFrontTLS(t *testing.T) {
+	t.Parallel()
+	url := dbtest.New(t)
+	a, b := pools(t)
+	dir := t.TempDir()
+	cert := writeCert(t, dir, "serve")
+	c := ServeConfig{DatabaseURL: url, Front: FrontFastHTTP}
+	c.TLS = &TLSFiles{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
+	srv := startServe(t, c)
+
+	body, err := json.Marshal(map[string]any{"message": "test", "spec": specJSON(a, b, 100, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := tlsClient(cert).Post("https://"+srv.Admin+"/api/v1/generations", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("publish over TLS: %v", err)
+	}
+	if answer := readAll(t, resp); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("publish over TLS: %d %s", resp.StatusCode, answer)
+	}
+	srv.waitApplied(t, 1)
+
+	resp, err = tlsClient(cert).Get("https://" + srv.Proxy + "/?echo=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := readAll(t, resp)
+	if resp.ProtoMajor != 2 || resp.Header.Get("X-Pool") != "pool-a" || !strings.Contains(answer, `"X-Forwarded-Proto":["https"]`) {
+		t.Errorf("HTTP/2: %s from %q: %s; want HTTP/2 from pool-a with X-Forwarded-Proto https", resp.Proto, resp.Header.Get("X-Pool"), answer)
+	}
+	// A client that offers only http/1.1 by ALPN.
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	h1 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}}, DisableKeepAlives: true}
+	resp, err = (&http.Client{Transport: h1, Timeout: wait}).Get("https://" + srv.Proxy + "/?echo=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer = readAll(t, resp)
+	if proto := resp.TLS.NegotiatedProtocol; proto != "http/1.1" || resp.ProtoMajor != 1 || resp.Header.Get("X-Pool") != "pool-a" || !strings.Contains(answer, `"X-Forwarded-Proto":["https"]`) {
+		t.Errorf("HTTP/1.1: %s (%q) from %q: %s; want http/1.1 from pool-a with X-Forwarded-Proto https", resp.Proto, proto, resp.Header.Get("X-Pool"), answer)
+	}
 }

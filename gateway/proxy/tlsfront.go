@@ -1,4 +1,4 @@
-package node
+package proxy
 
 import (
 	"context"
@@ -13,10 +13,10 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// tlsFront serves TLS on the fasthttp front, which speaks HTTP/1.1 only: it
-// accepts the listener's connections, does their TLS handshakes itself and
-// hands each connection, by the protocol ALPN chose, to one of two servers
-// of the same proxy: "h2" to a net/http server (HTTP/2), anything else
+// tlsFront is the fasthttp front with TLS. fasthttp speaks HTTP/1.1 only:
+// the front accepts the listener's connections, does their TLS handshakes
+// itself and hands each connection, by the protocol ALPN chose, to one of
+// two servers of the same proxy: "h2" to a net/http server (HTTP/2), anything else
 // ("http/1.1", or no ALPN) to the fasthttp server. Each of the two accepts
 // from a connQueue of its own.
 //
@@ -26,41 +26,54 @@ import (
 // listener) for that long at most. Closing the front aborts the handshakes
 // under way: their clients have sent no request yet.
 type tlsFront struct {
-	ln      net.Listener // the raw connections, already capped by limit
-	config  *tls.Config
-	timeout time.Duration // of each handshake
-	log     *slog.Logger
-	fast    *fasthttp.Server
-	h2      *http.Server
-	h1q     *connQueue // fast accepts from it
-	h2q     *connQueue // h2 accepts from it
+	config   *tls.Config
+	timeout  time.Duration // of each handshake; 0: none
+	maxConns int           // of the listener (limit)
+	log      *slog.Logger
+	fast     *fasthttp.Server
+	h2       *http.Server
+	gate     listenerGate
+	// ln is the listener Serve accepts from, capped by limit, set by Serve
+	// before its acceptor starts.
+	ln  net.Listener
+	h1q *connQueue // fast accepts from it
+	h2q *connQueue // h2 accepts from it
 
 	mu          sync.Mutex
 	closed      bool
 	handshaking map[net.Conn]struct{}
-	// handshakes counts the handshake goroutines; only serve's goroutine
+	// handshakes counts the handshake goroutines; only Serve's goroutine
 	// adds to it and waits for it.
 	handshakes sync.WaitGroup
 }
 
-// newTLSFront returns the TLS front of the fasthttp server fast on ln, with
-// config (which must offer "h2" and "http/1.1" by ALPN) and each handshake
-// bounded by timeout. h2 serves the connections that negotiate HTTP/2; it
-// must serve HTTP/2 on a listener of *tls.Conn (see listenFast).
-func newTLSFront(ln net.Listener, config *tls.Config, timeout time.Duration, log *slog.Logger, fast *fasthttp.Server, h2 *http.Server) *tlsFront {
+// newTLSFront returns the TLS front of the fasthttp server fast, with
+// config (which must offer "h2" and "http/1.1" by ALPN), each handshake
+// bounded by timeout and at most maxConns connections open (limit). h2
+// serves the connections that negotiate HTTP/2; it must serve HTTP/2 on a
+// listener of *tls.Conn (see newFastFront).
+func newTLSFront(config *tls.Config, timeout time.Duration, maxConns int, log *slog.Logger, fast *fasthttp.Server, h2 *http.Server) *tlsFront {
 	return &tlsFront{
-		ln: ln, config: config, timeout: timeout, log: log, fast: fast, h2: h2,
-		h1q:         newConnQueue(ln.Addr()),
-		h2q:         newConnQueue(ln.Addr()),
+		config: config, timeout: timeout, maxConns: maxConns, log: log, fast: fast, h2: h2,
+		// Their address is the listener's, known once Serve is called.
+		h1q:         newConnQueue(nil),
+		h2q:         newConnQueue(nil),
 		handshaking: make(map[net.Conn]struct{}),
 	}
 }
 
-// serve serves until the listener is closed (by shutdown) or fails, and
-// returns once its acceptor, its handshakes and the Serve calls of both
-// servers have returned: nil when the listener was closed, else the error.
-// Connections the servers already serve are shutdown's to end.
-func (f *tlsFront) serve() error {
+// Serve serves ln until it is closed (by Shutdown) or fails, and returns
+// once its acceptor, its handshakes and the Serve calls of both servers
+// have returned: nil when the listener was closed (or Shutdown came
+// first), else the error. Connections the servers already serve are
+// Shutdown's to end.
+func (f *tlsFront) Serve(ln net.Listener) error {
+	ln = limit(ln, f.maxConns)
+	if !f.gate.serve(ln) {
+		return nil
+	}
+	// Set before the servers that read them start; close reads neither.
+	f.ln, f.h1q.addr, f.h2q.addr = ln, ln.Addr(), ln.Addr()
 	served := make(chan error, 2)
 	go func() { served <- f.fast.Serve(f.h1q) }() // nil once h1q is closed
 	go func() { served <- f.h2.Serve(f.h2q) }()
@@ -111,7 +124,10 @@ func (f *tlsFront) handshake(raw net.Conn) {
 		return
 	}
 	tc := tls.Server(raw, f.config)
-	err := raw.SetDeadline(time.Now().Add(f.timeout))
+	var err error
+	if f.timeout > 0 {
+		err = raw.SetDeadline(time.Now().Add(f.timeout))
+	}
 	if err == nil {
 		err = tc.Handshake()
 	}
@@ -147,11 +163,11 @@ func (f *tlsFront) track(c net.Conn, add bool) bool {
 	return true
 }
 
-// close stops the front accepting: it closes the listener and both queues,
-// and aborts the handshakes under way. Calls after the first do nothing
-// more.
+// close stops the front accepting: it closes the listener and both queues
+// (which Serve then no longer serves, if it has not begun), and aborts the
+// handshakes under way. Calls after the first do nothing more.
 func (f *tlsFront) close() {
-	_ = f.ln.Close()
+	f.gate.close()
 	_ = f.h1q.Close()
 	_ = f.h2q.Close()
 	f.mu.Lock()
@@ -163,14 +179,18 @@ func (f *tlsFront) close() {
 	clear(f.handshaking)
 }
 
-// shutdown closes the front and shuts both servers down gracefully, within
+// Shutdown closes the front and shuts both servers down gracefully, within
 // ctx, at once. It returns the first server's error: ctx's when
-// connections were still open as it ended.
-func (f *tlsFront) shutdown(ctx context.Context) error {
+// connections were still open as it ended; then the HTTP/2 connections
+// still open are closed (fasthttp's end as their clients go).
+func (f *tlsFront) Shutdown(ctx context.Context) error {
 	f.close()
 	fastErr := make(chan error, 1)
 	go func() { fastErr <- f.fast.ShutdownWithContext(ctx) }()
 	err := f.h2.Shutdown(ctx)
+	if err != nil {
+		_ = f.h2.Close()
+	}
 	return errors.Join(err, <-fastErr)
 }
 

@@ -1,48 +1,55 @@
-package node
+package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/internal/testrun"
 )
 
-// startFastTLS starts a gateway serving spec on the fasthttp front with a
-// fresh certificate and limits l, once it applied the spec; it returns the
-// gateway and the certificate.
-func startFastTLS(t *testing.T, spec string, l Limits) (*proc, *x509.Certificate) {
+// startFastTLS serves a proxy of the endpoint up (protoUpstream) on the
+// fasthttp front with TLS, a fresh certificate and each handshake bounded
+// by handshake; it returns the front and the certificate.
+func startFastTLS(t *testing.T, up string, handshake time.Duration) (*servingFront, *x509.Certificate) {
 	t.Helper()
-	dir := t.TempDir()
-	cert := writeCert(t, dir, "fasthttp")
-	file := filepath.Join(dir, "dwara.yaml")
-	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+	serverTLS, _, cert := testTLS(t)
+	c := FrontConfig{Kind: FrontFastHTTP, ReadHeaderTimeout: handshake, IdleTimeout: time.Minute, TLS: serverTLS, Logger: discardLog}
+	return startFront(t, frontProxy(t, up), c), cert
+}
+
+// tlsClient trusts cert and speaks HTTP/2 and HTTP/1.1; each call opens a
+// new connection.
+func tlsClient(cert *x509.Certificate) *http.Client {
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, DisableKeepAlives: true, ForceAttemptHTTP2: true}
+	return &http.Client{Transport: tr, Timeout: wait}
+}
+
+// readAll reads resp's body to its end and closes it.
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
 		t.Fatal(err)
 	}
-	c := GatewayConfig{ConfigFile: file, Front: FrontFastHTTP}
-	c.TLS = &TLSFiles{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
-	c.Limits = l
-	gw := startGateway(t, c)
-	gw.waitApplied(t, 1)
-	return gw, cert
+	return string(b)
 }
+
+// wait bounds every wait of the TLS front's tests.
+const wait = testrun.Timeout
 
 // getTLS1 sends "GET path" as HTTP/1.1 over a new TLS connection to addr
 // that trusts cert and offers alpn, and returns the answer with its body
@@ -74,8 +81,7 @@ func getTLS1(t *testing.T, addr string, cert *x509.Certificate, alpn []string, p
 // and proxied, and the endpoint sees X-Forwarded-Proto https.
 func TestFastFrontTLSHTTP1(t *testing.T) {
 	t.Parallel()
-	a, b := pools(t)
-	gw, cert := startFastTLS(t, splitFile(a, b, 100, 0), Limits{})
+	gw, cert := startFastTLS(t, protoUpstream(t, nil), time.Minute)
 	tests := []struct {
 		name      string
 		alpn      []string
@@ -87,15 +93,12 @@ func TestFastFrontTLSHTTP1(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			resp, body, proto := getTLS1(t, gw.Proxy, cert, tt.alpn, "/?echo=1")
+			resp, body, proto := getTLS1(t, gw.addr, cert, tt.alpn, "/")
 			if proto != tt.wantProto {
 				t.Errorf("negotiated %q, want %q", proto, tt.wantProto)
 			}
-			if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 1 || resp.Header.Get("X-Pool") != "pool-a" {
-				t.Errorf("got %s %d from %q, want HTTP/1.1 200 from pool-a: %s", resp.Proto, resp.StatusCode, resp.Header.Get("X-Pool"), body)
-			}
-			if !strings.Contains(body, `"X-Forwarded-Proto":["https"]`) {
-				t.Errorf("the endpoint saw %s, want X-Forwarded-Proto https", body)
+			if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 1 || body != "ok https" {
+				t.Errorf("got %s %d %q, want HTTP/1.1 200 \"ok https\" (X-Forwarded-Proto https)", resp.Proto, resp.StatusCode, body)
 			}
 		})
 	}
@@ -104,11 +107,10 @@ func TestFastFrontTLSHTTP1(t *testing.T) {
 // TestFastFrontTLSHandshakes: on the fasthttp front, clients that connect
 // and never finish a handshake (silent, or stopped inside their
 // ClientHello) do not keep others from being served, and are closed once
-// the read-header timeout has passed, or when the process stops.
+// the read-header timeout has passed, or when the front shuts down.
 func TestFastFrontTLSHandshakes(t *testing.T) {
 	t.Parallel()
-	a, b := pools(t)
-	spec := splitFile(a, b, 100, 0)
+	up := protoUpstream(t, nil)
 	// stall opens a connection to addr that sends only hello.
 	stall := func(t *testing.T, addr, hello string) net.Conn {
 		t.Helper()
@@ -140,79 +142,71 @@ func TestFastFrontTLSHandshakes(t *testing.T) {
 		t.Parallel()
 		// A handshake done in the accept loop would keep every later
 		// client waiting for this timeout, past their client's (wait).
-		gw, cert := startFastTLS(t, spec, Limits{ReadHeaderTimeout: 2 * wait})
-		silent := stall(t, gw.Proxy, "")
-		partial := stall(t, gw.Proxy, recordHeader)
+		gw, cert := startFastTLS(t, up, 2*wait)
+		silent := stall(t, gw.addr, "")
+		partial := stall(t, gw.addr, recordHeader)
 
-		resp, err := tlsClient(cert).Get("https://" + gw.Proxy + "/")
+		resp, err := tlsClient(cert).Get("https://" + gw.addr + "/")
 		if err != nil {
 			t.Fatalf("HTTP/2 client beside the stalled handshakes: %v", err)
 		}
 		if body := readAll(t, resp); resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
 			t.Errorf("HTTP/2 client: %s %d: %s", resp.Proto, resp.StatusCode, body)
 		}
-		if resp, body, _ := getTLS1(t, gw.Proxy, cert, nil, "/"); resp.StatusCode != http.StatusOK {
+		if resp, body, _ := getTLS1(t, gw.addr, cert, nil, "/"); resp.StatusCode != http.StatusOK {
 			t.Errorf("HTTP/1.1 client: %d: %s", resp.StatusCode, body)
 		}
-		// Stopping the process ends the handshakes under way.
-		gw.stop()
+		// Shutting the front down ends the handshakes under way.
+		if _, err := gw.stop(t); err != nil {
+			t.Errorf("Serve after Shutdown: %v", err)
+		}
 		closedByServer(t, silent, "a silent client after the stop")
 		closedByServer(t, partial, "a half-sent ClientHello after the stop")
 	})
 
 	t.Run("closed after the read-header timeout", func(t *testing.T) {
 		t.Parallel()
-		gw, _ := startFastTLS(t, spec, Limits{ReadHeaderTimeout: 300 * time.Millisecond})
-		silent := stall(t, gw.Proxy, "")
-		partial := stall(t, gw.Proxy, recordHeader)
+		gw, _ := startFastTLS(t, up, 300*time.Millisecond)
+		silent := stall(t, gw.addr, "")
+		partial := stall(t, gw.addr, recordHeader)
 		closedByServer(t, silent, "a silent client")
 		closedByServer(t, partial, "a half-sent ClientHello")
 	})
 }
 
 // TestFastFrontTLSShutdown: on the fasthttp front with TLS, a graceful
-// stop lets a request in flight on each protocol (HTTP/2 through net/http,
-// HTTP/1.1 through fasthttp) finish with its answer, returns (start checks
-// it returns nil) and leaves no goroutine behind, with idle connections of
-// both protocols and a stalled handshake open when it began.
+// Shutdown lets a request in flight on each protocol (HTTP/2 through
+// net/http, HTTP/1.1 through fasthttp) finish with its answer, Serve
+// returns nil and, once the proxy is closed too, no goroutine is left
+// behind, with idle connections of both protocols and a stalled handshake
+// open when it began.
 //
 // It is not parallel: it looks for goroutines of the whole package.
 func TestFastFrontTLSShutdown(t *testing.T) {
 	arrived, release := make(chan string, 2), make(chan struct{})
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	upstream := protoUpstream(t, func(_ http.ResponseWriter, r *http.Request) bool {
 		if r.URL.Path == "/block" {
 			arrived <- r.Proto
 			<-release
 		}
-		_, _ = io.WriteString(w, "ok "+r.Header.Get("X-Forwarded-Proto"))
-	}))
-	t.Cleanup(upstream.Close)
-	spec := fmt.Sprintf(`upstreams:
-  - {name: up, endpoints: [%[1]q]}
-  - {name: spare, endpoints: [%[1]q]}
-services:
-  - name: web
-    split:
-      targets:
-        - {upstream: up, weight: 100}
-        - {upstream: spare, weight: 0}
-`, upstream.Listener.Addr().String())
+		return false
+	})
 
-	// Every goroutine that runs now is not the gateway's. fasthttp's
-	// clock is the process's; the cleaner of a fasthttp worker pool sleeps
-	// up to 10 s (MaxIdleWorkerDuration) before it sees that Serve stopped
-	// the pool, and Serve has returned once stop returns nil.
+	// Every goroutine that runs now is not the front's. fasthttp's clock
+	// is the process's; the cleaner of a fasthttp worker pool sleeps up to
+	// 10 s (MaxIdleWorkerDuration) before it sees that Serve stopped the
+	// pool, and Serve has returned once stop does.
 	ignore := []goleak.Option{goleak.IgnoreCurrent(),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 	}
-	gw, cert := startFastTLS(t, spec, Limits{})
-	roots := x509.NewCertPool()
-	roots.AddCert(cert)
+	serverTLS, roots, _ := testTLS(t)
+	p := frontProxy(t, upstream)
+	gw := startFront(t, p, FrontConfig{Kind: FrontFastHTTP, ReadHeaderTimeout: wait, IdleTimeout: time.Minute, TLS: serverTLS, Logger: discardLog})
 	h2 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
 	h1 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}}}
 	clients := map[string]*http.Client{"HTTP/2.0": {Transport: h2, Timeout: wait}, "HTTP/1.1": {Transport: h1, Timeout: wait}}
-	base := "https://" + gw.Proxy
+	base := "https://" + gw.addr
 
 	// An idle connection of each protocol, and a stalled handshake.
 	for proto, c := range clients {
@@ -224,7 +218,7 @@ services:
 			t.Fatalf("%s client: %s answered %q, want %s and \"ok https\"", proto, resp.Proto, body, proto)
 		}
 	}
-	stalled, err := net.DialTimeout("tcp", gw.Proxy, wait)
+	stalled, err := net.DialTimeout("tcp", gw.addr, wait)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,15 +241,15 @@ services:
 	testrun.Recv(t, arrived, "the first request in flight")
 	testrun.Recv(t, arrived, "the second request in flight")
 
-	stopped := make(chan struct{})
+	stopped := make(chan error, 1)
 	go func() {
-		gw.stop()
-		close(stopped)
+		shutdownErr, serveErr := gw.stop(t)
+		stopped <- errors.Join(shutdownErr, serveErr)
 	}()
 	// The stop has begun once the listener refuses connections.
 	deadline := time.Now().Add(wait)
 	for {
-		c, err := net.DialTimeout("tcp", gw.Proxy, wait)
+		c, err := net.DialTimeout("tcp", gw.addr, wait)
 		if err != nil {
 			break
 		}
@@ -267,12 +261,14 @@ services:
 	}
 	close(release)
 	wg.Wait()
-	testrun.Recv(t, stopped, "the gateway to stop")
+	if err := testrun.Recv(t, stopped, "the front to stop"); err != nil {
+		t.Errorf("Shutdown and Serve: %v, want nil", err)
+	}
 
 	h1.CloseIdleConnections()
 	h2.CloseIdleConnections()
 	stalled.Close()
-	upstream.CloseClientConnections()
+	p.Close() // its pooled connections to the endpoint
 	deadline = time.Now().Add(wait)
 	for {
 		err := goleak.Find(ignore...)
@@ -314,45 +310,5 @@ func TestConnQueue(t *testing.T) {
 	q.deliver(c1) // closes it
 	if _, err := c2.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("the peer of a connection delivered after Close reads %v, want EOF", err)
-	}
-}
-
-// TestServeFastFrontTLS: serve with Front fasthttp and a certificate
-// serves its proxy over TLS on that front, HTTP/2 and HTTP/1.1, and its
-// admin listener over TLS.
-func TestServeFastFrontTLS(t *testing.T) {
-	t.Parallel()
-	url := dbtest.New(t)
-	a, b := pools(t)
-	dir := t.TempDir()
-	cert := writeCert(t, dir, "serve")
-	c := ServeConfig{DatabaseURL: url, Front: FrontFastHTTP}
-	c.TLS = &TLSFiles{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
-	srv := startServe(t, c)
-
-	body, err := json.Marshal(map[string]any{"message": "test", "spec": specJSON(a, b, 100, 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := tlsClient(cert).Post("https://"+srv.Admin+"/api/v1/generations", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("publish over TLS: %v", err)
-	}
-	if answer := readAll(t, resp); resp.StatusCode != http.StatusCreated {
-		t.Fatalf("publish over TLS: %d %s", resp.StatusCode, answer)
-	}
-	srv.waitApplied(t, 1)
-
-	resp, err = tlsClient(cert).Get("https://" + srv.Proxy + "/?echo=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	answer := readAll(t, resp)
-	if resp.ProtoMajor != 2 || resp.Header.Get("X-Pool") != "pool-a" || !strings.Contains(answer, `"X-Forwarded-Proto":["https"]`) {
-		t.Errorf("HTTP/2: %s from %q: %s; want HTTP/2 from pool-a with X-Forwarded-Proto https", resp.Proto, resp.Header.Get("X-Pool"), answer)
-	}
-	resp, answer, proto := getTLS1(t, srv.Proxy, cert, []string{"http/1.1"}, "/?echo=1")
-	if proto != "http/1.1" || resp.Header.Get("X-Pool") != "pool-a" || !strings.Contains(answer, `"X-Forwarded-Proto":["https"]`) {
-		t.Errorf("HTTP/1.1: %q from %q: %s; want http/1.1 from pool-a with X-Forwarded-Proto https", proto, resp.Header.Get("X-Pool"), answer)
 	}
 }
