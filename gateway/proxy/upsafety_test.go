@@ -500,4 +500,3 @@ func TestConnectionLinesAllCount(t *testing.T) {
 		}
 	})
 }
-
