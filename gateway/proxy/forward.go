@@ -40,8 +40,7 @@ var errUpstreamTimeout = errors.New("upstream timeout")
 
 // exchange is the outcome of sending one request upstream.
 type exchange struct {
-	resp   *http.Response
-	conn   *upConn
+	conn   *upConn // its answer's head is conn.head
 	reused bool
 	// sent is true once any byte of the request body was read from the
 	// client: from then on the request cannot be sent again.
@@ -70,13 +69,11 @@ func (p *Proxy) forward(w *statusWriter, r *http.Request, u *upstream, a *attemp
 		r.Body = &w.body
 		defer func() { r.Body = body }()
 	}
-	var resp *http.Response
 	x, err := p.exchangeRetrying(ctx, u, a, outbound{
 		method: r.Method, body: hasBody(r),
 		requestID: r.Header.Get("X-Request-Id"), service: r.Header.Get("X-Dwara-Service"),
 	}, func(c *upConn, ep *endpoint) (sent bool, err error) {
-		resp, sent, err = p.send(c, r, ep)
-		return sent, err
+		return p.send(c, r, ep)
 	})
 	if w.body.dl != nil {
 		_ = dl.SetReadDeadline(time.Time{})
@@ -84,10 +81,10 @@ func (p *Proxy) forward(w *statusWriter, r *http.Request, u *upstream, a *attemp
 	if err != nil {
 		return p.forwardError(w, r, a.ep, err)
 	}
-	x.resp = resp
 	ep := a.ep
-	p.answered(u, ep, x.resp.StatusCode)
 	c := x.conn
+	code := c.head.status
+	p.answered(u, ep, code)
 	// A client that goes away mid-answer unblocks the upstream read at once.
 	gone := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 	reusable, clientGone := false, false
@@ -104,11 +101,11 @@ func (p *Proxy) forward(w *statusWriter, r *http.Request, u *upstream, a *attemp
 	if p.stall > 0 && dl != nil {
 		defer func() { _ = dl.SetWriteDeadline(time.Time{}) }() // the next request on the connection has none
 	}
-	reusable, clientGone = p.copyResponse(w, r, x.resp, dl)
+	reusable, clientGone = p.copyResponse(w, r, c, dl)
 	if clientGone {
 		return statusClientGone
 	}
-	return x.resp.StatusCode
+	return code
 }
 
 // outbound is what the shared steps of the forwarding path need to know of
@@ -252,9 +249,10 @@ func (x exchange) mayHaveArrived() bool {
 	return x.conn != nil && (x.written || x.sent)
 }
 
-// send writes r on c and reads the response header under the response
-// header timeout. sent reports whether the request body was touched.
-func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint) (resp *http.Response, sent bool, err error) {
+// send writes r on c and reads the answer header into c.head under the
+// response header timeout. sent reports whether the request body was
+// touched.
+func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint) (sent bool, err error) {
 	writeRequestHead(c.bw, r, ep.hostHeader)
 	var body io.Reader
 	length := int64(0)
@@ -270,35 +268,18 @@ func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint) (resp *http.Respo
 		bw.WriteString("\r\n")
 	})
 	if err != nil {
-		return nil, sent, err
+		return sent, err
 	}
-	for {
-		// The head is buffered whole first: one over maxAnswerHead is a
-		// 502, as on the other fronts (Go's parser has no limit).
-		_, err = bufferAnswerHead(c.br, ep.pool.watch)
-		if err == nil {
-			resp, err = http.ReadResponse(c.br, r)
+	// Upgrades take the other path: a 101 here is an error.
+	if err = c.readAnswer(ep.pool.watch, r.Method == http.MethodHead, false); err != nil {
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			err = errUpstreamTimeout
 		}
-		if err != nil {
-			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-				err = errUpstreamTimeout
-			}
-			return nil, sent, err
-		}
-		// Interim answers (103 Early Hints; a 100 Continue the endpoint
-		// sends although Expect was not forwarded) are not passed on.
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			break
-		}
+		return sent, err
 	}
 	// The header is in: a slow body streams for as long as it takes.
 	_ = c.nc.SetReadDeadline(time.Time{})
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		// Upgrades take the other path; an endpoint that switches protocol
-		// unasked cannot be proxied here.
-		return nil, sent, errors.New("upstream switched protocols without an upgrade request")
-	}
-	return resp, sent, nil
+	return sent, nil
 }
 
 // hasBody reports whether r has a body to send.
@@ -411,17 +392,6 @@ func skipRequestHeader(k string) bool {
 		"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Http2-Settings",
 		"Content-Length", "Host", "Expect",
 		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
-		return true
-	}
-	return false
-}
-
-// skipResponseHeader reports whether the endpoint's field k is not copied
-// to the client: the hop-by-hop fields (the client connection has its own).
-func skipResponseHeader(k string) bool {
-	switch k {
-	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
 		return true
 	}
 	return false
@@ -556,41 +526,30 @@ type clientBodyError struct{ err error }
 func (e clientBodyError) Error() string { return "read request body: " + e.err.Error() }
 func (e clientBodyError) Unwrap() error { return e.err }
 
-// copyResponse writes resp to the client: its header without the hop-by-hop
-// fields, then its body, flushed as it arrives when it streams, then its
-// trailers. It reports whether the upstream connection may be reused (the
-// body was read to its end and the endpoint did not ask to close), and
-// whether the client went away before the end.
+// copyResponse writes the answer on c to the client: its head as
+// copyAnswer copies it (with the endpoint's Content-Length, which the
+// net/http server frames the body by), then its body, flushed as it
+// arrives when it streams, then its trailers. It reports whether the
+// upstream connection may be reused (the body was read to its end and the
+// endpoint did not ask to close), and whether the client went away before
+// the end.
 //
 // With a stall timeout and dl, the client connection's write deadline
 // moves forward before every write: a client that reads nothing for the
 // stall timeout is cut (counted 499), a slow stream that keeps moving
 // never is.
-func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, dl deadliner) (reusable, clientGone bool) {
+func (p *Proxy) copyResponse(w *statusWriter, r *http.Request, c *upConn, dl deadliner) (reusable, clientGone bool) {
+	a := &c.head
 	h := w.Header()
-	conn := resp.Header["Connection"]
-	for k, vv := range resp.Header {
-		if skipResponseHeader(k) || namedIn(conn, k) {
-			continue
-		}
-		if old, ok := h[k]; ok {
-			// The gateway set it already (the sticky session's Set-Cookie):
-			// the endpoint's values come after it, never instead.
-			h[k] = append(old[:len(old):len(old)], vv...)
-			continue
-		}
-		h[k] = vv
+	if a.length >= 0 && a.framing != bodyChunked {
+		h["Content-Length"] = []string{formatLength(a.length)}
 	}
-	if _, ok := h["X-Request-Id"]; !ok {
-		h["X-Request-Id"] = r.Header["X-Request-Id"]
+	copyAnswer(a, (*stdAnswer)(w), r.Header.Get("X-Request-Id"))
+	body := c.answerStream()
+	if body == nil {
+		return !a.close, false
 	}
-	w.WriteHeader(resp.StatusCode)
-	body := resp.Body
-	if body == nil || body == http.NoBody {
-		return !resp.Close, false
-	}
-	flush := resp.ContentLength < 0 || isEventStream(resp.Header)
-	flusher, _ := w.(http.Flusher)
+	flush := a.framing != bodyLength || isEventStream(h)
 	buf := p.buffers.Get()
 	defer p.buffers.Put(buf)
 	if p.stall <= 0 {
@@ -605,8 +564,8 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return false, true
 			}
-			if flush && flusher != nil {
-				flusher.Flush()
+			if flush {
+				w.Flush()
 			}
 		}
 		if rerr == io.EOF {
@@ -624,11 +583,29 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.
 			panic(http.ErrAbortHandler)
 		}
 	}
-	for k, vv := range resp.Trailer {
-		h[http.TrailerPrefix+k] = vv
+	for _, f := range a.trailers {
+		k := http.TrailerPrefix + http.CanonicalHeaderKey(string(f.name))
+		h[k] = append(h[k], string(f.value))
 	}
-	return !resp.Close, false
+	return !a.close, false
 }
+
+// stdAnswer is the answerSink of the net/http front: the header of its
+// answer, written at the status.
+type stdAnswer statusWriter
+
+func (o *stdAnswer) field(name, value []byte) {
+	h := o.ResponseWriter.Header()
+	k := http.CanonicalHeaderKey(string(name))
+	old := h[k]
+	// Never into a slice the front shares (the sticky session's
+	// Set-Cookie, the request's X-Request-Id).
+	h[k] = append(old[:len(old):len(old)], string(value))
+}
+
+func (o *stdAnswer) trailer(value []byte) { o.field([]byte("Trailer"), value) }
+
+func (o *stdAnswer) status(code int) { (*statusWriter)(o).WriteHeader(code) }
 
 // isEventStream reports whether a response is a server-sent event stream.
 func isEventStream(h http.Header) bool {

@@ -35,7 +35,7 @@ import (
 // that finds nothing, no goroutine parked and woken per read), routes it
 // (fastRoute, the fasthttp front's), writes the request to a connection of
 // the endpoint and, when the endpoint's answer is in whole, writes the
-// client its answer (copyAnswerHeader, the fasthttp front's header rules).
+// client its answer (copyAnswer, every front's header rules).
 // Timeouts are deadlines the loop checks every loopTick instead of timers
 // set and reset per read and write.
 //
@@ -327,12 +327,13 @@ type eloop struct {
 	nextTick      time.Time
 	events        []unix.EpollEvent
 	// Parsing and writing: heads are parsed from a bytes.Reader through
-	// br, and requests and answers serialised through bw into aw's slice.
+	// br, answer heads in place into ah (answer.go), and requests and
+	// answers serialised through bw into aw's slice.
 	hr bytes.Reader
 	br *bufio.Reader
 	aw appendWriter
 	bw *bufio.Writer
-	rh fasthttp.ResponseHeader
+	ah answerHead
 	// free holds buffers of connBufferSize for the connections that are
 	// reading or writing; an idle connection holds none.
 	free [][]byte
@@ -1090,23 +1091,18 @@ func (l *eloop) relay(u *uconn) {
 		}
 		return
 	}
-	rh := &l.rh
-	rh.Reset()
-	rh.SetNoDefaultContentType(true)
-	l.hr.Reset(u.in[:end])
-	l.br.Reset(&l.hr)
-	if err := rh.Read(l.br); err != nil || rh.StatusCode() < 200 {
-		// Malformed (the fasthttp front's parser says how), or an interim
-		// answer with more heads to come.
+	ctx := c.ctx
+	a := &l.ah
+	if err := a.parse(u.in[:end], ctx.Request.Header.IsHead()); err != nil || a.status < 200 {
+		// Malformed (the fasthttp front's path says how, with the same
+		// parser), or an interim answer with more heads to come.
 		l.continueAnswer(c, u)
 		return
 	}
-	ctx := c.ctx
-	code := rh.StatusCode()
-	bodiless := ctx.Request.Header.IsHead() || code == http.StatusNoContent || code == http.StatusNotModified
-	cl := rh.ContentLength()
+	code := a.status
+	cl := a.bodyLength()
 	var body []byte
-	if !bodiless {
+	if a.framing != bodyNone {
 		if cl < 0 || end+cl > cap(u.in) {
 			l.continueAnswer(c, u) // streamed
 			return
@@ -1117,11 +1113,11 @@ func (l *eloop) relay(u *uconn) {
 		}
 		body = u.in[end : end+cl]
 	}
-	copyAnswerHeader(&ctx.Response.Header, rh, c.rid)
+	copyAnswer(a, (*fastAnswer)(&ctx.Response.Header), c.rid)
 	if body != nil {
 		ctx.Response.SetBody(body)
-	} else if cl >= 0 && ctx.Request.Header.IsHead() {
-		ctx.Response.Header.SetContentLength(cl)
+	} else if a.length >= 0 && ctx.Request.Header.IsHead() {
+		ctx.Response.Header.SetContentLength(int(a.length))
 	}
 	// A connection is kept when the answer was all it carried and the
 	// request had gone out whole (an endpoint may answer early).
@@ -1129,7 +1125,7 @@ func (l *eloop) relay(u *uconn) {
 	if !clean {
 		u.lp.pool.watch.report(reasonExtraBytes)
 	}
-	keep := !rh.ConnectionClose() && clean && u.outOff == len(u.out)
+	keep := !a.close && clean && u.outOff == len(u.out)
 	x := c.x
 	x.code, x.done = code, true
 	l.s.p.answered(x.tg.up, x.a.ep, code)
@@ -1538,7 +1534,7 @@ func (s *LoopServer) exchangeOn(nc net.Conn, rest []byte, ctx *fasthttp.RequestC
 		x.code = p.fastForwardError(ctx, x, route{tg: x.tg, ep: x.a.ep}, rid, err)
 	} else {
 		x.conn = xc.conn
-		x.code = x.up.StatusCode()
+		x.code = x.conn.head.status
 		p.answered(u, x.a.ep, x.code)
 		streamed = x.respond(ctx, rid)
 	}

@@ -152,17 +152,28 @@ func headEnd(b []byte, from int) (end int, bare bool) {
 // does not fit br's buffer (maxAnswerHead), or the read's error. Reads
 // happen under the connection's read deadline.
 func bufferAnswerHead(br *bufio.Reader, w *protocolWatch) (int, error) {
+	n, full, err := bufferUntil(br, answerHeadEnd)
+	if full {
+		w.report(reasonHeadTooLarge)
+		return 0, errAnswerHeadTooLarge
+	}
+	return n, err
+}
+
+// bufferUntil reads from br until end finds, in what br holds, the end of
+// a section at its start, and returns the section's length; full reports
+// that br's buffer filled up without it, err a read's error.
+func bufferUntil(br *bufio.Reader, end func([]byte) int) (n int, full bool, err error) {
 	for {
 		b, _ := br.Peek(br.Buffered())
-		if n := answerHeadEnd(b); n >= 0 {
-			return n, nil
+		if n := end(b); n >= 0 {
+			return n, false, nil
 		}
 		if len(b) >= br.Size() {
-			w.report(reasonHeadTooLarge)
-			return 0, errAnswerHeadTooLarge
+			return 0, true, nil
 		}
 		if _, err := br.Peek(len(b) + 1); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
 }
