@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"strconv"
-	"unsafe"
 )
 
 // An endpoint's answer, read the same way on every front: the head is
@@ -380,9 +379,10 @@ type answerSink interface {
 	field(name, value []byte)
 	// trailer announces the trailer fields value lists.
 	trailer(value []byte)
-	// status sets the status; it comes last, after every field, so a
-	// sink may write the head then.
-	status(code int)
+	// end ends the head: rid as X-Request-Id unless it is "" (the
+	// endpoint set one), then the status. It comes last, so a sink may
+	// write the head then.
+	end(code int, rid string)
 }
 
 // copyAnswer copies the head of the endpoint's answer a to out: every
@@ -408,13 +408,11 @@ func copyAnswer(a *answerHead, out answerSink, rid string) {
 		}
 		out.field(k, f.value)
 	}
-	if !hasRID {
-		out.field(xRequestID, unsafe.Slice(unsafe.StringData(rid), len(rid)))
+	if hasRID {
+		rid = ""
 	}
-	out.status(a.status)
+	out.end(a.status, rid)
 }
-
-var xRequestID = []byte("X-Request-Id")
 
 // skipResponseHeader reports whether the endpoint's field k is not copied
 // to the client, whatever its case: the hop-by-hop fields (the client

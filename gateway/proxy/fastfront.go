@@ -763,7 +763,13 @@ func (o *fastAnswer) trailer(value []byte) {
 	_ = (*fasthttp.ResponseHeader)(o).AddTrailerBytes(value)
 }
 
-func (o *fastAnswer) status(code int) { (*fasthttp.ResponseHeader)(o).SetStatusCode(code) }
+func (o *fastAnswer) end(code int, rid string) {
+	h := (*fasthttp.ResponseHeader)(o)
+	if rid != "" {
+		h.Set("X-Request-Id", rid)
+	}
+	h.SetStatusCode(code)
+}
 
 // fastBody is the endpoint's response body as fasthttp streams it to the
 // client. fasthttp closes it once the answer is written or has failed;

@@ -541,8 +541,11 @@ func (e clientBodyError) Unwrap() error { return e.err }
 func (p *Proxy) copyResponse(w *statusWriter, r *http.Request, c *upConn, dl deadliner) (reusable, clientGone bool) {
 	a := &c.head
 	h := w.Header()
+	// One slice holds every value copied (the Content-Length and the
+	// request id too).
+	w.values = make([]string, 0, len(a.fields)+2)
 	if a.length >= 0 && a.framing != bodyChunked {
-		h["Content-Length"] = []string{formatLength(a.length)}
+		h["Content-Length"] = w.value(formatLength(a.length))
 	}
 	copyAnswer(a, (*stdAnswer)(w), r.Header.Get("X-Request-Id"))
 	body := c.answerStream()
@@ -595,17 +598,63 @@ func (p *Proxy) copyResponse(w *statusWriter, r *http.Request, c *upConn, dl dea
 type stdAnswer statusWriter
 
 func (o *stdAnswer) field(name, value []byte) {
-	h := o.ResponseWriter.Header()
-	k := http.CanonicalHeaderKey(string(name))
-	old := h[k]
-	// Never into a slice the front shares (the sticky session's
-	// Set-Cookie, the request's X-Request-Id).
-	h[k] = append(old[:len(old):len(old)], string(value))
+	o.add(answerKey(name), string(value))
 }
 
-func (o *stdAnswer) trailer(value []byte) { o.field([]byte("Trailer"), value) }
+func (o *stdAnswer) trailer(value []byte) { o.add("Trailer", string(value)) }
 
-func (o *stdAnswer) status(code int) { (*statusWriter)(o).WriteHeader(code) }
+func (o *stdAnswer) end(code int, rid string) {
+	if rid != "" {
+		o.add("X-Request-Id", rid)
+	}
+	(*statusWriter)(o).WriteHeader(code)
+}
+
+// add adds v to the values of k, after any the front set (the sticky
+// session's Set-Cookie), never into a slice it shares.
+func (o *stdAnswer) add(k, v string) {
+	h := o.ResponseWriter.Header()
+	if old := h[k]; len(old) > 0 {
+		h[k] = append(old[:len(old):len(old)], v)
+		return
+	}
+	h[k] = (*statusWriter)(o).value(v)
+}
+
+// value returns v as a field's values, in w.values while it has room.
+func (w *statusWriter) value(v string) []string {
+	if len(w.values) == cap(w.values) {
+		return []string{v}
+	}
+	w.values = append(w.values, v)
+	n := len(w.values)
+	return w.values[n-1 : n : n]
+}
+
+// answerKey is the net/http header key of an answer's field name: the
+// canonical form, without allocating for the common fields.
+func answerKey(name []byte) string {
+	if k, ok := commonAnswerKeys[string(name)]; ok {
+		return k
+	}
+	return http.CanonicalHeaderKey(string(name))
+}
+
+// commonAnswerKeys maps the common answer field names, as endpoints
+// write them, to their canonical keys.
+var commonAnswerKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"Accept-Ranges", "Age", "Cache-Control", "Content-Encoding", "Content-Language",
+		"Content-Location", "Content-Range", "Content-Type", "Date", "Etag", "Expires", "Last-Modified",
+		"Link", "Location", "Retry-After", "Server", "Set-Cookie", "Strict-Transport-Security", "Vary",
+		"Www-Authenticate", "X-Content-Type-Options", "X-Request-Id", "Trailer"} {
+		m[k] = k
+		m[strings.ToLower(k)] = k
+	}
+	m["ETag"] = "Etag"
+	m["WWW-Authenticate"] = "Www-Authenticate"
+	return m
+}()
 
 // isEventStream reports whether a response is a server-sent event stream.
 func isEventStream(h http.Header) bool {

@@ -18,6 +18,9 @@ type statusWriter struct {
 	// body is the stall-guarded reader of the request body, when the
 	// forwarding path installs one (so that it does not allocate).
 	body stallBody
+	// values holds the values of the endpoint's fields as copyAnswer adds
+	// them (stdAnswer): one slice per answer for all of them.
+	values []string
 }
 
 // deadliner is what the standard library's response writer offers for
@@ -62,6 +65,7 @@ func getStatusWriter(w http.ResponseWriter) *statusWriter {
 func putStatusWriter(sw *statusWriter) {
 	sw.ResponseWriter = nil
 	sw.body = stallBody{}
+	sw.values = nil
 	statusWriters.Put(sw)
 }
 
