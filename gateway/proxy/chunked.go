@@ -27,8 +27,8 @@ type chunkedBody struct {
 // errBadChunk is a chunked body that does not parse.
 var errBadChunk = errors.New("malformed chunked answer body")
 
-// trailerReader reads a trailer section through its empty line (a
-// fasthttp.ResponseHeader does, keeping the fields).
+// trailerReader reads a trailer section through its empty line, keeping
+// the fields (answerHead does, into its trailers).
 type trailerReader interface {
 	ReadTrailer(*bufio.Reader) error
 }

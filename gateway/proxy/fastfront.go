@@ -28,8 +28,8 @@ import (
 // what it refuses on the net/http front: CONNECT, TRACE, PRI, dot
 // segments), calls route, and forwards over the same per-endpoint
 // connection pools as the net/http front, so the upstream's connect,
-// response-header and idle timeouts apply alike. The response is parsed
-// with fasthttp too and streamed back to the client.
+// response-header and idle timeouts apply alike. The answer is read as
+// on every front (answer.go) and streamed back to the client.
 //
 // Forwarding is shared with the net/http front through exchangeRetrying
 // (forward.go): the same pools, timeouts, retries and their budget
@@ -37,7 +37,7 @@ import (
 // serveEndpoint's (fastExchange, ended by target.endRequest: in-flight
 // counts, retry budget, dwara_requests_total, duration, and the canary
 // recorder unless the client went away). What is the front's own: the
-// answer header is parsed with fasthttp's response parser (so the answer
+// answer head is copied into fasthttp's header (fastAnswer, so the answer
 // streams through fasthttp without an http.Header per request), the
 // bookkeeping ends when fasthttp closes the body stream instead of in a
 // deferred function, and the wait for the answer header is cut in slices
@@ -301,17 +301,15 @@ type fastExchange struct {
 	// gone: the client went away before the answer header (fastTransmit).
 	gone bool
 
-	conn *upConn // forwarding path: the connection the answer comes on
-	up   *fasthttp.Response
+	// conn is the connection the answer comes on (forwarding path), with
+	// its parsed head (conn.head) and body reader.
+	conn *upConn
 	resp *http.Response // https endpoint: the transport's answer
 	// cancel ends the context of an https endpoint's request, and reqBody
 	// is its body, let go of when the exchange ends.
 	cancel  context.CancelFunc
 	reqBody *fastRequestBody
 	body    io.Reader // the endpoint's body stream
-	// chunked decodes a chunked answer body (fasthttp's decoder refuses
-	// sizes with leading zeros past 15 digits).
-	chunked chunkedBody
 	out     *fasthttp.ResponseHeader
 	// remaining is what a Content-Length body still owes; -1 when the body
 	// ends at its last chunk or at the end of the connection.
@@ -393,7 +391,7 @@ func (p *Proxy) fastForward(ctx *fasthttp.RequestCtx, x *fastExchange, rt route,
 		return false
 	}
 	x.conn = xc.conn
-	x.code = x.up.StatusCode()
+	x.code = x.conn.head.status
 	p.answered(u, x.a.ep, x.code)
 	return x.respond(ctx, rid)
 }
@@ -429,16 +427,10 @@ func (x *fastExchange) Err() error {
 // Value is nil: the forwarding path carries no values.
 func (x *fastExchange) Value(any) any { return nil }
 
-// releaseUp gives back the endpoint's parsed answer, if any.
+// releaseUp lets go of the endpoint's answer body stream, if any (the
+// answer's head and body reader live in its connection).
 func (x *fastExchange) releaseUp() {
-	if x.up != nil {
-		if x.body != nil {
-			_ = x.up.CloseBodyStream()
-		}
-		fasthttp.ReleaseResponse(x.up)
-		x.up, x.body = nil, nil
-	}
-	x.chunked = chunkedBody{}
+	x.body = nil
 }
 
 // finish ends the exchange: the connection goes back to the pool when its
@@ -459,7 +451,7 @@ func (x *fastExchange) end(werr error) {
 	complete := x.done && werr == nil && !x.cut
 	relayed := x.conn != nil || x.resp != nil
 	if c := x.conn; c != nil {
-		if complete && !x.up.ConnectionClose() {
+		if complete && !c.head.close {
 			x.a.ep.pool.put(c)
 		} else {
 			c.nc.Close()
@@ -499,7 +491,7 @@ func (x *fastExchange) recycle() {
 
 // fastSend is the fasthttp front's sendFunc: it writes the request on c,
 // a connection to ep, through fastTransmit and reads the answer header
-// with fasthttp's response parser into x.up. upgrade is the client's
+// into c.head (readAnswer). upgrade is the client's
 // Upgrade value for an upgrade request (nil otherwise): only then is a 101
 // answer taken.
 func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *fastExchange, tg *target, rid string, ip []byte, cl int, upgrade []byte) (sent bool, err error) {
@@ -521,27 +513,11 @@ func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *f
 }
 
 // readAnswer reads the endpoint's answer header on c, under the read
-// deadline c has, into x.up (interim answers skipped, but a 101 to an
-// upgrade), and leaves its body to stream: a Content-Length or
-// to-the-close body as fasthttp streams it, a chunked one through
-// x.chunked. upgrade is as for fastSend.
+// deadline c has, into c.head (interim answers skipped, but a 101 to an
+// upgrade: upConn.readAnswer), and leaves its body to stream through
+// c.answer. upgrade is as for fastSend.
 func (x *fastExchange) readAnswer(ctx *fasthttp.RequestCtx, c *upConn, upgrade []byte) error {
-	up := fasthttp.AcquireResponse()
-	x.up = up
-	up.StreamBody = true
-	up.SkipBody = ctx.Request.Header.IsHead()
-	// The endpoint's fields as it sent them: no Content-Type it did not.
-	up.Header.SetNoDefaultContentType(true)
-	err := readAnswerHead(c.br, &up.Header, x.a.ep.pool.watch)
-	if err == nil {
-		switch code := up.StatusCode(); {
-		case up.SkipBody || code < 200 || code == http.StatusNoContent || code == http.StatusNotModified:
-		case up.Header.ContentLength() == -1:
-			x.chunked.reset(c.br, &up.Header)
-		default:
-			err = up.ReadBody(c.br, 0)
-		}
-	}
+	err := c.readAnswer(x.a.ep.pool.watch, ctx.Request.Header.IsHead(), upgrade != nil)
 	if err != nil {
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			err = errUpstreamTimeout
@@ -552,71 +528,10 @@ func (x *fastExchange) readAnswer(ctx *fasthttp.RequestCtx, c *upConn, upgrade [
 	// the whole body is buffered already, nothing more is read from the
 	// connection for this answer, so the deadline can stay: the next
 	// request on it sets its own before reading (fastTransmit, transmit).
-	if upgrade != nil || x.answerBody() != nil && !bodyBuffered(c.br, up.Header.ContentLength()) {
+	if upgrade != nil || c.answerStream() != nil && !bodyBuffered(c.br, c.head.bodyLength()) {
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
-	if up.StatusCode() == http.StatusSwitchingProtocols && upgrade == nil {
-		return errors.New("upstream switched protocols without an upgrade request")
-	}
 	return nil
-}
-
-// answerBody is the endpoint's answer body to stream: nil for an answer
-// without one.
-func (x *fastExchange) answerBody() io.Reader {
-	if x.chunked.br != nil {
-		return &x.chunked
-	}
-	if s := x.up.BodyStream(); s != nil {
-		return s
-	}
-	return nil
-}
-
-// maxInterimAnswers bounds the interim (1xx) answers skipped before the
-// final one.
-const maxInterimAnswers = 8
-
-// readAnswerHead reads an answer head from br into h, skipping interim
-// answers (but a 101): each head is buffered whole first (bufferAnswerHead:
-// over maxAnswerHead is errAnswerHeadTooLarge, counted in w), and one with
-// bare LF line ends (RFC 9112 section 2.2), which fasthttp's parser does
-// not take, is parsed from a copy with CRLF ones.
-func readAnswerHead(br *bufio.Reader, h *fasthttp.ResponseHeader, w *protocolWatch) error {
-	for n := 0; ; n++ {
-		size, err := bufferAnswerHead(br, w)
-		if err != nil {
-			return err
-		}
-		head, _ := br.Peek(size)
-		if _, bare := headEnd(head, 0); bare {
-			err = h.Read(bufio.NewReader(bytes.NewReader(crlfLines(head))))
-			_, _ = br.Discard(size)
-		} else {
-			err = h.Read(br)
-		}
-		if err != nil {
-			return err
-		}
-		if code := h.StatusCode(); code >= 200 || code == http.StatusSwitchingProtocols {
-			return nil
-		}
-		if n >= maxInterimAnswers {
-			return errors.New("more than 8 interim answers")
-		}
-	}
-}
-
-// crlfLines returns a copy of head with every line ended by CRLF.
-func crlfLines(head []byte) []byte {
-	out := make([]byte, 0, len(head)+16)
-	for _, c := range head {
-		if c == '\n' && (len(out) == 0 || out[len(out)-1] != '\r') {
-			out = append(out, '\r')
-		}
-		out = append(out, c)
-	}
-	return out
 }
 
 // requestBody returns the client's request body as it is to be read: the
@@ -714,19 +629,19 @@ func fastHeadBuffered(br *bufio.Reader) bool {
 // its body as a stream that finishes the exchange when fasthttp closes it.
 // It reports whether the body took the exchange over.
 func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
-	up := x.up
+	c := x.conn
 	out := &ctx.Response.Header
-	copyAnswerHeader(out, &up.Header, rid)
-	body := x.answerBody()
+	copyAnswer(&c.head, (*fastAnswer)(out), rid)
+	body := c.answerStream()
 	if body == nil { // HEAD, 204, 304: no body to stream
-		if cl := up.Header.ContentLength(); cl >= 0 && ctx.IsHead() {
-			out.SetContentLength(cl)
+		if cl := c.head.length; cl >= 0 && ctx.IsHead() {
+			out.SetContentLength(int(cl))
 		}
 		x.done = true
 		return false
 	}
-	cl := up.Header.ContentLength()
-	if c := x.conn; c != nil && cl >= 0 && cl <= connBufferSize && bodyBuffered(c.br, cl) {
+	cl := c.head.bodyLength()
+	if cl >= 0 && cl <= connBufferSize && bodyBuffered(c.br, cl) {
 		// The whole body is in the connection's buffer already (most small
 		// answers): it is copied into the answer, and the exchange ends
 		// with the handler, with no stream for fasthttp to read and close.
@@ -747,31 +662,24 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 	return true
 }
 
-// copyAnswerHeader copies the endpoint's answer header in to the client's
-// out: the status, the fields without the hop-by-hop ones (with those
-// named in Connection) and the framing, the announced trailers, and the
-// request id rid unless the endpoint set one.
-func copyAnswerHeader(out, in *fasthttp.ResponseHeader, rid string) {
-	out.SetStatusCode(in.StatusCode())
-	var connBuf [8][]byte
-	conn := connectionFields(&connBuf, in.PeekAll(fasthttp.HeaderConnection))
-	hasRID := false
-	for k, v := range in.All() {
-		if skipFastResponseHeader(k) || namedInBytes(conn, b2s(k)) {
-			continue
-		}
-		if string(k) == fasthttp.HeaderTrailer {
-			_ = out.AddTrailerBytes(v)
-			continue
-		}
-		if string(k) == "X-Request-Id" {
-			hasRID = true
-		}
-		out.AddBytesKV(k, v)
+// fastAnswer is the answerSink of the fasthttp front (and the loop
+// front's): the client's answer header.
+type fastAnswer fasthttp.ResponseHeader
+
+func (o *fastAnswer) field(name, value []byte) {
+	(*fasthttp.ResponseHeader)(o).AddBytesKV(name, value)
+}
+
+func (o *fastAnswer) trailer(value []byte) {
+	_ = (*fasthttp.ResponseHeader)(o).AddTrailerBytes(value)
+}
+
+func (o *fastAnswer) end(code int, rid string) {
+	h := (*fasthttp.ResponseHeader)(o)
+	if rid != "" {
+		h.Set("X-Request-Id", rid)
 	}
-	if !hasRID {
-		out.Set("X-Request-Id", rid)
-	}
+	h.SetStatusCode(code)
 }
 
 // fastBody is the endpoint's response body as fasthttp streams it to the
@@ -837,15 +745,13 @@ func (b *fastBody) copyTrailers() {
 		b.copyStdTrailers()
 		return
 	}
-	for _, k := range b.up.Header.PeekTrailerKeys() {
-		if !slices.ContainsFunc(b.out.PeekTrailerKeys(), func(d []byte) bool { return bytes.Equal(d, k) }) {
-			if b.out.AddTrailerBytes(k) != nil {
+	for _, f := range b.conn.head.trailers {
+		if !slices.ContainsFunc(b.out.PeekTrailerKeys(), func(d []byte) bool { return bytes.EqualFold(d, f.name) }) {
+			if b.out.AddTrailerBytes(f.name) != nil {
 				continue
 			}
 		}
-		for _, v := range b.up.Header.PeekAll(b2s(k)) {
-			b.out.AddBytesKV(k, v)
-		}
+		b.out.AddBytesKV(f.name, f.value)
 	}
 }
 
@@ -1069,14 +975,6 @@ func peerIP(dst []byte, a net.Addr) []byte {
 		s = host
 	}
 	return append(dst, s...)
-}
-
-// skipFastResponseHeader reports whether the endpoint's field k is not
-// copied to the client: the hop-by-hop fields and the framing, which the
-// front writes itself.
-func skipFastResponseHeader(k []byte) bool {
-	s := b2s(k)
-	return s == fasthttp.HeaderContentLength || skipResponseHeader(s) && s != fasthttp.HeaderTrailer
 }
 
 // connectionFields copies a header's Connection values (fasthttp's

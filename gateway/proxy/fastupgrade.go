@@ -52,22 +52,22 @@ func (p *Proxy) fastUpgrade(ctx *fasthttp.RequestCtx, x *fastExchange, rt route,
 		x.code = p.fastForwardError(ctx, x, rt, rid, err)
 		return false
 	}
-	x.code = x.up.StatusCode()
+	uh := &xc.conn.head
+	x.code = uh.status
 	p.answered(u, ep, x.code)
 	if x.code != http.StatusSwitchingProtocols {
 		x.conn = xc.conn
 		return x.respond(ctx, rid)
 	}
-	uh := &x.up.Header
-	if err := upgradeMismatch(b2s(upgrade), namedInBytes(uh.PeekAll(fasthttp.HeaderConnection), "Upgrade"), b2s(uh.Peek(fasthttp.HeaderUpgrade))); err != nil {
+	if err := upgradeMismatch(b2s(upgrade), uh.named([]byte("Upgrade")), b2s(uh.first("Upgrade"))); err != nil {
 		xc.conn.nc.Close()
 		x.releaseUp()
 		x.code = p.fastForwardError(ctx, x, rt, rid, err)
 		return false
 	}
 	head := newTunnelHead(rt.setCookie)
-	for k, v := range uh.All() {
-		head.add(b2s(k), b2s(v))
+	for _, f := range uh.fields {
+		head.add(b2s(f.name), b2s(f.value))
 	}
 	x.releaseUp()
 	fastStartTunnel(ctx, &fastTunnel{p: p, x: x, up: poolSide{xc.conn}, head: head.end(rid)})

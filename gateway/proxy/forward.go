@@ -39,8 +39,7 @@ var errUpstreamTimeout = errors.New("upstream timeout")
 
 // exchange is the outcome of sending one request upstream.
 type exchange struct {
-	resp   *http.Response
-	conn   *upConn
+	conn   *upConn // its answer's head is conn.head
 	reused bool
 	// sent is true once any byte of the request body was read from the
 	// client: from then on the request cannot be sent again.
@@ -70,11 +69,9 @@ func (p *Proxy) forward(w *statusWriter, r *http.Request, tg *target, a *attempt
 		r.Body = &w.body
 		defer func() { r.Body = body }()
 	}
-	var resp *http.Response
 	q := &w.out
 	x, err := p.exchangeRetrying(ctx, u, a, q, func(c *upConn, ep *endpoint) (sent bool, err error) {
-		resp, sent, err = p.send(c, r, q, ep, tg)
-		return sent, err
+		return p.send(c, r, q, ep, tg)
 	})
 	if w.body.dl != nil {
 		_ = dl.SetReadDeadline(time.Time{})
@@ -82,10 +79,10 @@ func (p *Proxy) forward(w *statusWriter, r *http.Request, tg *target, a *attempt
 	if err != nil {
 		return p.forwardError(w, r, a.ep, err)
 	}
-	x.resp = resp
 	ep := a.ep
-	p.answered(u, ep, x.resp.StatusCode)
 	c := x.conn
+	code := c.head.status
+	p.answered(u, ep, code)
 	// A client that goes away mid-answer unblocks the upstream read at once.
 	gone := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 	reusable, clientGone := false, false
@@ -102,11 +99,11 @@ func (p *Proxy) forward(w *statusWriter, r *http.Request, tg *target, a *attempt
 	if p.stall > 0 && dl != nil {
 		defer func() { _ = dl.SetWriteDeadline(time.Time{}) }() // the next request on the connection has none
 	}
-	reusable, clientGone = p.copyResponse(w, r, x.resp, dl)
+	reusable, clientGone = p.copyResponse(w, r, c, dl)
 	if clientGone {
 		return statusClientGone
 	}
-	return x.resp.StatusCode
+	return code
 }
 
 // sendFunc writes a request on c, a connection to ep, and reads the answer
@@ -230,10 +227,10 @@ func (x exchange) mayHaveArrived() bool {
 	return x.conn != nil && (x.written || x.sent)
 }
 
-// send writes r, whose view is q, on c and reads the response header
-// under the response header timeout. sent reports whether the request
-// body was touched.
-func (p *Proxy) send(c *upConn, r *http.Request, q *outbound, ep *endpoint, tg *target) (resp *http.Response, sent bool, err error) {
+// send writes r, whose view is q, on c and reads the answer header into
+// c.head under the response header timeout. sent reports whether the
+// request body was touched.
+func (p *Proxy) send(c *upConn, r *http.Request, q *outbound, ep *endpoint, tg *target) (sent bool, err error) {
 	writeHead(c.bw, q, ep.hostHeader, tg, nil)
 	var body io.Reader
 	length := int64(0)
@@ -249,35 +246,18 @@ func (p *Proxy) send(c *upConn, r *http.Request, q *outbound, ep *endpoint, tg *
 		bw.WriteString("\r\n")
 	})
 	if err != nil {
-		return nil, sent, err
+		return sent, err
 	}
-	for {
-		// The head is buffered whole first: one over maxAnswerHead is a
-		// 502, as on the other fronts (Go's parser has no limit).
-		_, err = bufferAnswerHead(c.br, ep.pool.watch)
-		if err == nil {
-			resp, err = http.ReadResponse(c.br, r)
+	// Upgrades take the other path: a 101 here is an error.
+	if err = c.readAnswer(ep.pool.watch, r.Method == http.MethodHead, false); err != nil {
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			err = errUpstreamTimeout
 		}
-		if err != nil {
-			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-				err = errUpstreamTimeout
-			}
-			return nil, sent, err
-		}
-		// Interim answers (103 Early Hints; a 100 Continue the endpoint
-		// sends although Expect was not forwarded) are not passed on.
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			break
-		}
+		return sent, err
 	}
 	// The header is in: a slow body streams for as long as it takes.
 	_ = c.nc.SetReadDeadline(time.Time{})
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		// Upgrades take the other path; an endpoint that switches protocol
-		// unasked cannot be proxied here.
-		return nil, sent, errors.New("upstream switched protocols without an upgrade request")
-	}
-	return resp, sent, nil
+	return sent, nil
 }
 
 // hasBody reports whether r has a body to send.
@@ -320,17 +300,6 @@ func httpOutbound(q *outbound, r *http.Request) {
 	if isUpgrade(r) {
 		q.upgrade = r.Header.Get("Upgrade")
 	}
-}
-
-// skipResponseHeader reports whether the endpoint's field k is not copied
-// to the client: the hop-by-hop fields (the client connection has its own).
-func skipResponseHeader(k string) bool {
-	switch k {
-	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
-		return true
-	}
-	return false
 }
 
 // transmit sends a request whose head the caller has written to c.bw: the
@@ -447,41 +416,33 @@ type clientBodyError struct{ err error }
 func (e clientBodyError) Error() string { return "read request body: " + e.err.Error() }
 func (e clientBodyError) Unwrap() error { return e.err }
 
-// copyResponse writes resp to the client: its header without the hop-by-hop
-// fields, then its body, flushed as it arrives when it streams, then its
-// trailers. It reports whether the upstream connection may be reused (the
-// body was read to its end and the endpoint did not ask to close), and
-// whether the client went away before the end.
+// copyResponse writes the answer on c to the client: its head as
+// copyAnswer copies it (with the endpoint's Content-Length, which the
+// net/http server frames the body by), then its body, flushed as it
+// arrives when it streams, then its trailers. It reports whether the
+// upstream connection may be reused (the body was read to its end and the
+// endpoint did not ask to close), and whether the client went away before
+// the end.
 //
 // With a stall timeout and dl, the client connection's write deadline
 // moves forward before every write: a client that reads nothing for the
 // stall timeout is cut (counted 499), a slow stream that keeps moving
 // never is.
-func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, dl deadliner) (reusable, clientGone bool) {
+func (p *Proxy) copyResponse(w *statusWriter, r *http.Request, c *upConn, dl deadliner) (reusable, clientGone bool) {
+	a := &c.head
 	h := w.Header()
-	conn := resp.Header["Connection"]
-	for k, vv := range resp.Header {
-		if skipResponseHeader(k) || namedIn(conn, k) {
-			continue
-		}
-		if old, ok := h[k]; ok {
-			// The gateway set it already (the sticky session's Set-Cookie):
-			// the endpoint's values come after it, never instead.
-			h[k] = append(old[:len(old):len(old)], vv...)
-			continue
-		}
-		h[k] = vv
+	// One slice holds every value copied (the Content-Length and the
+	// request id too).
+	w.values = make([]string, 0, len(a.fields)+2)
+	if a.length >= 0 && a.framing != bodyChunked {
+		h["Content-Length"] = w.value(formatLength(a.length))
 	}
-	if _, ok := h["X-Request-Id"]; !ok {
-		h["X-Request-Id"] = r.Header["X-Request-Id"]
+	copyAnswer(a, (*stdAnswer)(w), r.Header.Get("X-Request-Id"))
+	body := c.answerStream()
+	if body == nil {
+		return !a.close, false
 	}
-	w.WriteHeader(resp.StatusCode)
-	body := resp.Body
-	if body == nil || body == http.NoBody {
-		return !resp.Close, false
-	}
-	flush := resp.ContentLength < 0 || isEventStream(resp.Header)
-	flusher, _ := w.(http.Flusher)
+	flush := a.framing != bodyLength || isEventStream(h)
 	buf := p.buffers.Get()
 	defer p.buffers.Put(buf)
 	if p.stall <= 0 {
@@ -496,8 +457,8 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return false, true
 			}
-			if flush && flusher != nil {
-				flusher.Flush()
+			if flush {
+				w.Flush()
 			}
 		}
 		if rerr == io.EOF {
@@ -515,11 +476,75 @@ func (p *Proxy) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.
 			panic(http.ErrAbortHandler)
 		}
 	}
-	for k, vv := range resp.Trailer {
-		h[http.TrailerPrefix+k] = vv
+	for _, f := range a.trailers {
+		k := http.TrailerPrefix + http.CanonicalHeaderKey(string(f.name))
+		h[k] = append(h[k], string(f.value))
 	}
-	return !resp.Close, false
+	return !a.close, false
 }
+
+// stdAnswer is the answerSink of the net/http front: the header of its
+// answer, written at the status.
+type stdAnswer statusWriter
+
+func (o *stdAnswer) field(name, value []byte) {
+	o.add(answerKey(name), string(value))
+}
+
+func (o *stdAnswer) trailer(value []byte) { o.add("Trailer", string(value)) }
+
+func (o *stdAnswer) end(code int, rid string) {
+	if rid != "" {
+		o.add("X-Request-Id", rid)
+	}
+	(*statusWriter)(o).WriteHeader(code)
+}
+
+// add adds v to the values of k, after any the front set (the sticky
+// session's Set-Cookie), never into a slice it shares.
+func (o *stdAnswer) add(k, v string) {
+	h := o.ResponseWriter.Header()
+	if old := h[k]; len(old) > 0 {
+		h[k] = append(old[:len(old):len(old)], v)
+		return
+	}
+	h[k] = (*statusWriter)(o).value(v)
+}
+
+// value returns v as a field's values, in w.values while it has room.
+func (w *statusWriter) value(v string) []string {
+	if len(w.values) == cap(w.values) {
+		return []string{v}
+	}
+	w.values = append(w.values, v)
+	n := len(w.values)
+	return w.values[n-1 : n : n]
+}
+
+// answerKey is the net/http header key of an answer's field name: the
+// canonical form, without allocating for the common fields.
+func answerKey(name []byte) string {
+	if k, ok := commonAnswerKeys[string(name)]; ok {
+		return k
+	}
+	return http.CanonicalHeaderKey(string(name))
+}
+
+// commonAnswerKeys maps the common answer field names, as endpoints
+// write them, to their canonical keys.
+var commonAnswerKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"Accept-Ranges", "Age", "Cache-Control", "Content-Encoding", "Content-Language",
+		"Content-Location", "Content-Range", "Content-Type", "Date", "Etag", "Expires", "Last-Modified",
+		"Link", "Location", "Retry-After", "Server", "Set-Cookie", "Strict-Transport-Security", "Vary",
+		"Www-Authenticate", "X-Content-Type-Options", "X-Request-Id", "Trailer"} {
+		m[k] = k
+		m[strings.ToLower(k)] = k
+	}
+	m["ETag"] = "Etag"
+	m["WWW-Authenticate"] = "Www-Authenticate"
+	return m
+}()
 
 // isEventStream reports whether a response is a server-sent event stream.
 func isEventStream(h http.Header) bool {

@@ -555,7 +555,6 @@ func isNetTimeout(err error) bool {
 // deadline. Nil means an answer came.
 func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 	deadline, _ := ctx.Deadline()
-	var resp *http.Response
 	x, err := p.roundTrip(ctx, j.ep, func(c *upConn, ep *endpoint) (bool, error) {
 		_ = c.nc.SetWriteDeadline(deadline)
 		c.bw.Write(j.head.Bytes())
@@ -576,21 +575,13 @@ func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 			}
 			return false, staleError{err}
 		}
-		for {
-			_, err := bufferAnswerHead(c.br, ep.pool.watch)
-			if err == nil {
-				resp, err = http.ReadResponse(c.br, &j.req)
+		if err := c.readAnswer(ep.pool.watch, j.req.Method == http.MethodHead, false); err != nil {
+			if isNetTimeout(err) {
+				err = errUpstreamTimeout
 			}
-			if err != nil {
-				if isNetTimeout(err) {
-					err = errUpstreamTimeout
-				}
-				return false, err
-			}
-			if resp.StatusCode >= 200 {
-				return false, nil
-			}
+			return false, err
 		}
+		return false, nil
 	}, false, safeMethod(j.req.Method) && j.body == nil)
 	if err != nil {
 		return err
@@ -598,10 +589,13 @@ func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 	c := x.conn
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 	_ = c.nc.SetReadDeadline(deadline)
-	buf := p.buffers.Get()
-	_, rerr := io.CopyBuffer(io.Discard, resp.Body, buf)
-	p.buffers.Put(buf)
-	if stop() && rerr == nil && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols {
+	var rerr error
+	if body := c.answerStream(); body != nil {
+		buf := p.buffers.Get()
+		_, rerr = io.CopyBuffer(io.Discard, body, buf)
+		p.buffers.Put(buf)
+	}
+	if stop() && rerr == nil && !c.head.close {
 		_ = c.nc.SetDeadline(time.Time{})
 		j.ep.pool.put(c)
 	} else {

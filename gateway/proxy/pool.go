@@ -64,6 +64,11 @@ type upConn struct {
 	// whether any of its request left (roundTrip): bw writes through
 	// Write.
 	written int64
+	// head is the head of the last answer read on the connection, answer
+	// the reader of its body (answer.go): kept with the connection, so
+	// that reading an answer allocates nothing.
+	head   answerHead
+	answer answerBody
 	// peeker looks at the socket of an idle connection (idle.go).
 	peeker
 }

@@ -32,20 +32,16 @@ const (
 	// reasonUnsolicited: bytes on an idle connection, which no request
 	// asked for.
 	reasonUnsolicited
-	// reasonHeadTooLarge: an answer head over maxAnswerHead.
+	// reasonHeadTooLarge: an answer head over 16 KiB.
 	reasonHeadTooLarge
 	numReasons
 )
 
 var reasonNames = [numReasons]string{"extra_bytes", "unsolicited", "head_too_large"}
 
-// maxAnswerHead caps an endpoint's answer head (status line and fields):
-// an answer whose head does not fit is a 502, counted head_too_large. It
-// is the size of an endpoint connection's read buffer, which every front
-// parses answer heads from.
-const maxAnswerHead = connBufferSize
-
-// errAnswerHeadTooLarge is an answer head over maxAnswerHead.
+// errAnswerHeadTooLarge is an answer head (status line and fields) that
+// does not fit an endpoint connection's read buffer (connBufferSize, 16
+// KiB), which answer heads are parsed in: a 502, counted head_too_large.
 var errAnswerHeadTooLarge = errors.New("upstream answer head over 16 KiB")
 
 // protocolWatch counts and logs the protocol errors of one endpoint of
@@ -117,50 +113,33 @@ func answerHeadEnd(b []byte) int {
 	}
 }
 
-// headEnd returns the length of the head at the start of b, through its
-// empty line, or -1 when it is not all in; bare reports a LF without a CR
-// before it in what is there of the head.
-//
-// from is how much of b an earlier call looked at and found neither in: a
-// head that arrives a byte at a time is not scanned again from its start
-// at every read.
-func headEnd(b []byte, from int) (end int, bare bool) {
-	from = max(from-3, 0)
-	end = -1
-	head := b
-	if i := bytes.Index(b[from:], []byte("\r\n\r\n")); i >= 0 {
-		end = from + i + 4
-		head = b[:from+i+2]
-	}
-	for j := from; j < len(head); j++ {
-		k := bytes.IndexByte(head[j:], '\n')
-		if k < 0 {
-			break
-		}
-		j += k
-		if j == 0 || head[j-1] != '\r' {
-			return -1, true
-		}
-	}
-	return end, false
-}
-
 // bufferAnswerHead reads from br until it holds a whole answer head, and
 // returns its length: errAnswerHeadTooLarge (counted in w) when the head
-// does not fit br's buffer (maxAnswerHead), or the read's error. Reads
+// does not fit br's buffer, or the read's error. Reads
 // happen under the connection's read deadline.
 func bufferAnswerHead(br *bufio.Reader, w *protocolWatch) (int, error) {
+	n, full, err := bufferUntil(br, answerHeadEnd)
+	if full {
+		w.report(reasonHeadTooLarge)
+		return 0, errAnswerHeadTooLarge
+	}
+	return n, err
+}
+
+// bufferUntil reads from br until end finds, in what br holds, the end of
+// a section at its start, and returns the section's length; full reports
+// that br's buffer filled up without it, err a read's error.
+func bufferUntil(br *bufio.Reader, end func([]byte) int) (n int, full bool, err error) {
 	for {
 		b, _ := br.Peek(br.Buffered())
-		if n := answerHeadEnd(b); n >= 0 {
-			return n, nil
+		if n := end(b); n >= 0 {
+			return n, false, nil
 		}
 		if len(b) >= br.Size() {
-			w.report(reasonHeadTooLarge)
-			return 0, errAnswerHeadTooLarge
+			return 0, true, nil
 		}
 		if _, err := br.Peek(len(b) + 1); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
 }

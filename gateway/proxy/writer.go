@@ -21,6 +21,9 @@ type statusWriter struct {
 	// out is the core's view of the request (httpOutbound), kept here so
 	// that filling it does not allocate.
 	out outbound
+	// values holds the values of the endpoint's fields as copyAnswer adds
+	// them (stdAnswer): one slice per answer for all of them.
+	values []string
 }
 
 // deadliner is what the standard library's response writer offers for
@@ -66,6 +69,7 @@ func putStatusWriter(sw *statusWriter) {
 	sw.ResponseWriter = nil
 	sw.body = stallBody{}
 	sw.out.reset()
+	sw.values = nil
 	statusWriters.Put(sw)
 }
 
