@@ -14,16 +14,19 @@ import (
 	"time"
 )
 
-// The forwarding path: Dwara's own HTTP/1.1 client to the endpoints. A
-// request is written straight onto a pooled persistent connection (request
-// line, headers without the hop-by-hop ones, the X-Forwarded-* set, the
-// body streamed as it arrives), the response header is read under the
+// The forwarding path: Dwara's own HTTP/1.1 client to the endpoints, the
+// one client of every front, over plain TCP or TLS (pool.go). A request is
+// written straight onto a pooled persistent connection (request line,
+// headers without the hop-by-hop ones, the X-Forwarded-* set, the body
+// streamed as it arrives), the response header is read under the
 // upstream's response-header timeout, and the body is streamed back to the
 // client, flushed as it comes when its length is unknown or it is an event
 // stream. No goroutine is started per request or per connection.
 //
-// Upgrade requests (websockets) and https endpoints go through the
-// standard library's reverse proxy instead (endpoint.rp).
+// An upgrade request (websockets) goes the same way, with Connection:
+// Upgrade and its Upgrade field, and is not retried; a 101 answer
+// switching to the protocol asked for is relayed on the client's
+// connection, hijacked, as a tunnel (upgrade.go).
 
 // statusClientGone is the status counted for a request whose client went
 // away before it had the whole answer (nginx's 499).
@@ -58,6 +61,11 @@ type exchange struct {
 // failure and every answer header is reported to the passive checks
 // (passive.go). It returns the status code the client got, or 499 when the
 // client went away before it had the whole answer.
+//
+// A client that goes away while an exchange waits (for the answer header,
+// or in the middle of the answer) cuts that exchange's connection at once
+// (a deadline in the past): the exchange then fails as the client's, not
+// the endpoint's.
 func (p *Proxy) forward(w *statusWriter, r *http.Request, u *upstream, a *attempt) int {
 	ctx := r.Context()
 	dl, _ := w.ResponseWriter.(deadliner)
@@ -70,26 +78,42 @@ func (p *Proxy) forward(w *statusWriter, r *http.Request, u *upstream, a *attemp
 		r.Body = &w.body
 		defer func() { r.Body = body }()
 	}
+	upgrade := ""
+	if isUpgrade(r) {
+		upgrade = r.Header["Upgrade"][0]
+	}
 	var resp *http.Response
+	// gone stops the watch of the client on the connection of the latest
+	// exchange (one per connection tried, so one per request but for
+	// retries); false: the client went away, and the connection is cut.
+	var gone func() bool
 	x, err := p.exchangeRetrying(ctx, u, a, outbound{
-		method: r.Method, body: hasBody(r),
+		method: r.Method, body: hasBody(r), upgrade: upgrade != "",
 		requestID: r.Header.Get("X-Request-Id"), service: r.Header.Get("X-Dwara-Service"),
 	}, func(c *upConn, ep *endpoint) (sent bool, err error) {
-		resp, sent, err = p.send(c, r, ep)
+		if gone != nil {
+			gone() // an earlier connection's, which failed
+		}
+		gone = context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+		resp, sent, err = p.send(c, r, ep, upgrade)
 		return sent, err
 	})
 	if w.body.dl != nil {
 		_ = dl.SetReadDeadline(time.Time{})
 	}
 	if err != nil {
+		if gone != nil {
+			gone()
+		}
 		return p.forwardError(w, r, a.ep, err)
 	}
 	x.resp = resp
 	ep := a.ep
 	p.answered(u, ep, x.resp.StatusCode)
 	c := x.conn
-	// A client that goes away mid-answer unblocks the upstream read at once.
-	gone := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return p.tunnel(w, r, ep, c, resp, upgrade, gone)
+	}
 	reusable, clientGone := false, false
 	defer func() { // also when copyResponse aborts the client connection
 		if !gone() {
@@ -112,11 +136,13 @@ func (p *Proxy) forward(w *statusWriter, r *http.Request, u *upstream, a *attemp
 }
 
 // outbound is what the shared steps of the forwarding path need to know of
-// a request, whichever front parsed it: its method and whether it has a
-// body (the retry rules), and its request id and service (the log).
+// a request, whichever front parsed it: its method, whether it has a body
+// and whether it is an upgrade (the retry rules), and its request id and
+// service (the log).
 type outbound struct {
 	method             string
 	body               bool
+	upgrade            bool
 	requestID, service string
 }
 
@@ -254,8 +280,10 @@ func (x exchange) mayHaveArrived() bool {
 
 // send writes r on c and reads the response header under the response
 // header timeout. sent reports whether the request body was touched.
-func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint) (resp *http.Response, sent bool, err error) {
-	writeRequestHead(c.bw, r, ep.hostHeader)
+// upgrade is the client's Upgrade value for an upgrade request ("" for
+// any other): only then is a 101 answer taken.
+func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint, upgrade string) (resp *http.Response, sent bool, err error) {
+	writeRequestHead(c.bw, r, ep.hostHeader, upgrade)
 	var body io.Reader
 	length := int64(0)
 	if hasBody(r) {
@@ -293,9 +321,8 @@ func (p *Proxy) send(c *upConn, r *http.Request, ep *endpoint) (resp *http.Respo
 	}
 	// The header is in: a slow body streams for as long as it takes.
 	_ = c.nc.SetReadDeadline(time.Time{})
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		// Upgrades take the other path; an endpoint that switches protocol
-		// unasked cannot be proxied here.
+	if resp.StatusCode == http.StatusSwitchingProtocols && upgrade == "" {
+		// An endpoint that switches protocol unasked cannot be proxied.
 		return nil, sent, errors.New("upstream switched protocols without an upgrade request")
 	}
 	return resp, sent, nil
@@ -309,8 +336,10 @@ func hasBody(r *http.Request) bool {
 // writeRequestHead writes the request line and header of r for an endpoint
 // whose Host header is host: the client's header without the hop-by-hop
 // fields (RFC 9110 section 7.6.1, with those named in Connection), then the
-// X-Forwarded-* set and the body framing. Errors surface at Flush.
-func writeRequestHead(bw *bufio.Writer, r *http.Request, host string) {
+// X-Forwarded-* set, for an upgrade request (upgrade not "": the client's
+// Upgrade value) Connection: Upgrade and the Upgrade field, and the body
+// framing. Errors surface at Flush.
+func writeRequestHead(bw *bufio.Writer, r *http.Request, host, upgrade string) {
 	bw.WriteString(r.Method)
 	bw.WriteByte(' ')
 	if u := r.RequestURI; u != "" && (u[0] == '/' || u == "*") {
@@ -349,6 +378,11 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, host string) {
 		bw.WriteString("\r\nX-Forwarded-Proto: https\r\n")
 	} else {
 		bw.WriteString("\r\nX-Forwarded-Proto: http\r\n")
+	}
+	if upgrade != "" {
+		bw.WriteString("Connection: Upgrade\r\nUpgrade: ")
+		bw.WriteString(cleanValue(upgrade))
+		bw.WriteString("\r\n")
 	}
 	switch {
 	case r.ContentLength > 0 && hasBody(r):
