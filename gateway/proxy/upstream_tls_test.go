@@ -509,3 +509,24 @@ func TestUpstreamTLSSlowAnswer(t *testing.T) {
 		}
 	})
 }
+
+// TestUpstreamTLSServerName: an https endpoint named by its host name is
+// sent that name as the TLS server name (SNI).
+func TestUpstreamTLSServerName(t *testing.T) {
+	t.Parallel()
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		up := startTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
+		_, port, _ := net.SplitHostPort(up.srv.Listener.Addr().String())
+		// httptest's certificate names example.com and the loopback
+		// addresses, not localhost: the name is what this test looks at.
+		g := startTLSGateway(t, front, &tls.Config{InsecureSkipVerify: true})
+		g.apply(t, 1, upstreamSpec("", "https://localhost:"+port))
+		if resp, body := get(t, client, g.URL+"/", nil); resp.StatusCode != http.StatusOK || body != "ok" {
+			t.Fatalf("%d %q", resp.StatusCode, body)
+		}
+		if hello := up.hello.Load(); hello == nil || hello.ServerName != "localhost" {
+			t.Errorf("ClientHello %+v; want the server name localhost", hello)
+		}
+	})
+}
