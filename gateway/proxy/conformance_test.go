@@ -642,8 +642,8 @@ func TestConformanceTimeouts(t *testing.T) {
 		})
 		t.Run("hung upstream answers an upgrade request 504", func(t *testing.T) {
 			t.Parallel()
-			// Upgrades take the standard library path; the upstream's header
-			// timeout holds there too.
+			// Upgrades are not retried, but the upstream's header timeout
+			// holds for them too.
 			up := startHungUpstream(t)
 			g := proxyTo(t, front, 1, up.addr, "response_header_timeout_ms: 300")
 			rc := dialRaw(t, g)

@@ -44,22 +44,17 @@ import (
 // between which the client's connection is looked at (fastTransmit).
 //
 // Upgrade requests (websockets; fastupgrade.go) are routed as any other.
-// To an http endpoint the request head goes on a connection of the
-// endpoint's pool, with the header rules of writeFastHead plus Connection:
-// Upgrade and the client's Upgrade; to an https endpoint it goes through
-// the endpoint's standard library transport. An answer other than 101 is
-// relayed as a normal response; a 101 switching to the protocol asked for
-// is written on the client's connection, which fasthttp hands over once
-// the handler has returned, and bytes are copied both ways until either
-// side closes, then both are closed. As on the net/http front, upgrades
-// are not retried, their failures count for the passive checks, and a
-// tunnel is counted 101 when it ends, with its whole duration.
+// The request head goes on a connection of the endpoint's pool, with the
+// header rules of writeFastHead plus Connection: Upgrade and the client's
+// Upgrade. An answer other than 101 is relayed as a normal response; a
+// 101 switching to the protocol asked for is written on the client's
+// connection, which fasthttp hands over once the handler has returned,
+// and bytes are copied both ways until either side closes, then both are
+// closed. As on the net/http front, upgrades are not retried, their
+// failures count for the passive checks, and a tunnel is counted 101 when
+// it ends, with its whole duration.
 //
-// https endpoints (fasthttps.go) are served through the transport of the
-// endpoint's standard reverse proxy (ep.rp.Transport, which reports to the
-// passive checks), with this front's header rules; the request body and
-// the answer stream through, and are not retried, as on the net/http
-// front.
+// https endpoints take the same path: their pools dial TLS (pool.go).
 //
 // A client that goes away while the endpoint has not answered yet is
 // noticed within fastClientCheckInterval: the wait for the answer header
@@ -301,16 +296,11 @@ type fastExchange struct {
 	// gone: the client went away before the answer header (fastTransmit).
 	gone bool
 
-	// conn is the connection the answer comes on (forwarding path), with
-	// its parsed head (conn.head) and body reader.
+	// conn is the connection the answer comes on, with its parsed head
+	// (conn.head) and body reader.
 	conn *upConn
-	resp *http.Response // https endpoint: the transport's answer
-	// cancel ends the context of an https endpoint's request, and reqBody
-	// is its body, let go of when the exchange ends.
-	cancel  context.CancelFunc
-	reqBody *fastRequestBody
-	body    io.Reader // the endpoint's body stream
-	out     *fasthttp.ResponseHeader
+	body io.Reader // the endpoint's body stream
+	out  *fasthttp.ResponseHeader
 	// remaining is what a Content-Length body still owes; -1 when the body
 	// ends at its last chunk or at the end of the connection.
 	remaining int64
@@ -340,12 +330,11 @@ var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
 
 // fastServeEndpoint forwards the request to rt.ep and does the bookkeeping
 // of serveEndpoint on x, begun by fastServe: finished in a defer unless
-// the response body or an upgraded tunnel took it over. A request to an
-// http endpoint takes the forwarding path shared with the net/http front
-// (exchangeRetrying: the same pools, timeouts, retries and passive
-// checks); an upgrade (upgrade is the client's Upgrade value, nil for any
-// other request) and a request to an https endpoint take their own paths
-// (fastupgrade.go, fasthttps.go).
+// the response body or an upgraded tunnel took it over. A request takes
+// the forwarding path shared with the net/http front (exchangeRetrying:
+// the same pools, timeouts, retries and passive checks); an upgrade
+// (upgrade is the client's Upgrade value, nil for any other request) is
+// not retried and may become a tunnel (fastupgrade.go).
 func (p *Proxy) fastServeEndpoint(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, ip, upgrade []byte) {
 	handedOver, completed := false, false
 	defer func() {
@@ -365,12 +354,9 @@ func (p *Proxy) fastServeEndpoint(ctx *fasthttp.RequestCtx, x *fastExchange, rt 
 	if rt.setCookie != "" {
 		ctx.Response.Header.Add(fasthttp.HeaderSetCookie, rt.setCookie)
 	}
-	switch {
-	case rt.ep.pool == nil:
-		handedOver = p.fastServeTLS(ctx, x, rt, rid, ip, upgrade)
-	case upgrade != nil:
+	if upgrade != nil {
 		handedOver = p.fastUpgrade(ctx, x, rt, rid, ip, upgrade)
-	default:
+	} else {
 		handedOver = p.fastForward(ctx, x, rt, rid, ip)
 	}
 	completed = true
@@ -403,11 +389,12 @@ func (p *Proxy) fastForward(ctx *fasthttp.RequestCtx, x *fastExchange, rt route,
 // nothing closes when the client goes, since the client is only looked at,
 // so Err may be non-nil while Done never closes, which the context
 // contract does not foresee. That is safe here because the path waits on
-// Done only while dialling, and the client is looked at only after that;
-// and a nil Done spares every dial the goroutine that context.WithDeadline
-// starts to follow a parent it cannot see into (which would also read the
-// exchange after it is recycled). The server's shutdown does not cancel
-// a request: those in flight finish, as on the net/http front.
+// Done only while dialling (a TLS handshake included), and the client is
+// looked at only after that; and a nil Done spares every dial the
+// goroutine that context.WithDeadline starts to follow a parent it cannot
+// see into (which would also read the exchange after it is recycled). The
+// server's shutdown does not cancel a request: those in flight finish, as
+// on the net/http front.
 
 // Deadline reports no deadline.
 func (x *fastExchange) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -434,9 +421,8 @@ func (x *fastExchange) releaseUp() {
 }
 
 // finish ends the exchange: the connection goes back to the pool when its
-// answer was read to the end and the endpoint keeps it open (an https
-// endpoint's answer body is closed, which lets its transport do the same),
-// and the endpoint state and metrics are updated. werr is the error that
+// answer was read to the end and the endpoint keeps it open, and the
+// endpoint state and metrics are updated. werr is the error that
 // ended writing the answer to the client (nil: it all went out): an
 // answer the endpoint cut is counted as 502 and is the endpoint's failure,
 // one the client did not take to its end as 499 and is not, as in
@@ -449,7 +435,7 @@ func (x *fastExchange) finish(werr error) {
 // end is finish without giving x back to the pool.
 func (x *fastExchange) end(werr error) {
 	complete := x.done && werr == nil && !x.cut
-	relayed := x.conn != nil || x.resp != nil
+	relayed := x.conn != nil
 	if c := x.conn; c != nil {
 		if complete && !c.head.close {
 			x.a.ep.pool.put(c)
@@ -457,16 +443,7 @@ func (x *fastExchange) end(werr error) {
 			c.nc.Close()
 		}
 	}
-	if x.resp != nil {
-		x.resp.Body.Close()
-	}
-	if x.reqBody != nil {
-		x.reqBody.detach()
-	}
 	x.releaseUp()
-	if x.cancel != nil {
-		x.cancel()
-	}
 	code := x.code
 	switch {
 	case x.cut:
@@ -741,10 +718,6 @@ func (b *fastBody) Read(p []byte) (n int, err error) {
 // the endpoint did not announce (the client's Trailer field is written
 // already; the values still follow the last chunk).
 func (b *fastBody) copyTrailers() {
-	if b.resp != nil {
-		b.copyStdTrailers()
-		return
-	}
 	for _, f := range b.conn.head.trailers {
 		if !slices.ContainsFunc(b.out.PeekTrailerKeys(), func(d []byte) bool { return bytes.EqualFold(d, f.name) }) {
 			if b.out.AddTrailerBytes(f.name) != nil {
@@ -975,14 +948,6 @@ func peerIP(dst []byte, a net.Addr) []byte {
 		s = host
 	}
 	return append(dst, s...)
-}
-
-// connectionFields copies a header's Connection values (fasthttp's
-// PeekAll, whose slice the next look-up reuses) into buf, or into a new
-// slice when there are more lines than buf holds: every line counts,
-// however many the client or the endpoint sent.
-func connectionFields(buf *[8][]byte, all [][]byte) [][]byte {
-	return append(buf[:0], all...)
 }
 
 // namedInBytes is namedIn over fasthttp's field values.

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,39 +15,35 @@ import (
 // Upgrade requests on the fasthttp front. The request is routed as any
 // other; its head goes to the endpoint with the header rules of
 // writeFastHead plus Connection: Upgrade and the client's Upgrade field,
-// on a connection of the endpoint's pool (an https endpoint's upgrade goes
-// through its transport instead, fasthttps.go). The answer head is read
-// under the upstream's response-header timeout, with the client looked at
-// meanwhile (fastTransmit). An answer other than 101 is relayed as a
-// normal response. A 101 naming the protocol the client asked for is
-// relayed on the client's connection, which fasthttp hands over (hijack)
-// once the handler has returned, and a tunnel copies bytes both ways until
-// either side closes, then closes both.
+// on a connection of the endpoint's pool (over TLS to an https endpoint).
+// The answer head is read under the upstream's response-header timeout,
+// with the client looked at meanwhile (fastTransmit). An answer other
+// than 101 is relayed as a normal response. A 101 naming the protocol the
+// client asked for is relayed on the client's connection, which fasthttp
+// hands over (hijack) once the handler has returned, and a tunnel copies
+// bytes both ways until either side closes, then closes both
+// (relayTunnel, which the net/http front's tunnels run too).
 //
-// Bookkeeping, as the net/http front's (serveEndpoint with the standard
-// reverse proxy): an upgrade is not retried, its transport failures count
-// for the passive checks and its answer header as a success; a tunnel is
-// counted 101 when it ends, with its whole duration, in the endpoint's
-// in-flight count until then. fasthttp does not hand the connection over
-// when it fails to write what it still owed the client (answers to
-// earlier pipelined requests): it closes it, and fastConnState, the
-// server's ConnState hook, then ends the tunnel's bookkeeping (counted 499:
-// the client never had the 101).
+// Bookkeeping, as the net/http front's (upgrade.go): an upgrade is not
+// retried, its transport failures count for the passive checks and its
+// answer header as a success; a tunnel is counted 101 when it ends, with
+// its whole duration, in the endpoint's in-flight count until then.
+// fasthttp does not hand the connection over when it fails to write what
+// it still owed the client (answers to earlier pipelined requests): it
+// closes it, and fastConnState, the server's ConnState hook, then ends the
+// tunnel's bookkeeping (counted 499: the client never had the 101).
 
-// fastUpgrade serves an upgrade request to an http endpoint and reports
-// whether the tunnel, or the body of an answer other than 101, took the
-// exchange over. upgrade is the client's Upgrade value.
+// fastUpgrade serves an upgrade request and reports whether the tunnel,
+// or the body of an answer other than 101, took the exchange over.
+// upgrade is the client's Upgrade value.
 func (p *Proxy) fastUpgrade(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, ip, upgrade []byte) bool {
 	cl := ctx.Request.Header.ContentLength()
 	u, ep := rt.tg.up, rt.ep
-	xc, err := p.roundTrip(x, ep, func(c *upConn, ep *endpoint) (bool, error) {
+	xc, err := p.exchangeRetrying(x, u, &x.a, &x.req, func(c *upConn, ep *endpoint) (bool, error) {
 		return p.fastSend(ctx, c, ep, x, rt.tg, rid, ip, cl, upgrade)
-	}, false, safeMethod(b2s(ctx.Method())) && cl == 0)
+	})
 	if err != nil {
 		x.releaseUp()
-		if x.Err() == nil && xc.endpointFault(err) {
-			p.transportFailed(u, ep, err)
-		}
 		x.code = p.fastForwardError(ctx, x, rt, rid, err)
 		return false
 	}
@@ -77,7 +72,7 @@ func (p *Proxy) fastUpgrade(ctx *fasthttp.RequestCtx, x *fastExchange, rt route,
 // upgradeMismatch returns why a 101 answer cannot be relayed to a client
 // that asked to upgrade to reqType, or nil: the answer must name Upgrade
 // in its Connection field and switch to that protocol (case aside), as
-// the standard reverse proxy checks on the net/http front.
+// Go's standard reverse proxy checks.
 func upgradeMismatch(reqType string, resNamesUpgrade bool, resUpgrade string) error {
 	resType := ""
 	if resNamesUpgrade {
@@ -225,34 +220,15 @@ func (t *fastTunnel) run(c net.Conn) {
 	if !t.claim() {
 		return
 	}
-	var stopOnce sync.Once
-	stop := func() {
-		stopOnce.Do(func() {
-			_ = t.up.Close()
-			_ = c.SetDeadline(aLongTimeAgo) // unblocks the copies on c
-		})
-	}
 	defer func() { // also when a copy panics
-		stop()
 		_ = c.Close()
 		t.x.finish(nil)
 	}()
 	if _, err := c.Write(t.head); err != nil {
+		_ = t.up.Close()
 		return
 	}
-	down := make(chan struct{})
-	go func() {
-		defer close(down)
-		defer stop()
-		buf := t.p.buffers.Get()
-		defer t.p.buffers.Put(buf)
-		_, _ = io.CopyBuffer(onlyWriter{c}, onlyReader{t.up}, buf)
-	}()
-	buf := t.p.buffers.Get()
-	_, _ = io.CopyBuffer(onlyWriter{t.up}, onlyReader{c}, buf)
-	t.p.buffers.Put(buf)
-	stop()
-	<-down
+	t.p.relayTunnel(c, c, t.up)
 }
 
 // poolSide is a connection of an endpoint's pool as a tunnel's endpoint
@@ -266,14 +242,15 @@ func (s poolSide) Read(p []byte) (int, error) { return s.c.br.Read(p) }
 // Write writes to the endpoint.
 func (s poolSide) Write(p []byte) (int, error) { return s.c.nc.Write(p) }
 
-// Close closes the connection (it never goes back to the pool).
-func (s poolSide) Close() error { return s.c.nc.Close() }
+// Close closes the connection (it never goes back to the pool), after
+// cutting a write still under way on it: a TLS connection's Close would
+// wait for that write, to send its close_notify after it.
+func (s poolSide) Close() error {
+	_ = s.c.nc.SetDeadline(aLongTimeAgo)
+	return s.c.nc.Close()
+}
 
 // onlyReader and onlyWriter hide a ReaderFrom or WriterTo, so that
 // io.CopyBuffer copies through the pooled buffer it is given.
 type onlyReader struct{ io.Reader }
 type onlyWriter struct{ io.Writer }
-
-// errNotUpgradable is a 101 answer from a transport whose body cannot be
-// written to.
-var errNotUpgradable = errors.New("upstream switched protocols, but the transport's answer body cannot be written to")

@@ -13,16 +13,19 @@ import (
 	"time"
 )
 
-// The forwarding path: Dwara's own HTTP/1.1 client to the endpoints. A
-// request is written straight onto a pooled persistent connection (request
-// line, headers without the hop-by-hop ones, the X-Forwarded-* set, the
-// body streamed as it arrives), the response header is read under the
+// The forwarding path: Dwara's own HTTP/1.1 client to the endpoints, the
+// one client of every front, over plain TCP or TLS (pool.go). A request is
+// written straight onto a pooled persistent connection (request line,
+// headers without the hop-by-hop ones, the X-Forwarded-* set, the body
+// streamed as it arrives), the response header is read under the
 // upstream's response-header timeout, and the body is streamed back to the
 // client, flushed as it comes when its length is unknown or it is an event
 // stream. No goroutine is started per request or per connection.
 //
-// Upgrade requests (websockets) and https endpoints go through the
-// standard library's reverse proxy instead (endpoint.rp).
+// An upgrade request (websockets) goes the same way, with Connection:
+// Upgrade and its Upgrade field, and is not retried; a 101 answer
+// switching to the protocol asked for is relayed on the client's
+// connection, hijacked, as a tunnel (upgrade.go).
 
 // statusClientGone is the status counted for a request whose client went
 // away before it had the whole answer (nginx's 499).
@@ -56,6 +59,11 @@ type exchange struct {
 // failure and every answer header is reported to the passive checks
 // (passive.go). It returns the status code the client got, or 499 when the
 // client went away before it had the whole answer.
+//
+// A client that goes away while an exchange waits (for the answer header,
+// or in the middle of the answer) cuts that exchange's connection at once
+// (a deadline in the past): the exchange then fails as the client's, not
+// the endpoint's.
 func (p *Proxy) forward(w *statusWriter, r *http.Request, tg *target, a *attempt) int {
 	ctx := r.Context()
 	u := tg.up
@@ -70,21 +78,33 @@ func (p *Proxy) forward(w *statusWriter, r *http.Request, tg *target, a *attempt
 		defer func() { r.Body = body }()
 	}
 	q := &w.out
+	// gone stops the watch of the client on the connection of the latest
+	// exchange (one per connection tried, so one per request but for
+	// retries); false: the client went away, and the connection is cut.
+	var gone func() bool
 	x, err := p.exchangeRetrying(ctx, u, a, q, func(c *upConn, ep *endpoint) (sent bool, err error) {
+		if gone != nil {
+			gone() // an earlier connection's, which failed
+		}
+		gone = context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
 		return p.send(c, r, q, ep, tg)
 	})
 	if w.body.dl != nil {
 		_ = dl.SetReadDeadline(time.Time{})
 	}
 	if err != nil {
+		if gone != nil {
+			gone()
+		}
 		return p.forwardError(w, r, a.ep, err)
 	}
 	ep := a.ep
 	c := x.conn
 	code := c.head.status
 	p.answered(u, ep, code)
-	// A client that goes away mid-answer unblocks the upstream read at once.
-	gone := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+	if code == http.StatusSwitchingProtocols {
+		return p.tunnel(w, r, ep, c, q.upgrade, gone)
+	}
 	reusable, clientGone := false, false
 	defer func() { // also when copyResponse aborts the client connection
 		if !gone() {
@@ -228,8 +248,8 @@ func (x exchange) mayHaveArrived() bool {
 }
 
 // send writes r, whose view is q, on c and reads the answer header into
-// c.head under the response header timeout. sent reports whether the
-// request body was touched.
+// c.head under the response header timeout (a 101 only for an upgrade).
+// sent reports whether the request body was touched.
 func (p *Proxy) send(c *upConn, r *http.Request, q *outbound, ep *endpoint, tg *target) (sent bool, err error) {
 	writeHead(c.bw, q, ep.hostHeader, tg, nil)
 	var body io.Reader
@@ -248,8 +268,8 @@ func (p *Proxy) send(c *upConn, r *http.Request, q *outbound, ep *endpoint, tg *
 	if err != nil {
 		return sent, err
 	}
-	// Upgrades take the other path: a 101 here is an error.
-	if err = c.readAnswer(ep.pool.watch, r.Method == http.MethodHead, false); err != nil {
+	// A 101 is taken only for an upgrade (forward relays it, tunnel).
+	if err = c.readAnswer(ep.pool.watch, r.Method == http.MethodHead, q.upgrade != ""); err != nil {
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			err = errUpstreamTimeout
 		}

@@ -421,15 +421,8 @@ func (p *Proxy) mirrorHTTP(w *statusWriter, r *http.Request, rt route) *mirrorBu
 			mb.release()
 			return nil
 		}
-		if rt.ep.pool == nil {
-			// The standard library transport may read a body after the
-			// handler returns: give it its own copy.
-			r.Body = io.NopCloser(bytes.NewReader(bytes.Clone(mb.b)))
-			mb.refs.Store(1)
-		} else {
-			r.Body = mirrorBody{mb}
-			mb.refs.Store(2)
-		}
+		r.Body = mirrorBody{mb}
+		mb.refs.Store(2)
 	}
 	j := newMirrorJob(m, ep, r.Method)
 	j.body = mb
@@ -484,13 +477,8 @@ func (p *Proxy) mirrorFast(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, 
 				mb.release()
 				return nil
 			}
-			if rt.ep.pool == nil {
-				ctx.Request.SetBodyStream(bytes.NewReader(bytes.Clone(mb.b)), cl)
-				mb.refs.Store(1)
-			} else {
-				ctx.Request.SetBodyStream(mb, cl)
-				mb.refs.Store(2)
-			}
+			ctx.Request.SetBodyStream(mb, cl)
+			mb.refs.Store(2)
 		}
 	}
 	j := newMirrorJob(m, ep, string(h.Method()))
@@ -525,12 +513,7 @@ func (p *Proxy) sendMirror(base context.Context, j *mirrorJob) {
 	defer j.release()
 	ctx, cancel := context.WithTimeout(base, mirrorTotalTimeout)
 	defer cancel()
-	var err error
-	if j.ep.pool != nil {
-		err = p.sendMirrorPooled(ctx, j)
-	} else {
-		err = p.sendMirrorStd(ctx, j)
-	}
+	err := p.sendMirrorPooled(ctx, j)
 	m := j.m
 	switch {
 	case err == nil:
@@ -601,36 +584,5 @@ func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 	} else {
 		c.nc.Close()
 	}
-	return nil
-}
-
-// sendMirrorStd sends a copy to an https endpoint through the mirror
-// upstream's standard library transport (not the passive checks' wrapper).
-func (p *Proxy) sendMirrorStd(ctx context.Context, j *mirrorJob) error {
-	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(j.head.Bytes())))
-	if err != nil {
-		return err
-	}
-	req = req.WithContext(ctx)
-	req.RequestURI = ""
-	req.URL.Scheme, req.URL.Host = "https", j.ep.hostHeader
-	if j.body != nil {
-		req.Body = io.NopCloser(bytes.NewReader(j.body.b))
-	} else {
-		req.Body = http.NoBody
-	}
-	rt := http.RoundTripper(p.transport)
-	if pt, ok := j.ep.rp.Transport.(*passiveTransport); ok {
-		rt = pt.rt
-	}
-	if rt == nil {
-		return errors.New("no transport for the mirror endpoint")
-	}
-	resp, err := rt.RoundTrip(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
 	return nil
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -39,9 +38,9 @@ import (
 // are serialised by one mutex; the per-request work is a few atomic loads
 // on the endpoint's state.
 //
-// Standard library path (upgrades, https endpoints): its transport reports
-// the same outcomes (passiveTransport), so those endpoints are ejected too;
-// those requests are not retried.
+// https endpoints are judged as http ones: their pools dial TLS, and a
+// failed handshake is a failed connect. Upgrades are judged alike, but
+// not retried.
 
 // maxEjectionPercent is the largest share of an upstream's endpoints that
 // passive checks may hold ejected at once (rounded down: 1 of 2 or 3, 2 of
@@ -213,26 +212,4 @@ func (ep *endpoint) mayEject() bool {
 		}
 	}
 	return true
-}
-
-// passiveTransport is the transport of one endpoint's standard library
-// reverse proxy: it reports each exchange's outcome to the passive checks.
-// A failure while the client is still there is a transport failure: the
-// transport returns errors only before the answer header.
-type passiveTransport struct {
-	rt http.RoundTripper
-	p  *Proxy
-	u  *upstream
-	ep *endpoint
-}
-
-func (t *passiveTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.rt.RoundTrip(req)
-	switch {
-	case err == nil:
-		t.p.answered(t.u, t.ep, resp.StatusCode)
-	case req.Context().Err() == nil:
-		t.p.transportFailed(t.u, t.ep, err)
-	}
-	return resp, err
 }

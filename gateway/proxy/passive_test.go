@@ -227,10 +227,9 @@ func TestPassiveConsecutive5xx(t *testing.T) {
 	})
 }
 
-// TestPassiveStandardLibraryPath: the failures of upgrade requests, which
-// take the standard library's reverse proxy, count for the passive checks
-// as well (they are not retried).
-func TestPassiveStandardLibraryPath(t *testing.T) {
+// TestPassiveUpgradeFailures: the failures of upgrade requests count for
+// the passive checks as well (they are not retried).
+func TestPassiveUpgradeFailures(t *testing.T) {
 	t.Parallel()
 	eachFront(t, func(t *testing.T, front string) {
 		t.Parallel()

@@ -3,6 +3,8 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -21,9 +23,11 @@ const (
 	connBufferSize = 16 << 10
 )
 
-// connPool is the pool of persistent HTTP/1.1 connections to one endpoint.
-// It outlives generations (the Proxy keeps one per endpoint address), so a
-// reload keeps the warm connections; each generation sets its timeouts.
+// connPool is the pool of persistent HTTP/1.1 connections to one endpoint,
+// over plain TCP for an http endpoint and over TLS for an https one. It
+// outlives generations (the Proxy keeps one per upstream, scheme and
+// endpoint address), so a reload keeps the warm connections; each
+// generation sets its timeouts.
 //
 // Idle connections are a stack: the most recently used is reused first, so
 // the oldest sink to the bottom, where expiry finds them. Expiry needs no
@@ -33,6 +37,10 @@ const (
 // must not be copied.
 type connPool struct {
 	addr string // host:port
+	// tlsConfig is the client configuration of an https endpoint's
+	// connections (upstreamTLSConfig); nil dials plain TCP. Set before the
+	// pool is used, never changed.
+	tlsConfig *tls.Config
 
 	connectTimeout atomic.Int64 // nanoseconds
 	headerTimeout  atomic.Int64 // nanoseconds
@@ -69,8 +77,12 @@ type upConn struct {
 	// that reading an answer allocates nothing.
 	head   answerHead
 	answer answerBody
-	// peeker looks at the socket of an idle connection (idle.go).
+	// peeker looks at the socket of an idle connection (idle_unix.go):
+	// the TCP socket, under the TLS session of an https endpoint's.
 	peeker
+	// isTLS: nc is a TLS connection, whose bytes on the socket while idle
+	// are records of the session (takeIdle), not an answer.
+	isTLS bool
 }
 
 // Write writes b to the connection, counting what went out.
@@ -130,15 +142,25 @@ func (p *connPool) takeIdle() *upConn {
 		case idleClean:
 			return c
 		case idleData:
-			p.watch.report(reasonUnsolicited)
+			// On a TLS connection they are records, which cannot be read
+			// without reading the session: a close_notify, a TLS 1.3
+			// session ticket or key update. Not an unsolicited answer,
+			// but the connection is not provably clean either.
+			if !c.isTLS {
+				p.watch.report(reasonUnsolicited)
+			}
 		}
 		c.nc.Close()
 	}
 }
 
-// dial opens a new connection within the connect timeout.
+// dial opens a new connection within the connect timeout and, to an https
+// endpoint, does the TLS handshake within the connect timeout again. A
+// failed handshake is a failed connect: the request cannot have reached
+// the endpoint.
 func (p *connPool) dial(ctx context.Context) (*upConn, error) {
-	d := net.Dialer{Timeout: time.Duration(p.connectTimeout.Load()), KeepAlive: 30 * time.Second,
+	timeout := time.Duration(p.connectTimeout.Load())
+	d := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second,
 		Control: config.DialControl(p.allowLinkLocal.Load())}
 	nc, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
@@ -147,16 +169,66 @@ func (p *connPool) dial(ctx context.Context) (*upConn, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	if p.tlsConfig != nil {
+		if nc, err = handshake(ctx, nc, p.tlsConfig, timeout); err != nil {
+			return nil, err
+		}
+	}
 	return newUpConn(nc), nil
+}
+
+// handshake runs the client side of a TLS handshake on nc within timeout
+// (none when 0), given up when ctx ends, and returns the TLS connection;
+// on failure nc is closed.
+func handshake(ctx context.Context, nc net.Conn, cfg *tls.Config, timeout time.Duration) (net.Conn, error) {
+	if timeout > 0 {
+		_ = nc.SetDeadline(time.Now().Add(timeout))
+	}
+	tc := tls.Client(nc, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("tls handshake: %w", err)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return tc, nil
+}
+
+// upstreamTLSConfig returns the client configuration of the TLS
+// connections to the https endpoint host (host:port): base's (nil: the
+// system roots), with the endpoint's host as the server name (sent as SNI
+// unless it is an IP address, which the certificate is checked against
+// instead), only http/1.1 offered by ALPN (the pool speaks nothing else),
+// TLS 1.2 at least, and a session cache of its own unless base has one, so
+// that new connections resume their sessions.
+func upstreamTLSConfig(base *tls.Config, host string) *tls.Config {
+	cfg := &tls.Config{}
+	if base != nil {
+		cfg = base.Clone()
+	}
+	cfg.ServerName = stripPort(host)
+	cfg.NextProtos = []string{"http/1.1"}
+	if cfg.MinVersion < tls.VersionTLS12 {
+		cfg.MinVersion = tls.VersionTLS12
+	}
+	if cfg.ClientSessionCache == nil {
+		cfg.ClientSessionCache = tls.NewLRUClientSessionCache(0)
+	}
+	return cfg
 }
 
 // newUpConn makes nc, a connection to an endpoint, one the pools can
 // carry requests on: its answers read through br, its writes counted, its
-// socket looked at when it is taken idle.
+// socket looked at when it is taken idle (for a TLS connection, the TCP
+// socket under it: the answers are read through the TLS connection, the
+// socket is only peeked at).
 func newUpConn(nc net.Conn) *upConn {
 	c := &upConn{nc: nc, br: bufio.NewReaderSize(nc, connBufferSize)}
 	c.bw = bufio.NewWriterSize(c, connBufferSize)
-	c.peeker.init(nc)
+	raw := nc
+	if tc, ok := nc.(*tls.Conn); ok {
+		raw, c.isTLS = tc.NetConn(), true
+	}
+	c.peeker.init(raw)
 	return c
 }
 

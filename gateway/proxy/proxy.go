@@ -3,7 +3,7 @@
 // A Proxy serves requests by the generation last given to Apply. Apply
 // compiles the spec into an immutable table — services matched by host and
 // longest base path, each with its compiled split, its upstreams' balancers,
-// one prebuilt reverse proxy per endpoint and its metric children — and
+// one connection pool per endpoint and its metric children — and
 // swaps it in with one atomic store. A request does one atomic load and no
 // locking, so the very next request after Apply returns is served by the new
 // generation while requests already in flight finish on the old one.
@@ -27,13 +27,12 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"log"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"runtime/debug"
 	"strconv"
@@ -60,11 +59,16 @@ type Options struct {
 	Registry *balance.Registry
 	// Metrics receives the data-plane collectors; nil registers them nowhere.
 	Metrics prometheus.Registerer
-	// Transport carries the requests that take the standard library's
-	// reverse proxy (upgrades, and every request to an https endpoint); nil
-	// means one keep-alive http.Transport per upstream with that upstream's
-	// connect, response-header and idle timeouts (see NewTransport).
-	Transport http.RoundTripper
+	// UpstreamTLS configures the TLS connections to https endpoints, which
+	// the endpoints' connection pools dial as they dial plain ones (the
+	// upstream's connect timeout, which the handshake has again, its
+	// allow_link_local): the roots to trust (RootCAs), a client
+	// certificate. New clones it. Whatever it sets, a connection sends
+	// the endpoint's host as its server name (no SNI for an IP address),
+	// offers only http/1.1 by ALPN and speaks TLS 1.2 at least. The active
+	// health checks of https endpoints trust the same roots. nil means the
+	// system's roots.
+	UpstreamTLS *tls.Config
 	// Logger logs upstream errors, applies and health transitions; nil
 	// means slog.Default().
 	Logger *slog.Logger
@@ -103,23 +107,21 @@ const DefaultClientStallTimeout = 60 * time.Second
 // Proxy is the data plane's reverse proxy. It is safe for concurrent use;
 // Apply may be called while requests are served. It must not be copied.
 type Proxy struct {
-	table     atomic.Pointer[table]
-	reg       *balance.Registry
-	m         *metrics
-	transport http.RoundTripper
-	buffers   *bufferPool
-	log       *slog.Logger
-	errorLog  *log.Logger
-	applyMu   sync.Mutex // serialises Apply; never taken by requests
-	// pools are the forwarding path's connection pools, by upstream and
-	// endpoint; they outlive generations. Guarded by applyMu.
+	table    atomic.Pointer[table]
+	reg      *balance.Registry
+	m        *metrics
+	buffers  *bufferPool
+	log      *slog.Logger
+	errorLog *log.Logger
+	applyMu  sync.Mutex // serialises Apply; never taken by requests
+	// upstreamTLS is Options.UpstreamTLS, cloned; nil: the system roots.
+	upstreamTLS *tls.Config
+	// pools are the forwarding path's connection pools, by upstream,
+	// scheme and endpoint; they outlive generations. Guarded by applyMu.
 	pools map[string]*connPool
 	// children are the metric children of each (service, upstream) pair
 	// of the table; guarded by applyMu.
 	children map[string]*targetMetrics
-	// transports are the standard library path's transports, one per
-	// upstream (when Options.Transport is nil); guarded by applyMu.
-	transports map[string]*upstreamTransport
 	// health runs the active health checks of the generation being
 	// served; reconciled by apply, stopped by Close.
 	health *health.Manager
@@ -150,15 +152,16 @@ type Proxy struct {
 // Close, so a Proxy that applied any must be closed to stop them.
 func New(o Options) *Proxy {
 	p := &Proxy{
-		reg:        o.Registry,
-		pools:      make(map[string]*connPool),
-		children:   make(map[string]*targetMetrics),
-		transports: make(map[string]*upstreamTransport),
-		transport:  o.Transport,
-		buffers:    newBufferPool(256),
-		log:        o.Logger,
-		stall:      o.ClientStallTimeout,
-		access:     o.AccessLog,
+		reg:      o.Registry,
+		pools:    make(map[string]*connPool),
+		children: make(map[string]*targetMetrics),
+		buffers:  newBufferPool(256),
+		log:      o.Logger,
+		stall:    o.ClientStallTimeout,
+		access:   o.AccessLog,
+	}
+	if o.UpstreamTLS != nil {
+		p.upstreamTLS = o.UpstreamTLS.Clone()
 	}
 	switch {
 	case p.stall == 0:
@@ -176,28 +179,8 @@ func New(o Options) *Proxy {
 		p.log = slog.Default()
 	}
 	p.errorLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
-	p.health = health.NewManager(health.Options{Logger: p.log, Interval: o.healthInterval})
+	p.health = health.NewManager(health.Options{Logger: p.log, Interval: o.healthInterval, TLSConfig: p.upstreamTLS})
 	return p
-}
-
-// NewTransport returns a keep-alive transport for the standard library
-// path of an upstream with the given connect, response-header and idle
-// timeouts: HTTP/1.1 to upstreams, up to 512 idle connections per endpoint,
-// no overall timeout (long polls and streams pass through). Its dialer
-// refuses the addresses config.CheckAddress refuses without
-// allow_link_local; the proxy gives each upstream's transport a dialer of
-// that upstream's policy.
-func NewTransport(connect, responseHeader, idle time.Duration) *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second, Control: config.DialControl(false)}).DialContext,
-		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   maxIdlePerEndpoint,
-		IdleConnTimeout:       idle,
-		ResponseHeaderTimeout: responseHeader,
-		TLSHandshakeTimeout:   connect,
-		ExpectContinueTimeout: time.Second,
-	}
 }
 
 // Apply compiles spec and makes it the generation that serves the next
@@ -259,12 +242,6 @@ func (p *Proxy) retainEndpoints(t *table) {
 		}
 	}
 	p.reg.Retain(keep)
-	for key, ut := range p.transports {
-		if _, ok := t.upstreams[key]; !ok || t.upstreams[key].transport != ut {
-			ut.t.CloseIdleConnections()
-			delete(p.transports, key)
-		}
-	}
 	for key, cp := range p.pools {
 		if !pools[cp] {
 			cp.close()
@@ -302,13 +279,6 @@ func (p *Proxy) Close() {
 	for key, cp := range p.pools {
 		cp.close()
 		delete(p.pools, key)
-	}
-	if t, ok := p.transport.(interface{ CloseIdleConnections() }); ok {
-		t.CloseIdleConnections()
-	}
-	for key, ut := range p.transports {
-		ut.t.CloseIdleConnections()
-		delete(p.transports, key)
 	}
 }
 
@@ -539,14 +509,15 @@ func hasDotSegment(path string) bool {
 }
 
 // serveEndpoint forwards r to ep and does the bookkeeping of the exchange.
-// On the forwarding path a request that fails before any answer may be
-// retried on other endpoints of tg's upstream (retry.go); the bookkeeping
-// follows it from endpoint to endpoint. It runs in a defer, so an aborted
-// answer (the panic http.ErrAbortHandler, from a cut upstream body or the
-// standard reverse proxy) leaves the in-flight counts, the retry budget and
-// the metrics balanced. An answer the client did not take to its end (it
-// went away) is counted as 499 and is not the endpoint's failure; an
-// answer the endpoint cut is counted as 502 and is.
+// A request that fails before any answer may be retried on other
+// endpoints of tg's upstream (retry.go); the bookkeeping follows it from
+// endpoint to endpoint. It runs in a defer, so an aborted answer (the
+// panic http.ErrAbortHandler, from a cut upstream body) leaves the
+// in-flight counts, the retry budget and the metrics balanced. An answer
+// the client did not take to its end (it went away) is counted as 499 and
+// is not the endpoint's failure; an answer the endpoint cut is counted as
+// 502 and is. An upgraded tunnel is counted 101 when it ends, with its
+// whole duration.
 func (p *Proxy) serveEndpoint(sw *statusWriter, r *http.Request, tg *target, ep *endpoint, start time.Time) {
 	a := newAttempt(ep)
 	code := 0
@@ -566,12 +537,7 @@ func (p *Proxy) serveEndpoint(sw *statusWriter, r *http.Request, tg *target, ep 
 			p.logAccess(httpAccessLine(r), code, tg, a.ep, start)
 		}
 	}()
-	if ep.pool != nil && !isUpgrade(r) {
-		code = p.forward(sw, r, tg, &a)
-	} else {
-		ep.rp.ServeHTTP(sw, r)
-		code = sw.code
-	}
+	code = p.forward(sw, r, tg, &a)
 	completed = true
 }
 
@@ -621,21 +587,6 @@ func (p *Proxy) logPanic(msg string, v any, args ...any) bool {
 	}
 	p.log.Error(msg, append(args, "panic", v, "stack", string(debug.Stack()))...)
 	return true
-}
-
-// upstreamError is the error handler of the standard library's reverse
-// proxy (upgrades, https endpoints): it answers as exchangeFailure decides
-// (the client gone: the request's context cancelled).
-func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	h := r.Header
-	f := p.exchangeFailure(err, func() bool { return errors.Is(err, context.Canceled) },
-		h.Get("X-Request-Id"), h.Get("X-Dwara-Service"), h.Get("X-Dwara-Upstream"), r.URL.Host)
-	if f.status == statusClientGone {
-		w.WriteHeader(statusClientGone) // nobody reads it
-		return
-	}
-	w.Header()["X-Request-Id"] = h["X-Request-Id"]
-	writeProblem(w, f.status, f.title, f.detail)
 }
 
 // requestID returns the request's X-Request-Id when it is 1..128 characters

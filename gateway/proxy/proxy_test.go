@@ -708,7 +708,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 
 // TestRoutingAllocs guards the part of the hot path Dwara owns: matching the
 // service, reading the affinity cookie, picking the target and the endpoint
-// allocate nothing (the stdlib reverse proxy that follows does).
+// allocate nothing.
 func TestRoutingAllocs(t *testing.T) {
 	a := startPool(t, "a", 2)
 	b := startPool(t, "b", 2)

@@ -17,9 +17,9 @@ import (
 //     an application's handlers often are not in practice (a second DELETE
 //     answers 404, audit trails record two calls); Go's http.Transport
 //     draws the same line;
-//   - an endpoint of the upstream is up, has the forwarding path and was not
-//     tried for this request (each endpoint at most once: a request tries at
-//     most every endpoint of its upstream);
+//   - an endpoint of the upstream is up and was not tried for this
+//     request (each endpoint at most once: a request tries at most every
+//     endpoint of its upstream);
 //   - the upstream's retry budget allows it: its retry attempts still in
 //     flight stay below retryBudgetPercent of its requests in flight, or
 //     below minRetryConcurrency, whichever is more. A retry holds its share
@@ -29,8 +29,8 @@ import (
 //
 // The retry goes to the untried endpoint that is up with the fewest
 // requests in flight. Each retry is counted in
-// dwara_upstream_retries_total{upstream}. Upgrades and https endpoints
-// (the standard library path) are not retried.
+// dwara_upstream_retries_total{upstream}. Upgrades are not retried (a
+// tunnel is no request to send twice); https endpoints are, as http ones.
 
 // The retry budget of an upstream (in the manner of Envoy's retry budgets).
 const (
@@ -87,7 +87,7 @@ func (a *attempt) end(u *upstream, failed bool) {
 // (see the rules above). A non-nil result has taken one retry from u's
 // budget, held by a until it ends, and is counted.
 func (p *Proxy) retryTarget(r *outbound, u *upstream, a *attempt, x exchange, err error) *endpoint {
-	if x.sent || x.mayHaveArrived() && !r.replayable() {
+	if r.upgrade != "" || x.sent || x.mayHaveArrived() && !r.replayable() {
 		return nil
 	}
 	next := u.untried(a.tried)
@@ -109,14 +109,14 @@ func safeMethod(method string) bool {
 	return false
 }
 
-// untried returns the endpoint of u not in tried that is up, has the
-// forwarding path and has the fewest requests in flight (the first such
-// in spec order on a tie), or nil.
+// untried returns the endpoint of u not in tried that is up and has the
+// fewest requests in flight (the first such in spec order on a tie), or
+// nil.
 func (u *upstream) untried(tried uint64) *endpoint {
 	var best *endpoint
 	var least int64
 	for i, e := range u.endpoints {
-		if tried&(1<<i) != 0 || e.pool == nil || !e.state.Up() {
+		if tried&(1<<i) != 0 || !e.state.Up() {
 			continue
 		}
 		if n := e.state.Inflight(); best == nil || n < least {

@@ -3,10 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,9 +87,6 @@ type upstream struct {
 	name      string
 	balancer  balance.Balancer
 	endpoints []*endpoint
-	// transport is the upstream's own standard library transport; nil when
-	// Options.Transport serves every upstream.
-	transport *upstreamTransport
 	// passive is the upstream's passive-check settings, with the defaults
 	// filled in.
 	passive passiveSettings
@@ -101,7 +95,7 @@ type upstream struct {
 	shared *upstreamShared
 }
 
-// endpoint is one upstream endpoint with its prebuilt reverse proxy.
+// endpoint is one upstream endpoint with its connection pool.
 type endpoint struct {
 	addr  string
 	state *balance.State
@@ -112,13 +106,11 @@ type endpoint struct {
 	// address (its own among them): they share its state, so the cap on
 	// passive ejections is kept in each.
 	peers []*upstream
-	// pool carries requests to an http endpoint on the forwarding path;
-	// nil for an https endpoint, which rp serves.
+	// pool carries every request to the endpoint, over TLS for an https
+	// one.
 	pool *connPool
 	// hostHeader is the Host sent upstream: the endpoint's host:port.
 	hostHeader string
-	// rp serves upgrade requests, and every request to an https endpoint.
-	rp *httputil.ReverseProxy
 }
 
 // compile turns a spec into a table. It does not validate spec (Apply's
@@ -236,44 +228,11 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 
 func oneValue(v string) []string { return []string{v}[:1:1] }
 
-// upstreamTransport is the standard library path's transport of one
-// upstream and the timeouts it was built with.
-type upstreamTransport struct {
-	connect, header, idle time.Duration
-	allowLinkLocal        bool
-	t                     *http.Transport
-}
-
-// stdTransport returns the RoundTripper of u's standard library path:
-// Options.Transport when set, else u's own transport, rebuilt only when its
-// timeouts change. Called under applyMu.
-func (p *Proxy) stdTransport(u config.Upstream, cu *upstream) http.RoundTripper {
-	if p.transport != nil {
-		return p.transport
-	}
-	connect := millis(u.ConnectTimeoutMS, config.DefaultConnectTimeoutMS)
-	header := millis(u.ResponseHeaderTimeoutMS, config.DefaultResponseHeaderTimeoutMS)
-	idle := millis(u.IdleTimeoutMS, config.DefaultIdleTimeoutMS)
-	ut := p.transports[u.Name]
-	if ut == nil || ut.connect != connect || ut.header != header || ut.idle != idle || ut.allowLinkLocal != u.AllowLinkLocal {
-		if ut != nil {
-			ut.t.CloseIdleConnections() // requests in flight finish on it
-		}
-		t := NewTransport(connect, header, idle)
-		t.DialContext = (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second, Control: config.DialControl(u.AllowLinkLocal)}).DialContext
-		ut = &upstreamTransport{connect: connect, header: header, idle: idle, allowLinkLocal: u.AllowLinkLocal, t: t}
-		p.transports[u.Name] = ut
-	}
-	cu.transport = ut
-	return ut.t
-}
-
 func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 	if len(u.Endpoints) > config.MaxEndpoints {
 		return nil, fmt.Errorf("upstream %q: %d endpoints, at most %d", u.Name, len(u.Endpoints), config.MaxEndpoints)
 	}
 	cu := &upstream{name: u.Name, passive: passiveOf(u.Passive)}
-	rt := p.stdTransport(u, cu)
 	states := make([]*balance.State, len(u.Endpoints))
 	for i, addr := range u.Endpoints {
 		target, err := config.ParseEndpoint(addr)
@@ -287,16 +246,11 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 			index:      i,
 			hostHeader: target.Host,
 		}
-		// The standard library path reports its exchanges to the passive
-		// checks through the endpoint's transport.
-		ep.rp = p.newReverseProxy(target, &passiveTransport{rt: rt, p: p, u: cu, ep: ep})
-		if target.Scheme == "http" {
-			ep.pool = p.pool(u.Name, target.Host)
-			ep.pool.setTimeouts(millis(u.ConnectTimeoutMS, config.DefaultConnectTimeoutMS),
-				millis(u.ResponseHeaderTimeoutMS, config.DefaultResponseHeaderTimeoutMS),
-				millis(u.IdleTimeoutMS, config.DefaultIdleTimeoutMS))
-			ep.pool.allowLinkLocal.Store(u.AllowLinkLocal)
-		}
+		ep.pool = p.pool(u.Name, target.Scheme, target.Host)
+		ep.pool.setTimeouts(millis(u.ConnectTimeoutMS, config.DefaultConnectTimeoutMS),
+			millis(u.ResponseHeaderTimeoutMS, config.DefaultResponseHeaderTimeoutMS),
+			millis(u.IdleTimeoutMS, config.DefaultIdleTimeoutMS))
+		ep.pool.allowLinkLocal.Store(u.AllowLinkLocal)
 		cu.endpoints = append(cu.endpoints, ep)
 	}
 	b, err := balance.New(u.Balancer, u.Endpoints, states)
@@ -315,38 +269,23 @@ func millis(ms, def int) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// pool returns the connection pool of endpoint host of upstream, creating
-// it on first use. Pools are kept per upstream and endpoint, so each
-// upstream's timeouts apply to its own connections. Called under applyMu.
-func (p *Proxy) pool(upstream, host string) *connPool {
-	key := upstream + " " + host
+// pool returns the connection pool of endpoint host of upstream, reached
+// with scheme (http or https: over TLS), creating it on first use. Pools
+// are kept per upstream, scheme and endpoint, so each upstream's timeouts
+// apply to its own connections, and a plain connection never serves an
+// https endpoint at the same address. Called under applyMu.
+func (p *Proxy) pool(upstream, scheme, host string) *connPool {
+	key := upstream + " " + scheme + " " + host
 	cp := p.pools[key]
 	if cp == nil {
 		cp = newConnPool(host)
+		if scheme == "https" {
+			cp.tlsConfig = upstreamTLSConfig(p.upstreamTLS, host)
+		}
 		cp.watch = newProtocolWatch(p.um.protocol, p.log, upstream, host)
 		p.pools[key] = cp
 	}
 	return cp
-}
-
-// newReverseProxy builds the reverse proxy of one endpoint: it rewrites the
-// request to the endpoint and appends to X-Forwarded-For. Every endpoint
-// shares the Proxy's transport, buffer pool and error handler.
-func (p *Proxy) newReverseProxy(target *url.URL, rt http.RoundTripper) *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			if xff, ok := pr.In.Header["X-Forwarded-For"]; ok {
-				pr.Out.Header["X-Forwarded-For"] = xff
-			}
-			pr.SetXForwarded()
-		},
-		ModifyResponse: echoRequestID,
-		Transport:      rt,
-		BufferPool:     p.buffers,
-		ErrorHandler:   p.upstreamError,
-		ErrorLog:       p.errorLog,
-	}
 }
 
 // match returns the service for host (as the client sent it: any case, with
@@ -413,15 +352,6 @@ func hasUpper(s string) bool {
 		}
 	}
 	return false
-}
-
-// echoRequestID gives the client the request id the upstream saw, unless the
-// upstream answered with its own.
-func echoRequestID(resp *http.Response) error {
-	if _, ok := resp.Header["X-Request-Id"]; !ok {
-		resp.Header["X-Request-Id"] = resp.Request.Header["X-Request-Id"]
-	}
-	return nil
 }
 
 // services returns every service of the table (for bookkeeping at apply

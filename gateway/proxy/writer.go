@@ -99,9 +99,9 @@ func (w *statusWriter) Flush() {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// Hijack takes over the client connection for an upgrade, which the
-// standard reverse proxy answers with 101 straight on the connection:
-// a successful hijack records that status.
+// Hijack takes over the client connection for an upgrade, whose 101 the
+// tunnel writes straight on the connection (upgrade.go): a successful
+// hijack records that status.
 func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err == nil && w.code == 0 {
@@ -110,7 +110,7 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return c, brw, err
 }
 
-// bufferPool is the copy-buffer pool of every endpoint's reverse proxy. It
+// bufferPool is the copy-buffer pool of the answers and tunnels. It
 // is a channel of buffers rather than a sync.Pool so that returning a buffer
 // does not allocate an interface box.
 type bufferPool struct{ free chan []byte }
