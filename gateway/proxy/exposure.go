@@ -95,14 +95,11 @@ func NewExposureQueue(capacity int, reg prometheus.Registerer) *ExposureQueue {
 		capacity = DefaultExposureQueue
 	}
 	q := &ExposureQueue{ch: make(chan Exposure, capacity)}
-	q.dropped = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "dwara_exposures_dropped_total",
-		Help: "Exposure records lost: the queue was full, or the writer gave them up after a database error.",
-	})
-	recorded := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "dwara_exposures_recorded_total",
-		Help: "Exposure records written to the database, by reason.",
-	}, []string{"reason"})
+	q.dropped = counter("dwara_exposures_dropped_total",
+		"Exposure records lost: the queue was full, or the writer gave them up after a database error.")
+	recorded := counterVec("dwara_exposures_recorded_total",
+		"Exposure records written to the database, by reason.",
+		"reason")
 	for r := ExposureSticky; r <= ExposureForced; r++ {
 		q.recorded[r] = recorded.WithLabelValues(r.String())
 	}

@@ -243,7 +243,7 @@ func (p *Proxy) fastServe(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, r
 		x.line = fastAccessLine(ctx, rid)
 	}
 	if rt.tg.mirror != nil {
-		defer p.mirrorFast(ctx, x, rt, rid, x.ip).release()
+		defer p.mirrorFast(ctx, x, rt).release()
 	}
 	p.fastServeEndpoint(ctx, x, rt, rid, x.ip, upgrade)
 }

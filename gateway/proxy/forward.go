@@ -143,7 +143,7 @@ type sendFunc func(c *upConn, ep *endpoint) (sent bool, err error)
 // checks (passive.go); the caller reports the answer (answered) and owns
 // x.conn on success. A failure while ctx is done is returned at once.
 func (p *Proxy) exchangeRetrying(ctx context.Context, u *upstream, a *attempt, req *outbound, send sendFunc) (exchange, error) {
-	x, err := p.roundTrip(ctx, a.ep, send, false, req.replayable())
+	x, err := p.roundTrip(ctx, a.ep, send, req.replayable())
 	for err != nil {
 		if ctx.Err() != nil {
 			return x, err
@@ -159,7 +159,7 @@ func (p *Proxy) exchangeRetrying(ctx context.Context, u *upstream, a *attempt, r
 			"request_id", req.requestID, "service", req.service,
 			"upstream", u.name, "endpoint", a.ep.addr, "next", next.addr, "err", err)
 		a.moveTo(next)
-		x, err = p.roundTrip(ctx, a.ep, send, false, req.replayable())
+		x, err = p.roundTrip(ctx, a.ep, send, req.replayable())
 	}
 	return x, nil
 }
@@ -175,15 +175,9 @@ func (p *Proxy) exchangeRetrying(ctx context.Context, u *upstream, a *attempt, r
 // On failure the exchange says what happened: no connection (the connect
 // failed), whether the connection was a pooled one, whether any of the
 // request was written and whether the body was touched, which is what
-// endpointFault and mayHaveArrived judge. With fresh, the first
-// connection is a newly dialled one too (a pooled one of the caller's was
-// stale already).
-func (p *Proxy) roundTrip(ctx context.Context, ep *endpoint, send sendFunc, fresh, replay bool) (exchange, error) {
-	start := 0
-	if fresh {
-		start = 1
-	}
-	for attempt := start; ; attempt++ {
+// endpointFault and mayHaveArrived judge.
+func (p *Proxy) roundTrip(ctx context.Context, ep *endpoint, send sendFunc, replay bool) (exchange, error) {
+	for attempt := 0; ; attempt++ {
 		var (
 			c      *upConn
 			reused bool

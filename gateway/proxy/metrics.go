@@ -27,48 +27,38 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 	m := &metrics{
-		picks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dwara_split_picks_total",
-			Help: "Requests routed to each target of a service, by the split pick.",
-		}, []string{"service", "upstream"}),
-		forced: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dwara_split_forced_total",
-			Help: "Requests that named their target in the service's override header and were served by it, whatever the weights.",
-		}, []string{"service", "upstream"}),
-		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dwara_split_failovers_total",
-			Help: "Requests whose picked target had no endpoint up, by the target that was picked; they went to the next target with an endpoint up.",
-		}, []string{"service", "upstream"}),
-		sticky: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "dwara_sticky_sessions_total",
-			Help: "Sticky sessions started: affinity cookies minted and set.",
-		}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dwara_requests_total",
-			Help: "Proxied requests by service, upstream and response status code.",
-		}, []string{"service", "upstream", "code"}),
+		picks: counterVec("dwara_split_picks_total",
+			"Requests routed to each target of a service, by the split pick.",
+			"service", "upstream"),
+		forced: counterVec("dwara_split_forced_total",
+			"Requests that named their target in the service's override header and were served by it, whatever the weights.",
+			"service", "upstream"),
+		failovers: counterVec("dwara_split_failovers_total",
+			"Requests whose picked target had no endpoint up, by the target that was picked; they went to the next target with an endpoint up.",
+			"service", "upstream"),
+		sticky: counter("dwara_sticky_sessions_total",
+			"Sticky sessions started: affinity cookies minted and set."),
+		requests: counterVec("dwara_requests_total",
+			"Proxied requests by service, upstream and response status code.",
+			"service", "upstream", "code"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dwara_request_duration_seconds",
 			Help:    "Time from receiving a request to the end of its proxied response.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"service", "upstream"}),
-		generation: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "dwara_generation_active",
-			Help: "The configuration generation the data plane serves by; 0 before the first.",
-		}),
+		generation: gauge("dwara_generation_active",
+			"The configuration generation the data plane serves by; 0 before the first."),
 		applySecs: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dwara_generation_apply_seconds",
 			Help:    "Time to compile and swap in a generation.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 8),
 		}),
-		canaryWeight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "dwara_canary_weight",
-			Help: "The weight of the canary target of each canary group (named by its service) in force in this data plane: the generation's, or the canary controller's transient one.",
-		}, []string{"group"}),
-		mirrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dwara_mirror_requests_total",
-			Help: "Copies of a service's requests for its mirror upstream, by outcome: sent (an answer came, any status), failed (transport error, or no endpoint up), timeout, dropped (queue full), body_too_large (body over max_body_bytes or of unknown length: not mirrored).",
-		}, []string{"service", "upstream", "outcome"}),
+		canaryWeight: gaugeVec("dwara_canary_weight",
+			"The weight of the canary target of each canary group (named by its service) in force in this data plane: the generation's, or the canary controller's transient one.",
+			"group"),
+		mirrors: counterVec("dwara_mirror_requests_total",
+			"Copies of a service's requests for its mirror upstream, by outcome: sent (an answer came, any status), failed (transport error, or no endpoint up), timeout, dropped (queue full), body_too_large (body over max_body_bytes or of unknown length: not mirrored).",
+			"service", "upstream", "outcome"),
 	}
 	if reg != nil {
 		reg.MustRegister(m.picks, m.forced, m.failovers, m.sticky, m.requests, m.duration,
@@ -210,4 +200,22 @@ func (c endpointCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(endpointUpDesc, prometheus.GaugeValue, v, name, e.addr)
 		}
 	}
+}
+
+// counterVec, counter, gaugeVec and gauge build the data plane's
+// collectors from a name, its help and its labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 }

@@ -344,7 +344,9 @@ type mirrorJob struct {
 	head bytes.Buffer
 	bw   *bufio.Writer
 	body *mirrorBuf // nil: no body
-	req  http.Request
+	// isHead: the copy is a HEAD (its answer has no body); replay: it may
+	// be sent twice (a safe method without a body).
+	isHead, replay bool
 }
 
 var mirrorJobs = sync.Pool{New: func() any {
@@ -353,12 +355,12 @@ var mirrorJobs = sync.Pool{New: func() any {
 	return j
 }}
 
-func newMirrorJob(m *mirror, ep *endpoint, method string) *mirrorJob {
+func newMirrorJob(m *mirror, ep *endpoint, head, replay bool) *mirrorJob {
 	j := mirrorJobs.Get().(*mirrorJob)
 	j.m, j.ep = m, ep
 	j.head.Reset()
 	j.bw.Reset(&j.head)
-	j.req.Method = method
+	j.isHead, j.replay = head, replay
 	return j
 }
 
@@ -370,63 +372,63 @@ func (j *mirrorJob) release() {
 	}
 }
 
-// mirrorHTTP is the net/http front's hand-over of a request routed by rt
-// to the service's mirror (rt.tg.mirror, not nil): when the request is
-// chosen, it queues a copy and returns the body buffer the real request
-// now reads (to release when the real request is done), else nil. r's
-// header holds the gateway's X-Dwara-* set already.
-func (p *Proxy) mirrorHTTP(w *statusWriter, r *http.Request, rt route) *mirrorBuf {
+// mirrorTarget is the core's half of mirroring a request: whether the
+// request q, routed by rt to a target that mirrors (rt.tg.mirror not nil),
+// is copied, and to which endpoint of the mirror's upstream. It returns
+// nil, counting why, when it is not: not chosen by the mirror's share, an
+// upgrade, a body of unknown length or over max_body_bytes, the queue
+// full, no endpoint up. With a body it also returns the buffer to read it
+// into (mirrorBuf.fill); the front then hands the copy over (queueMirror).
+func (p *Proxy) mirrorTarget(q *outbound, rt route) (*endpoint, *mirrorBuf) {
 	m := rt.tg.mirror
-	rid := ""
-	if v := r.Header["X-Request-Id"]; len(v) > 0 {
-		rid = v[0]
+	key := m.key(rt.setCookie, q.cookies, q.requestID)
+	if !m.chosen(key) || q.upgrade != "" {
+		return nil, nil
 	}
-	key := m.key(rt.setCookie, r.Header["Cookie"], rid)
-	if !m.chosen(key) || isUpgrade(r) {
-		return nil
-	}
-	n := int64(0)
-	if hasBody(r) {
-		if n = r.ContentLength; n < 0 || n > m.maxBody {
-			m.bodyTooLarge.Inc()
-			return nil
-		}
+	if q.length < 0 || q.length > m.maxBody {
+		m.bodyTooLarge.Inc()
+		return nil, nil
 	}
 	if p.mirrors.full() {
 		m.dropped.Inc()
-		return nil
+		return nil, nil
 	}
-	ep := p.mirrorEndpoint(m, key, clientIP(r))
-	if ep == nil {
-		return nil
+	ep := p.mirrorEndpoint(m, key, q.clientIP)
+	if ep == nil || q.length == 0 {
+		return ep, nil
 	}
-	var mb *mirrorBuf
-	if n > 0 {
-		mb = getMirrorBuf(int(n))
-		body := io.Reader(r.Body)
-		if dl, ok := w.ResponseWriter.(deadliner); ok && p.stall > 0 {
-			// As forward reads a body: one that stalls ends the request.
-			body = &stallBody{r: r.Body, dl: dl, stall: p.stall}
-			defer func() { _ = dl.SetReadDeadline(time.Time{}) }()
+	return ep, getMirrorBuf(int(q.length))
+}
+
+// fill reads the request's body from body into mb, for the copy and for
+// the real request, which reads what it returns instead of body: mb itself
+// (then shared, so released by both), or, when the body could not be read
+// whole, what was read followed by the same failure (mb released: the
+// request is not mirrored, and meets the failure as it would have without
+// a mirror).
+func (mb *mirrorBuf) fill(body io.Reader) (rest io.ReadCloser, ok bool) {
+	got, err := io.ReadFull(body, mb.b)
+	if err != nil {
+		if err == io.ErrUnexpectedEOF {
+			err = io.EOF // the framing check is the forwarding path's
 		}
-		got, err := io.ReadFull(body, mb.b)
-		if err != nil {
-			// Not mirrored: the real request meets the failure as it would
-			// have without a mirror.
-			if err == io.ErrUnexpectedEOF {
-				err = io.EOF // the framing check is the forwarding path's
-			}
-			r.Body = &errBody{r: bytes.NewReader(bytes.Clone(mb.b[:got])), err: err}
-			mb.refs.Store(1)
-			mb.release()
-			return nil
-		}
-		r.Body = mirrorBody{mb}
-		mb.refs.Store(2)
+		rest = &errBody{r: bytes.NewReader(bytes.Clone(mb.b[:got])), err: err}
+		mb.refs.Store(1)
+		mb.release()
+		return rest, false
 	}
-	j := newMirrorJob(m, ep, r.Method)
+	mb.refs.Store(2)
+	return mirrorBody{mb}, true
+}
+
+// queueMirror queues the copy of the request q, routed by rt, for ep, with
+// its body mb (nil: none), and returns the buffer the real request still
+// reads (to release when it is done), or nil when the copy owns mb alone.
+func (p *Proxy) queueMirror(q *outbound, rt route, ep *endpoint, mb *mirrorBuf) *mirrorBuf {
+	m := rt.tg.mirror
+	j := newMirrorJob(m, ep, q.method == "HEAD", safeMethod(q.method) && mb == nil)
 	j.body = mb
-	writeHead(j.bw, &w.out, ep.hostHeader, rt.tg, m)
+	writeHead(j.bw, q, ep.hostHeader, rt.tg, m)
 	_ = j.bw.Flush()
 	if mb != nil && mb.refs.Load() == 1 {
 		mb = nil // the copy owns it alone
@@ -435,61 +437,51 @@ func (p *Proxy) mirrorHTTP(w *statusWriter, r *http.Request, rt route) *mirrorBu
 	return mb
 }
 
-// mirrorFast is mirrorHTTP for the fasthttp front.
-func (p *Proxy) mirrorFast(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, ip []byte) *mirrorBuf {
-	m := rt.tg.mirror
-	h := &ctx.Request.Header
-	var cookies []string
-	if c := h.Peek(fasthttp.HeaderCookie); len(c) > 0 {
-		cookies = []string{b2s(c)}
-	}
-	key := m.key(rt.setCookie, cookies, rid)
-	if !m.chosen(key) || fastIsUpgrade(h) {
-		return nil
-	}
-	cl := h.ContentLength()
-	if cl == -1 || int64(cl) > m.maxBody {
-		m.bodyTooLarge.Inc()
-		return nil
-	}
-	if p.mirrors.full() {
-		m.dropped.Inc()
-		return nil
-	}
-	ep := p.mirrorEndpoint(m, key, b2s(ip))
+// mirrorHTTP is the net/http front's hand-over of a request routed by rt
+// to the service's mirror: mirrorTarget, the body read under the stall
+// timeout, queueMirror.
+func (p *Proxy) mirrorHTTP(w *statusWriter, r *http.Request, rt route) *mirrorBuf {
+	q := &w.out
+	ep, mb := p.mirrorTarget(q, rt)
 	if ep == nil {
 		return nil
 	}
-	var mb *mirrorBuf
-	if cl > 0 {
-		mb = getMirrorBuf(cl)
+	if mb != nil {
+		body := io.Reader(r.Body)
+		if dl, ok := w.ResponseWriter.(deadliner); ok && p.stall > 0 {
+			// As forward reads a body: one that stalls ends the request.
+			body = &stallBody{r: r.Body, dl: dl, stall: p.stall}
+			defer func() { _ = dl.SetReadDeadline(time.Time{}) }()
+		}
+		var ok bool
+		if r.Body, ok = mb.fill(body); !ok {
+			return nil
+		}
+	}
+	return p.queueMirror(q, rt, ep, mb)
+}
+
+// mirrorFast is mirrorHTTP for the fasthttp front: a body fasthttp holds
+// whole already is copied, one it streams is read as forward reads it.
+func (p *Proxy) mirrorFast(ctx *fasthttp.RequestCtx, x *fastExchange, rt route) *mirrorBuf {
+	q := &x.req
+	ep, mb := p.mirrorTarget(q, rt)
+	if ep == nil {
+		return nil
+	}
+	if mb != nil {
 		if ctx.RequestBodyStream() == nil {
 			copy(mb.b, ctx.Request.Body())
 			mb.refs.Store(1)
 		} else {
-			got, err := io.ReadFull(x.requestBody(ctx), mb.b)
-			if err != nil {
-				if err == io.ErrUnexpectedEOF {
-					err = io.EOF
-				}
-				ctx.Request.SetBodyStream(&errBody{r: bytes.NewReader(bytes.Clone(mb.b[:got])), err: err}, cl)
-				mb.refs.Store(1)
-				mb.release()
+			rest, ok := mb.fill(x.requestBody(ctx))
+			ctx.Request.SetBodyStream(rest, int(q.length))
+			if !ok {
 				return nil
 			}
-			ctx.Request.SetBodyStream(mb, cl)
-			mb.refs.Store(2)
 		}
 	}
-	j := newMirrorJob(m, ep, string(h.Method()))
-	j.body = mb
-	writeHead(j.bw, &x.req, ep.hostHeader, rt.tg, m)
-	_ = j.bw.Flush()
-	if mb != nil && mb.refs.Load() == 1 {
-		mb = nil
-	}
-	p.mirrors.enqueue(j)
-	return mb
+	return p.queueMirror(q, rt, ep, mb)
 }
 
 // mirrorEndpoint picks the endpoint of m's upstream for a copy of a
@@ -558,14 +550,14 @@ func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 			}
 			return false, staleError{err}
 		}
-		if err := c.readAnswer(ep.pool.watch, j.req.Method == http.MethodHead, false); err != nil {
+		if err := c.readAnswer(ep.pool.watch, j.isHead, false); err != nil {
 			if isNetTimeout(err) {
 				err = errUpstreamTimeout
 			}
 			return false, err
 		}
 		return false, nil
-	}, false, safeMethod(j.req.Method) && j.body == nil)
+	}, j.replay)
 	if err != nil {
 		return err
 	}

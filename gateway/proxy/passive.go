@@ -87,18 +87,15 @@ type upstreamMetrics struct {
 
 func newUpstreamMetrics(reg prometheus.Registerer) upstreamMetrics {
 	m := upstreamMetrics{
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dwara_upstream_retries_total",
-			Help: "Requests sent again to another endpoint of the upstream after a failure before any answer header.",
-		}, []string{"upstream"}),
-		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dwara_upstream_ejections_total",
-			Help: "Endpoints of the upstream taken out of rotation by the passive checks.",
-		}, []string{"upstream"}),
-		protocol: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dwara_upstream_protocol_errors_total",
-			Help: "Endpoint connections closed for bytes outside an answer's frame, by reason: extra_bytes (past an answer's end: a HEAD, 204 or 304 with a body, bytes after the last chunk or the Content-Length), unsolicited (bytes on an idle connection), head_too_large (an answer head over 16 KiB, answered 502).",
-		}, []string{"upstream", "reason"}),
+		retries: counterVec("dwara_upstream_retries_total",
+			"Requests sent again to another endpoint of the upstream after a failure before any answer header.",
+			"upstream"),
+		ejections: counterVec("dwara_upstream_ejections_total",
+			"Endpoints of the upstream taken out of rotation by the passive checks.",
+			"upstream"),
+		protocol: counterVec("dwara_upstream_protocol_errors_total",
+			"Endpoint connections closed for bytes outside an answer's frame, by reason: extra_bytes (past an answer's end: a HEAD, 204 or 304 with a body, bytes after the last chunk or the Content-Length), unsolicited (bytes on an idle connection), head_too_large (an answer head over 16 KiB, answered 502).",
+			"upstream", "reason"),
 	}
 	if reg != nil {
 		reg.MustRegister(m.retries, m.ejections, m.protocol)
