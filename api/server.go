@@ -29,6 +29,7 @@ import (
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/web"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultDatabaseTimeout is the Options.DatabaseTimeout of a zero Options.
@@ -76,6 +77,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics is served at GET /metrics; nil means 404 there.
 	Metrics http.Handler
+	// Registerer receives the API's own collectors (the audit spool's);
+	// nil registers them nowhere.
+	Registerer prometheus.Registerer
+	// AuditSpoolSize is how many audit entries are kept in memory while
+	// the database is away (auditspool.go); 0 means
+	// DefaultAuditSpoolSize.
+	AuditSpoolSize int
 	// Ready is an extra readiness condition for GET /readyz, on top of the
 	// database answering (for example: the embedded proxy applied a
 	// generation). It must be safe for concurrent use; nil means always true.
@@ -121,6 +129,10 @@ type Server struct {
 	droppedRefusals atomic.Uint64
 	now             func() time.Time // the clock of both; time.Now
 
+	// spool keeps the audit entries the database was away for
+	// (auditspool.go); Run writes them.
+	spool *auditSpool
+
 	hub       *hub
 	queue     chan notification // from Notify to Run
 	pingEvery time.Duration
@@ -160,6 +172,7 @@ func New(o Options) *Server {
 		refusals:       newLimiterSet(refusalRate, refusalBurst, maxLimiters),
 		bursts:         newCollapser(burstWindow, maxBursts),
 		now:            time.Now,
+		spool:          newAuditSpool(o.AuditSpoolSize, o.Registerer),
 		hub:            newHub(),
 		queue:          make(chan notification, notifyQueue),
 		pingEvery:      pingInterval,

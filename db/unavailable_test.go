@@ -178,3 +178,28 @@ func TestWrongPasswordIsNotUnavailable(t *testing.T) {
 		t.Errorf("ping as an unknown role: %v; want an error that is not ErrUnavailable", err)
 	}
 }
+
+// A connection pgx has closed ("conn closed": a pooled connection the
+// server dropped, met again by the next statement of the call) is the
+// database being away, not a failure of the call: the API answers 503.
+func TestUnavailableWhenConnClosed(t *testing.T) {
+	t.Parallel()
+	url := dbtest.New(t)
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(context.Background(), "SELECT 1")
+	if !errors.Is(err, pgconn.ErrConnClosed) {
+		t.Fatalf("Exec on a closed connection: %v, want pgconn.ErrConnClosed", err)
+	}
+	if !db.IsUnavailable(err) {
+		t.Errorf("IsUnavailable(%v) = false, want true", err)
+	}
+	if wrapped := fmt.Errorf("edit generation: %w", err); !db.IsUnavailable(wrapped) {
+		t.Errorf("IsUnavailable(%v) = false, want true", wrapped)
+	}
+}

@@ -84,6 +84,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		DatabaseTimeout: c.DatabaseTimeout,
 		Logger:          log,
 		Metrics:         metricsHandler(reg),
+		Registerer:      reg,
 		// Ready once a generation is applied, and while publishes can reach
 		// this process (its listener hears notifications).
 		Ready: func() bool { return px.Generation() > 0 && (lsn == nil || !lsn.Deaf()) },
