@@ -136,6 +136,9 @@ func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.drainAudit(ctx) })
+	if s.gatewayRetention > 0 {
+		wg.Go(func() { s.pruneGateways(ctx) })
+	}
 	for {
 		select {
 		case <-ctx.Done():

@@ -80,6 +80,10 @@ type Options struct {
 	// Registerer receives the API's own collectors (the audit spool's);
 	// nil registers them nowhere.
 	Registerer prometheus.Registerer
+	// GatewayRetention is how long a gateway instance not heard of is
+	// kept before Run deletes it; 0 means DefaultGatewayRetention,
+	// negative never deletes.
+	GatewayRetention time.Duration
 	// AuditSpoolSize is how many audit entries are kept in memory while
 	// the database is away (auditspool.go); 0 means
 	// DefaultAuditSpoolSize.
@@ -132,6 +136,8 @@ type Server struct {
 	// spool keeps the audit entries the database was away for
 	// (auditspool.go); Run writes them.
 	spool *auditSpool
+	// gatewayRetention is Options.GatewayRetention, defaulted.
+	gatewayRetention time.Duration
 
 	hub       *hub
 	queue     chan notification // from Notify to Run
@@ -180,6 +186,10 @@ func New(o Options) *Server {
 	}
 	if s.dbTimeout <= 0 {
 		s.dbTimeout = DefaultDatabaseTimeout
+	}
+	s.gatewayRetention = o.GatewayRetention
+	if s.gatewayRetention == 0 {
+		s.gatewayRetention = DefaultGatewayRetention
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -54,7 +54,7 @@ func TestUnavailableWhenRefused(t *testing.T) {
 		},
 		"add audit count": func() error { return s.AddAuditCount(ctx, 1, 1) },
 		"list audit":      func() error { _, err := s.ListAudit(ctx, 10, 0); return err },
-		"list gateways":   func() error { _, err := s.ListGateways(ctx); return err },
+		"list gateways":   func() error { _, err := s.ListGateways(ctx, true); return err },
 		"upsert gateway":  func() error { return s.UpsertGateway(ctx, apiv1.GatewayInstance{ID: "gw"}) },
 	}
 	for name, call := range calls {
