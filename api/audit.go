@@ -12,12 +12,8 @@ import (
 	"time"
 
 	"github.com/dwara/dwara/api/apiv1"
+	"github.com/dwara/dwara/db"
 )
-
-// unavailableAuditTimeout bounds the write of the audit entry of a call
-// that was answered 503 because the database did not answer: it is tried,
-// briefly, and logged in any case.
-const unavailableAuditTimeout = time.Second
 
 // auditRecord collects what a mutating call's audit entry will say. It
 // belongs to one request goroutine.
@@ -170,11 +166,7 @@ func (s *Server) recordAudit(r *http.Request, rec *auditRecord, status int) (lim
 	if err != nil {
 		detail = []byte(`{}`)
 	}
-	budget := s.dbTimeout
-	if rec.unavailable {
-		budget = min(budget, unavailableAuditTimeout)
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), budget)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.dbTimeout)
 	defer cancel()
 	entry := apiv1.AuditEntry{
 		Actor:           rec.actor,
@@ -187,10 +179,21 @@ func (s *Server) recordAudit(r *http.Request, rec *auditRecord, status int) (lim
 		RemoteAddr:      r.RemoteAddr,
 		Detail:          detail,
 	}
+	// An entry the database is away for is spooled (auditspool.go): at
+	// once when the call was answered 503 for want of it, or when others
+	// wait already (they go first); else after the write failed.
 	logFailure := func(err error) {
+		if db.IsUnavailable(err) {
+			s.spoolAudit(r.Context(), entry, now, err)
+			return
+		}
 		s.log.ErrorContext(r.Context(), "record audit entry", "request_id", entry.RequestID,
 			"client_request_id", entry.ClientRequestID, "actor", entry.Actor, "action", rec.action,
 			"outcome", outcome, "status", status, "remote_addr", r.RemoteAddr, "detail", string(detail), "err", err)
+	}
+	if rec.unavailable || s.spool.busy() {
+		s.spoolAudit(r.Context(), entry, now, nil)
+		return false, 0
 	}
 	if outcome != apiv1.OutcomeRefused {
 		if _, err := s.store.RecordAudit(ctx, entry); err != nil {
@@ -210,6 +213,10 @@ func (s *Server) recordAudit(r *http.Request, rec *auditRecord, status int) (lim
 		if written && b.id != 0 {
 			err := s.store.AddAuditCount(ctx, b.id, 1)
 			if err == nil {
+				return false, 0
+			}
+			if db.IsUnavailable(err) {
+				logFailure(err) // spooled as an entry of its own
 				return false, 0
 			}
 			logFailure(fmt.Errorf("add to the count of entry %d: %w", b.id, err))

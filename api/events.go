@@ -126,11 +126,19 @@ func (s *Server) Connected() {
 // generation_published, generation_applied, canary_promoted and
 // canary_rolled_back events for every client of GET /api/v1/events, until
 // ctx is done. It then ends every open event stream, so a graceful shutdown
-// of the HTTP server is not held up by them, and returns nil. Run opens no
-// connection of its own. Run at most once per Server; without it the event
-// streams stay silent apart from pings.
+// of the HTTP server is not held up by them, and returns nil. Beside it,
+// Run writes the audit entries spooled while the database was away
+// (drainAudit). Run opens no connection of its own. Run at most once per
+// Server; without it the event streams stay silent apart from pings, and
+// spooled audit entries stay in memory.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.closeOnce.Do(func() { close(s.closing) })
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { s.drainAudit(ctx) })
+	if s.gatewayRetention > 0 {
+		wg.Go(func() { s.pruneGateways(ctx) })
+	}
 	for {
 		select {
 		case <-ctx.Done():

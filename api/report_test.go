@@ -299,3 +299,29 @@ func TestFlushCanaryWindowsRefusals(t *testing.T) {
 		}
 	})
 }
+
+// GET /api/v1/gateways lists the live instances; ?all=true the stale ones
+// too, marked so; any other value of all is a 400 naming it.
+func TestGatewaysStale(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	e.do(call{method: "PUT", path: "/api/v1/gateways/gw-live", body: gatewayReport("gw-live", 0)}).want(t, http.StatusNoContent)
+	old := gatewayReport("gw-old", 0)
+	old.LastHeartbeat = time.Now().Add(-time.Minute)
+	if err := e.store.UpsertGateway(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	var live, all apiv1.GatewayList
+	e.do(call{method: "GET", path: "/api/v1/gateways"}).want(t, http.StatusOK).decode(t, &live)
+	if len(live.Items) != 1 || live.Items[0].ID != "gw-live" || live.Items[0].Stale {
+		t.Errorf("GET /api/v1/gateways = %+v, want gw-live only, not stale", live.Items)
+	}
+	e.do(call{method: "GET", path: "/api/v1/gateways?all=true"}).want(t, http.StatusOK).decode(t, &all)
+	if len(all.Items) != 2 || all.Items[0].ID != "gw-live" || all.Items[0].Stale || all.Items[1].ID != "gw-old" || !all.Items[1].Stale {
+		t.Errorf("GET /api/v1/gateways?all=true = %+v, want gw-live live and gw-old stale", all.Items)
+	}
+	p := e.do(call{method: "GET", path: "/api/v1/gateways?all=yes", violates: true}).want(t, http.StatusBadRequest).problem(t)
+	if got := paths(p); len(got) != 1 || got[0] != "all" {
+		t.Errorf("?all=yes: problem %+v, want one error at all", p)
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/web"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultDatabaseTimeout is the Options.DatabaseTimeout of a zero Options.
@@ -76,6 +77,17 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics is served at GET /metrics; nil means 404 there.
 	Metrics http.Handler
+	// Registerer receives the API's own collectors (the audit spool's);
+	// nil registers them nowhere.
+	Registerer prometheus.Registerer
+	// GatewayRetention is how long a gateway instance not heard of is
+	// kept before Run deletes it; 0 means DefaultGatewayRetention,
+	// negative never deletes.
+	GatewayRetention time.Duration
+	// AuditSpoolSize is how many audit entries are kept in memory while
+	// the database is away (auditspool.go); 0 means
+	// DefaultAuditSpoolSize.
+	AuditSpoolSize int
 	// Ready is an extra readiness condition for GET /readyz, on top of the
 	// database answering (for example: the embedded proxy applied a
 	// generation). It must be safe for concurrent use; nil means always true.
@@ -121,6 +133,12 @@ type Server struct {
 	droppedRefusals atomic.Uint64
 	now             func() time.Time // the clock of both; time.Now
 
+	// spool keeps the audit entries the database was away for
+	// (auditspool.go); Run writes them.
+	spool *auditSpool
+	// gatewayRetention is Options.GatewayRetention, defaulted.
+	gatewayRetention time.Duration
+
 	hub       *hub
 	queue     chan notification // from Notify to Run
 	pingEvery time.Duration
@@ -160,6 +178,7 @@ func New(o Options) *Server {
 		refusals:       newLimiterSet(refusalRate, refusalBurst, maxLimiters),
 		bursts:         newCollapser(burstWindow, maxBursts),
 		now:            time.Now,
+		spool:          newAuditSpool(o.AuditSpoolSize, o.Registerer),
 		hub:            newHub(),
 		queue:          make(chan notification, notifyQueue),
 		pingEvery:      pingInterval,
@@ -167,6 +186,10 @@ func New(o Options) *Server {
 	}
 	if s.dbTimeout <= 0 {
 		s.dbTimeout = DefaultDatabaseTimeout
+	}
+	s.gatewayRetention = o.GatewayRetention
+	if s.gatewayRetention == 0 {
+		s.gatewayRetention = DefaultGatewayRetention
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -368,7 +368,11 @@ func (s *Store) HoldCanary(ctx context.Context, generation int64, service string
 // recording, which runs on the same connection, fails. It is not safe for
 // concurrent use.
 type CanaryLock struct {
-	conn *pgx.Conn
+	conn  *pgx.Conn
+	lease time.Duration
+	// TookOver is the backend pid of the runner session whose expired
+	// lease this lock ended to be taken; 0 when the lock was free.
+	TookOver int32
 }
 
 // CanaryRunnerApplicationName is the application_name of the canary
@@ -376,9 +380,25 @@ type CanaryLock struct {
 // pg_stat_activity.
 const CanaryRunnerApplicationName = "dwara-canary-runner"
 
-// TryCanaryLock opens a connection and tries to take the runner lock on
-// it. It returns nil and no error when another session holds the lock.
+// DefaultCanaryLease is how long the runner's lease lasts unless renewed
+// (TryCanaryLease).
+const DefaultCanaryLease = 5 * time.Second
+
+// TryCanaryLock is TryCanaryLease with no instance name and the default
+// lease.
 func (s *Store) TryCanaryLock(ctx context.Context) (*CanaryLock, error) {
+	return s.TryCanaryLease(ctx, "", DefaultCanaryLease)
+}
+
+// TryCanaryLease opens a connection and tries to take the runner lock on
+// it, with a lease of lease recorded for instance (canary_runner_lease);
+// the holder must renew it (CanaryLock.Renew) well within lease. It
+// returns nil and no error when another session holds the lock. When that
+// session's lease has expired (its holder stopped renewing: frozen, or
+// wedged, with its session still open), it terminates that session
+// (pg_terminate_backend), which releases the lock once the server has
+// ended it, and tries once more; Taken reports a takeover.
+func (s *Store) TryCanaryLease(ctx context.Context, instance string, lease time.Duration) (*CanaryLock, error) {
 	cfg, err := pgx.ParseConfig(s.sessionConnString())
 	if err != nil {
 		return nil, fmt.Errorf("canary lock: %w", err)
@@ -388,16 +408,70 @@ func (s *Store) TryCanaryLock(ctx context.Context) (*CanaryLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("canary lock: connect: %w", err)
 	}
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, canaryLockKey).Scan(&ok); err != nil {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("canary lock: %w", err)
+	l := &CanaryLock{conn: conn, lease: lease}
+	ok, err := l.try(ctx)
+	if err == nil && !ok {
+		var stale int32
+		stale, err = l.expiredHolder(ctx)
+		if err == nil && stale != 0 {
+			var ended bool
+			if err = conn.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, stale).Scan(&ended); err == nil && ended {
+				l.TookOver = stale
+				ok, err = l.try(ctx)
+			}
+		}
 	}
-	if !ok {
+	if err == nil && ok {
+		_, err = conn.Exec(ctx, `
+			INSERT INTO canary_runner_lease (id, instance, backend_pid, until)
+			VALUES (true, $1, pg_backend_pid(), now() + make_interval(secs => $2))
+			ON CONFLICT (id) DO UPDATE SET instance = EXCLUDED.instance,
+				backend_pid = EXCLUDED.backend_pid, until = EXCLUDED.until`, instance, lease.Seconds())
+	}
+	if err != nil || !ok {
 		_ = conn.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("canary lock: %w", err)
+		}
 		return nil, nil
 	}
-	return &CanaryLock{conn: conn}, nil
+	return l, nil
+}
+
+// try tries to take the advisory lock on l's session.
+func (l *CanaryLock) try(ctx context.Context) (bool, error) {
+	var ok bool
+	err := l.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, canaryLockKey).Scan(&ok)
+	return ok, err
+}
+
+// expiredHolder returns the backend pid of the lock's holder when its
+// lease has expired and that backend is a runner's session that still
+// exists, else 0.
+func (l *CanaryLock) expiredHolder(ctx context.Context) (int32, error) {
+	var pid int32
+	err := l.conn.QueryRow(ctx, `
+		SELECT a.pid FROM canary_runner_lease r
+		JOIN pg_stat_activity a ON a.pid = r.backend_pid AND a.application_name = $1
+		WHERE r.until < now()`, CanaryRunnerApplicationName).Scan(&pid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return pid, err
+}
+
+// Renew extends the lease from now; an error means the lease, and so the
+// lock, may be lost (another runner took over, or the session is gone):
+// the holder must stop acting.
+func (l *CanaryLock) Renew(ctx context.Context) error {
+	tag, err := l.conn.Exec(ctx, `UPDATE canary_runner_lease SET until = now() + make_interval(secs => $1) WHERE backend_pid = pg_backend_pid()`, l.lease.Seconds())
+	if err != nil {
+		return fmt.Errorf("canary lock: renew the lease: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return errors.New("canary lock: the lease is another runner's")
+	}
+	return nil
 }
 
 // Close releases the lock, at once when the session still answers, and

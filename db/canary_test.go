@@ -554,3 +554,57 @@ func TestListCanaryEvents(t *testing.T) {
 		t.Error("limit 0 was accepted")
 	}
 }
+
+// A runner whose lease expired while its session stays open (frozen with
+// SIGSTOP, or wedged) keeps the advisory lock; the next runner ends that
+// session and takes over, and the old holder, once it wakes, finds its
+// session gone before it could record anything. A lease being renewed is
+// never taken over.
+func TestCanaryLeaseTakeover(t *testing.T) {
+	t.Parallel()
+	s, _ := dbtest.NewStore(t)
+	ctx := context.Background()
+	const lease = 2 * time.Second
+	frozen, err := s.TryCanaryLease(ctx, "frozen", lease)
+	if err != nil || frozen == nil {
+		t.Fatalf("TryCanaryLease = %v, %v; want the lock", frozen, err)
+	}
+	if l, err := s.TryCanaryLease(ctx, "other", lease); err != nil || l != nil {
+		t.Fatalf("TryCanaryLease within the holder's lease = %v, %v; want nil, nil", l, err)
+	}
+	// A holder that renews keeps it past its first lease.
+	for range 3 {
+		time.Sleep(lease / 4)
+		if err := frozen.Renew(ctx); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+		if l, err := s.TryCanaryLease(ctx, "other", lease); err != nil || l != nil {
+			t.Fatalf("TryCanaryLease while the holder renews = %v, %v; want nil, nil", l, err)
+		}
+	}
+	// Now the holder stops renewing.
+	var took *db.CanaryLock
+	testrun.Eventually(t, "the lock taken over once the lease expired", func() bool {
+		l, err := s.TryCanaryLease(ctx, "other", lease)
+		if err != nil {
+			t.Fatalf("TryCanaryLease: %v", err)
+		}
+		if l != nil {
+			took = l
+		}
+		return l != nil
+	})
+	defer took.Close(ctx)
+	if took.TookOver == 0 {
+		t.Errorf("TookOver = 0, want the ended session's pid")
+	}
+	if err := frozen.Renew(ctx); err == nil {
+		t.Errorf("the old holder's Renew succeeded after the takeover; want an error")
+	}
+	if _, _, err := frozen.Newest(ctx); err == nil {
+		t.Errorf("the old holder's session still answers after the takeover")
+	}
+	if err := took.Renew(ctx); err != nil {
+		t.Errorf("the new holder's Renew: %v", err)
+	}
+}

@@ -34,7 +34,10 @@ func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, pgconn.ErrConnClosed) {
+		// pgx's "conn closed": a pooled connection the server (restarted,
+		// or gone) had closed.
 		return true
 	}
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {

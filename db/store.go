@@ -550,7 +550,7 @@ func (s *Store) UpsertGateway(ctx context.Context, g apiv1.GatewayInstance) erro
 			RETURNING `+gatewayColumns,
 			g.ID, g.Hostname, g.Listen, g.AppliedGeneration, nullTime(g.AppliedAt),
 			nullTime(g.StartedAt), nullTime(g.LastHeartbeat), endpointsJSON)
-		stored, err := scanGateway(row)
+		stored, err := scanGateway(row, false)
 		if err != nil {
 			return fmt.Errorf("store instance: %w", err)
 		}
@@ -588,15 +588,21 @@ func gatewayPayload(g apiv1.GatewayInstance) (string, error) {
 	return string(payload), err
 }
 
-// ListGateways returns every recorded gateway instance, ordered by id, each
-// with the endpoint states of its last report (never nil).
-func (s *Store) ListGateways(ctx context.Context) ([]apiv1.GatewayInstance, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+gatewayColumns+` FROM gateway_instances ORDER BY id`)
+// ListGateways returns the recorded gateway instances whose last heartbeat
+// is within apiv1.GatewayStaleAfter of the database's now, or with all
+// every one, the others marked Stale; ordered by id, each with the
+// endpoint states of its last report (never nil).
+func (s *Store) ListGateways(ctx context.Context, all bool) ([]apiv1.GatewayInstance, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+gatewayColumns+`, last_heartbeat < now() - make_interval(secs => $1) AS stale
+		FROM gateway_instances
+		WHERE $2 OR last_heartbeat >= now() - make_interval(secs => $1)
+		ORDER BY id`, apiv1.GatewayStaleAfter.Seconds(), all)
 	if err != nil {
 		return nil, fmt.Errorf("list gateways: %w", translate(err))
 	}
 	gws, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (apiv1.GatewayInstance, error) {
-		return scanGateway(row)
+		return scanGateway(row, true)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list gateways: %w", translate(err))
@@ -604,13 +610,30 @@ func (s *Store) ListGateways(ctx context.Context) ([]apiv1.GatewayInstance, erro
 	return gws, nil
 }
 
+// PruneGateways deletes the gateway instances whose last heartbeat is
+// older than retention (a process gone for good: a restart registers a new
+// instance) and returns how many it deleted.
+func (s *Store) PruneGateways(ctx context.Context, retention time.Duration) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM gateway_instances WHERE last_heartbeat < now() - make_interval(secs => $1)`, retention.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("prune gateways: %w", translate(err))
+	}
+	return tag.RowsAffected(), nil
+}
+
 const gatewayColumns = `id, hostname, listen, applied_generation, applied_at, started_at, last_heartbeat, endpoints`
 
-func scanGateway(row pgx.Row) (apiv1.GatewayInstance, error) {
+// scanGateway scans a row of gatewayColumns, followed by the stale
+// column when stale is true.
+func scanGateway(row pgx.Row, stale bool) (apiv1.GatewayInstance, error) {
 	var g apiv1.GatewayInstance
 	var appliedAt *time.Time
 	var endpoints []byte
-	if err := row.Scan(&g.ID, &g.Hostname, &g.Listen, &g.AppliedGeneration, &appliedAt, &g.StartedAt, &g.LastHeartbeat, &endpoints); err != nil {
+	dest := []any{&g.ID, &g.Hostname, &g.Listen, &g.AppliedGeneration, &appliedAt, &g.StartedAt, &g.LastHeartbeat, &endpoints}
+	if stale {
+		dest = append(dest, &g.Stale)
+	}
+	if err := row.Scan(dest...); err != nil {
 		return apiv1.GatewayInstance{}, err
 	}
 	if appliedAt != nil {

@@ -462,7 +462,7 @@ func TestGatewaysUpsertAndNotify(t *testing.T) {
 				t.Errorf("%s: notification %s %+v", st.name, n.channel, got)
 			}
 		}
-		gws, err := s.ListGateways(ctx)
+		gws, err := s.ListGateways(ctx, true)
 		if err != nil || len(gws) != 1 {
 			t.Fatalf("%s: list gateways = %+v, %v", st.name, gws, err)
 		}
@@ -484,7 +484,7 @@ func TestGatewaysUpsertAndNotify(t *testing.T) {
 	if n := testrun.Recv(t, notes, "gw-b notification"); !json.Valid([]byte(n.payload)) || !containsID(n.payload, "gw-b") {
 		t.Errorf("next notification = %q, want gw-b's", n.payload)
 	}
-	gws, err := s.ListGateways(ctx)
+	gws, err := s.ListGateways(ctx, true)
 	if err != nil || len(gws) != 2 || gws[0].ID != "gw-a" || gws[1].ID != "gw-b" || gws[1].StartedAt.IsZero() {
 		t.Errorf("list gateways = %+v, %v; want gw-a, gw-b", gws, err)
 	}
@@ -536,7 +536,7 @@ func TestGatewayEndpointsRoundTrip(t *testing.T) {
 				t.Errorf("%s: notification %s, want endpoints %+v", st.name, n.payload, st.want)
 			}
 		}
-		gws, err := s.ListGateways(ctx)
+		gws, err := s.ListGateways(ctx, true)
 		if err != nil || len(gws) != 1 {
 			t.Fatalf("%s: list gateways = %+v, %v", st.name, gws, err)
 		}
@@ -583,7 +583,7 @@ func TestGatewayManyEndpointsNotifyWithoutThem(t *testing.T) {
 	if err := json.Unmarshal([]byte(n.payload), &got); err != nil || got.ID != "gw-a" || got.AppliedGeneration != 1 || got.Endpoints == nil || len(got.Endpoints) != 0 {
 		t.Errorf("notification %q (%v): want gw-a on generation 1 with an empty endpoint list", n.payload, err)
 	}
-	gws, err := s.ListGateways(ctx)
+	gws, err := s.ListGateways(ctx, true)
 	if err != nil || len(gws) != 1 || !slices.Equal(gws[0].Endpoints, many) {
 		t.Errorf("list gateways: %d instances, %v; want gw-a with all %d endpoints", len(gws), err, len(many))
 	}
@@ -612,5 +612,49 @@ func TestPingAndConnString(t *testing.T) {
 	}
 	if _, err := db.Open(context.Background(), "postgres://%zz"); err == nil {
 		t.Error("open with a malformed url succeeded")
+	}
+}
+
+// An instance not heard of for GatewayStaleAfter is stale: listed only
+// with all, marked so; PruneGateways deletes those older than the
+// retention and no other.
+func TestGatewaysStaleAndPruned(t *testing.T) {
+	t.Parallel()
+	s, _ := dbtest.NewStore(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	for id, beat := range map[string]time.Time{
+		"live":  {}, // the database's now
+		"stale": now.Add(-time.Minute),
+		"gone":  now.Add(-48 * time.Hour),
+	} {
+		if err := s.UpsertGateway(ctx, apiv1.GatewayInstance{ID: id, LastHeartbeat: beat}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(all bool) map[string]bool {
+		t.Helper()
+		gws, err := s.ListGateways(ctx, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, g := range gws {
+			out[g.ID] = g.Stale
+		}
+		return out
+	}
+	if got := ids(false); len(got) != 1 || got["live"] {
+		t.Errorf("live instances = %v, want only live, not stale", got)
+	}
+	if got := ids(true); len(got) != 3 || got["live"] || !got["stale"] || !got["gone"] {
+		t.Errorf("all instances (id: stale) = %v, want live:false stale:true gone:true", got)
+	}
+	n, err := s.PruneGateways(ctx, 24*time.Hour)
+	if err != nil || n != 1 {
+		t.Fatalf("PruneGateways(24h) = %d, %v; want 1 (gone)", n, err)
+	}
+	if got := ids(true); len(got) != 2 || got["gone"] {
+		t.Errorf("after the prune: %v, want live and stale", got)
 	}
 }

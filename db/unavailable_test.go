@@ -54,7 +54,7 @@ func TestUnavailableWhenRefused(t *testing.T) {
 		},
 		"add audit count": func() error { return s.AddAuditCount(ctx, 1, 1) },
 		"list audit":      func() error { _, err := s.ListAudit(ctx, 10, 0); return err },
-		"list gateways":   func() error { _, err := s.ListGateways(ctx); return err },
+		"list gateways":   func() error { _, err := s.ListGateways(ctx, true); return err },
 		"upsert gateway":  func() error { return s.UpsertGateway(ctx, apiv1.GatewayInstance{ID: "gw"}) },
 	}
 	for name, call := range calls {
@@ -176,5 +176,30 @@ func TestWrongPasswordIsNotUnavailable(t *testing.T) {
 	err = s.Ping(context.Background())
 	if err == nil || db.IsUnavailable(err) {
 		t.Errorf("ping as an unknown role: %v; want an error that is not ErrUnavailable", err)
+	}
+}
+
+// A connection pgx has closed ("conn closed": a pooled connection the
+// server dropped, met again by the next statement of the call) is the
+// database being away, not a failure of the call: the API answers 503.
+func TestUnavailableWhenConnClosed(t *testing.T) {
+	t.Parallel()
+	url := dbtest.New(t)
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(context.Background(), "SELECT 1")
+	if !errors.Is(err, pgconn.ErrConnClosed) {
+		t.Fatalf("Exec on a closed connection: %v, want pgconn.ErrConnClosed", err)
+	}
+	if !db.IsUnavailable(err) {
+		t.Errorf("IsUnavailable(%v) = false, want true", err)
+	}
+	if wrapped := fmt.Errorf("edit generation: %w", err); !db.IsUnavailable(wrapped) {
+		t.Errorf("IsUnavailable(%v) = false, want true", wrapped)
 	}
 }

@@ -68,6 +68,9 @@ func probeAPI(admin string) map[string]apiAnswer {
 		"POST /api/v1/services/web/flip": func() apiAnswer {
 			return callAPI(http.MethodPost, "http://"+admin+"/api/v1/services/web/flip", map[string]any{"message": "faults: flip while the database is away"})
 		},
+		"PUT /api/v1/services/web/weights": func() apiAnswer {
+			return callAPI(http.MethodPut, "http://"+admin+"/api/v1/services/web/weights", map[string]any{"weights": map[string]int{"a": 50, "b": 50}})
+		},
 		"GET /readyz": func() apiAnswer {
 			return callAPI(http.MethodGet, "http://"+admin+"/readyz", nil)
 		},

@@ -242,6 +242,9 @@ func (c *GatewayConfig) proxyOptions(reg prometheus.Registerer) proxy.Options {
 // DatabaseURL, serves on the default loopback addresses. Serve takes a copy.
 type ServeConfig struct {
 	Process
+	// GatewayRetention is how long a gateway instance not heard of is kept
+	// (api.Options.GatewayRetention); 0 means api.DefaultGatewayRetention.
+	GatewayRetention time.Duration
 	// AdminListen is the address of the API, its docs and /metrics; ""
 	// means DefaultAdminListen. Without AdminToken it must be loopback.
 	AdminListen string

@@ -77,13 +77,15 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		OnPublish: func(ctx context.Context, generation int64, spec *config.Spec) error {
 			return apply(ctx, spec, generation)
 		},
-		Store:           store,
-		Token:           c.AdminToken,
-		ReadToken:       c.ReadToken,
-		AllowedHosts:    c.AdminHosts,
-		DatabaseTimeout: c.DatabaseTimeout,
-		Logger:          log,
-		Metrics:         metricsHandler(reg),
+		Store:            store,
+		Token:            c.AdminToken,
+		ReadToken:        c.ReadToken,
+		AllowedHosts:     c.AdminHosts,
+		DatabaseTimeout:  c.DatabaseTimeout,
+		GatewayRetention: c.GatewayRetention,
+		Logger:           log,
+		Metrics:          metricsHandler(reg),
+		Registerer:       reg,
 		// Ready once a generation is applied, and while publishes can reach
 		// this process (its listener hears notifications).
 		Ready: func() bool { return px.Generation() > 0 && (lsn == nil || !lsn.Deaf()) },

@@ -135,7 +135,16 @@ type GatewayInstance struct {
 	StartedAt         time.Time       `json:"started_at"`
 	LastHeartbeat     time.Time       `json:"last_heartbeat"`
 	Endpoints         []EndpointState `json:"endpoints"`
+	// Stale is true when the instance's last heartbeat is older than
+	// GatewayStaleAfter: it is presumed gone, its endpoint states and
+	// applied generation no longer count. Set by the server; ignored in
+	// a report.
+	Stale bool `json:"stale"`
 }
+
+// GatewayStaleAfter is how old an instance's last heartbeat may be before
+// it is stale: three heartbeats of the default interval (5 s).
+const GatewayStaleAfter = 15 * time.Second
 
 // MarshalJSON encodes g with nil Endpoints as an empty array.
 func (g GatewayInstance) MarshalJSON() ([]byte, error) {

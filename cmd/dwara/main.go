@@ -370,6 +370,7 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 	readTokenFile := fs.String("read-token-file", "", "read the read-only token from this `FILE` instead of $DWARA_READ_TOKEN")
 	fs.Var(&c.AdminHosts, "admin-host", "a host `NAME` (or NAME:PORT) the API answers to besides loopback addresses; repeat for more")
 	fs.DurationVar(&c.DatabaseTimeout, "database-timeout", 5*time.Second, "bound on the database work of each API call; past it the call answers 503 with Retry-After")
+	fs.DurationVar(&c.GatewayRetention, "gateway-retention", 24*time.Hour, "how long a gateway instance not heard of stays in GET /api/v1/gateways?all=true before it is deleted (checked every minute); negative keeps them for ever")
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen `ADDR`")
 	fs.StringVar(&c.AdminListen, "admin-listen", node.DefaultAdminListen, "API, docs and metrics listen `ADDR` (loopback only unless DWARA_ADMIN_TOKEN is set)")
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL `URL` (default $DWARA_DATABASE_URL)")

@@ -189,3 +189,27 @@ func TestRunnerLosesTheLockWithItsConnection(t *testing.T) {
 		t.Fatal("not leading again")
 	}
 }
+
+// A runner that holds the lock but stops renewing its lease (its process
+// frozen with SIGSTOP: the session stays open, and with it the advisory
+// lock) is taken over by another once the lease has expired: that one
+// leads, and the frozen holder's session is gone when it wakes.
+func TestRunnerTakesOverFrozenHolder(t *testing.T) {
+	t.Parallel()
+	store, _ := dbtest.NewStore(t)
+	ctx := context.Background()
+	frozen, err := store.TryCanaryLease(ctx, "frozen", time.Second)
+	if err != nil || frozen == nil {
+		t.Fatalf("TryCanaryLease = %v, %v", frozen, err)
+	}
+	leading := make(chan bool, 4)
+	r := &Runner{Store: store, Instance: "i-2", Interval: 50 * time.Millisecond, LockRetry: 50 * time.Millisecond,
+		Lease: time.Second, Leading: func(on bool) { leading <- on }}
+	testrun.Background(t, r.Run)
+	if !testrun.Recv(t, leading, "leading after the frozen holder's lease") {
+		t.Fatal("not leading")
+	}
+	if _, _, err := frozen.Newest(ctx); err == nil {
+		t.Error("the frozen holder's session still answers after the takeover")
+	}
+}

@@ -47,6 +47,11 @@ type Runner struct {
 	// LockRetry is the time between attempts to take the lock; 0 means
 	// DefaultLockRetry.
 	LockRetry time.Duration
+	// Lease is how long the holder's lease lasts unless renewed (it is
+	// renewed every fifth of it); a runner that finds the lock held on an
+	// expired lease ends the holder's session and takes over
+	// (db.Store.TryCanaryLease). 0 means db.DefaultCanaryLease.
+	Lease time.Duration
 	// Metrics receives the controller's metrics; nil registers them
 	// nowhere.
 	Metrics prometheus.Registerer
@@ -112,6 +117,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	if r.LockRetry <= 0 {
 		r.LockRetry = DefaultLockRetry
 	}
+	if r.Lease <= 0 {
+		r.Lease = db.DefaultCanaryLease
+	}
 	log := r.Logger
 	if log == nil {
 		log = slog.Default()
@@ -120,12 +128,16 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.groups = make(map[int64][]canary.Group)
 	for {
 		lctx, cancel := context.WithTimeout(ctx, opTimeout)
-		lock, err := r.Store.TryCanaryLock(lctx)
+		lock, err := r.Store.TryCanaryLease(lctx, r.Instance, r.Lease)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			log.Debug("canary runner: lock not taken", "err", err)
 		}
 		if lock != nil {
+			if lock.TookOver != 0 {
+				log.Warn("canary runner: the holder's lease had expired (frozen or wedged): ended its session and took over",
+					"instance", r.Instance, "ended_backend_pid", lock.TookOver)
+			}
 			log.Info("canary runner: holding the lock; this process judges the canary groups", "instance", r.Instance)
 			r.lead(true)
 			err := r.hold(ctx, lock, log)
@@ -160,6 +172,8 @@ func (r *Runner) lead(on bool) {
 func (r *Runner) hold(ctx context.Context, lock *db.CanaryLock, log *slog.Logger) error {
 	tick := time.NewTicker(r.Interval)
 	defer tick.Stop()
+	renew := time.NewTicker(r.Lease / 5)
+	defer renew.Stop()
 	lastPrune := time.Time{}
 	for {
 		ectx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -182,10 +196,29 @@ func (r *Runner) hold(ctx context.Context, lock *db.CanaryLock, log *slog.Logger
 			}
 			lastPrune = time.Now()
 		}
+		if err := r.wait(ctx, lock, tick.C, renew.C); err != nil || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// wait renews the lease on every renew until the next evaluation is due
+// (next) or ctx is done; a failed renewal is returned: the lease, and so
+// the lock, may be lost, and the holder must not act again.
+func (r *Runner) wait(ctx context.Context, lock *db.CanaryLock, next, renew <-chan time.Time) error {
+	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-next:
+			return nil
+		case <-renew:
+			rctx, cancel := context.WithTimeout(ctx, r.Lease)
+			err := lock.Renew(rctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				return err
+			}
 		}
 	}
 }

@@ -96,7 +96,7 @@ func (h *databaseHarness) waitApplied(t *testing.T, id int64) {
 	if got := h.src.Applied(); got != id {
 		t.Errorf("Applied() = %d, want %d", got, id)
 	}
-	gws, err := h.store.ListGateways(context.Background())
+	gws, err := h.store.ListGateways(context.Background(), true)
 	if err != nil || len(gws) != 1 || gws[0].ID != "gw-test" || gws[0].AppliedGeneration != id ||
 		gws[0].Hostname != "test-host" || (id > 0 && gws[0].AppliedAt.IsZero()) {
 		t.Errorf("gateways = %+v, %v; want gw-test on generation %d", gws, err, id)
@@ -281,7 +281,7 @@ func TestDatabaseHeartbeat(t *testing.T) {
 			t.Fatalf("heartbeat %d from %q, want gw-test", i, id)
 		}
 	}
-	gws, err := h.store.ListGateways(context.Background())
+	gws, err := h.store.ListGateways(context.Background(), true)
 	if err != nil || len(gws) != 1 || gws[0].AppliedGeneration != 1 {
 		t.Errorf("gateways after heartbeats = %+v, %v; want generation 1 kept", gws, err)
 	}
@@ -312,7 +312,7 @@ func TestDatabaseRecordsEndpointStates(t *testing.T) {
 	h.waitApplied(t, 1)
 	// The apply recorded the states of that moment (its notification and
 	// the row are one transaction, and no heartbeat changes them).
-	gws, err := h.store.ListGateways(context.Background())
+	gws, err := h.store.ListGateways(context.Background(), true)
 	if err != nil || len(gws) != 1 || !slices.Equal(gws[0].Endpoints, allUp) {
 		t.Fatalf("gateways after apply = %+v, %v; want gw-test with %+v", gws, err, allUp)
 	}
@@ -338,7 +338,7 @@ func TestDatabaseRecordsEndpointStates(t *testing.T) {
 			t.Fatalf("heartbeat recorded %+v, want %+v or %+v", got, allUp, oneDown)
 		}
 	}
-	gws, err = h.store.ListGateways(context.Background())
+	gws, err = h.store.ListGateways(context.Background(), true)
 	if err != nil || len(gws) != 1 || gws[0].AppliedGeneration != 1 || !slices.Equal(gws[0].Endpoints, oneDown) {
 		t.Errorf("gateways after the heartbeat = %+v, %v; want generation 1 with %+v", gws, err, oneDown)
 	}
@@ -351,7 +351,7 @@ func TestDatabaseWithoutEndpointsRecordsEmptyList(t *testing.T) {
 	h.start(t)
 	h.src.Notify()
 	h.waitApplied(t, 1)
-	gws, err := h.store.ListGateways(context.Background())
+	gws, err := h.store.ListGateways(context.Background(), true)
 	if err != nil || len(gws) != 1 || gws[0].Endpoints == nil || len(gws[0].Endpoints) != 0 {
 		t.Errorf("gateways = %+v, %v; want gw-test with an empty endpoint list", gws, err)
 	}

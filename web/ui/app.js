@@ -141,7 +141,7 @@ function useDashboard({onUnauthorized, report}) {
 			}));
 			return {groups: list.items, events};
 		},
-		gateways: () => api('GET', '/api/v1/gateways').then(l => l.items),
+		gateways: () => api('GET', '/api/v1/gateways?all=true').then(l => l.items),
 		audit: () => api('GET', `/api/v1/audit?limit=${sizes.current.audit}`),
 	};
 
@@ -833,6 +833,12 @@ function Canary({canary, current, now, ask, mutate}) {
 
 // ---- Gateways and audit --------------------------------------------------
 
+// live is the gateways that are not stale (no heartbeat for 15 s): only
+// they count in endpoint states and in who serves a generation.
+function live(gateways) {
+	return gateways && gateways.filter(g => !g.stale);
+}
+
 function Gateways({gateways, current, now}) {
 	if (!gateways) {
 		return html`<p class="muted">Loading…</p>`;
@@ -846,9 +852,9 @@ function Gateways({gateways, current, now}) {
 			<th scope="col">Applied at</th><th scope="col">Heartbeat</th><th scope="col">Endpoints up</th><th scope="col">Started</th></tr></thead>
 		<tbody>${gateways.map(g => {
 			const up = g.endpoints.filter(e => e.up).length;
-			const stale = now - Date.parse(g.last_heartbeat) > 30000;
-			return html`<tr data-gateway=${g.id}>
-				<th scope="row"><code>${g.id}</code></th>
+			const stale = g.stale || now - Date.parse(g.last_heartbeat) > 30000;
+			return html`<tr data-gateway=${g.id} class=${g.stale ? 'stale' : ''}>
+				<th scope="row"><code>${g.id}</code>${g.stale ? html` <span class="badge warn">stale</span>` : ''}</th>
 				<td><code>${g.listen}</code></td>
 				<td data-applied=${g.applied_generation}>${g.applied_generation ? `#${g.applied_generation}` : 'none'}
 					${active && g.applied_generation && g.applied_generation < active ? html` <span class="badge warn">behind</span>` : ''}</td>
@@ -1046,7 +1052,7 @@ function App() {
 			<div class="layout">
 				<div class="col-main">
 					<${Section} id="services" title="Services">
-						<${Services} current=${current} canary=${data.canary} gateways=${data.gateways} ask=${setDialog} mutate=${mutate}/>
+						<${Services} current=${current} canary=${data.canary} gateways=${live(data.gateways)} ask=${setDialog} mutate=${mutate}/>
 					</${Section}>
 					<${Section} id="canary" title="Canary groups">
 						<${Canary} canary=${data.canary} current=${current} now=${now} ask=${setDialog} mutate=${mutate}/>
@@ -1054,7 +1060,7 @@ function App() {
 				</div>
 				<div class="col-side">
 					<${Section} id="history" title="History">
-						<${History} generations=${data.generations} current=${current} gateways=${data.gateways}
+						<${History} generations=${data.generations} current=${current} gateways=${live(data.gateways)}
 							ask=${setDialog} mutate=${mutate} more=${more} report=${report}/>
 					</${Section}>
 				</div>

@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS canary_runner_lease;
