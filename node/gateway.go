@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dwara/dwara/db"
+	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/fleet"
 	"github.com/dwara/dwara/gateway/proxy"
 	"github.com/dwara/dwara/gateway/source"
@@ -35,19 +36,31 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 
 	var store *db.Store
 	if c.ConfigFile == "" && c.ControlPlane == "" {
+		// A replica never migrates (serve or `dwara migrate` does), nor
+		// needs PostgreSQL to answer to start: the pool connects lazily.
 		var err error
-		if store, err = c.openProcessStore(ctx, c.DatabaseURL); err != nil {
+		if store, err = c.openReplicaStore(c.DatabaseURL); err != nil {
 			return err
 		}
 		// Runs after g.Wait below, once every goroutine has stopped.
 		defer store.Close()
+	}
+	var state *stateDir
+	if c.ConfigFile == "" {
+		var err error
+		if state, err = newStateDir(c.StateDir, log); err != nil {
+			// A read-only file system, say: the gateway serves all the
+			// same, only not from a saved generation after a restart.
+			log.Warn("no state directory: the last generation will not be kept across restarts", "dir", c.StateDir, "err", err)
+		}
 	}
 
 	reg := newRegistry(c.Version)
 	px := proxy.New(c.proxyOptions(reg))
 	defer px.Close()             // after every part has stopped: the pooled upstream connections
 	var follower *fleet.Follower // with a database: set below, before any apply
-	apply := applier(px, func(generation int64) {
+	apply := applier(px, func(spec *config.Spec, generation int64) {
+		state.save(spec, generation)
 		if follower != nil {
 			follower.Notify() // transient weights of the applied generation, if any
 		}
@@ -55,6 +68,17 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 			c.Applied(generation)
 		}
 	})
+	// The last-known generation serves at once; the source's own applies
+	// only when newer.
+	if spec, generation, err := state.load(); err != nil {
+		log.Warn("the state directory's last generation was not served", "err", err)
+	} else if spec != nil {
+		if _, err := px.ApplyNewer(spec, generation); err != nil {
+			log.Warn("the state directory's last generation was not served", "generation", generation, "err", err)
+		} else {
+			log.Info("serving the last generation from the state directory until the source answers", "generation", generation, "dir", c.StateDir)
+		}
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler(reg))

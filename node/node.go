@@ -331,6 +331,11 @@ type GatewayConfig struct {
 	// /debug/pprof/ on the metrics listener; false serves none. They show
 	// the process's internals: keep the metrics listener private.
 	Profile bool
+	// StateDir, with DatabaseURL or ControlPlane, is where the gateway
+	// keeps the last generation it applied (state.go), and serves it from
+	// at start, before the source answers; "" keeps none. `dwara gateway`
+	// defaults it to a directory under the user's cache directory.
+	StateDir string
 }
 
 // The fronts of ServeConfig.Front and GatewayConfig.Front: proxy's kinds
@@ -352,11 +357,11 @@ type Addrs struct {
 // generation to p unless p already serves it or a newer one (the database
 // source and the API's publish race to apply the same generations), and
 // calls applied, when non-nil, for each generation it applied.
-func applier(p *proxy.Proxy, applied func(generation int64)) source.ApplyFunc {
+func applier(p *proxy.Proxy, applied func(spec *config.Spec, generation int64)) source.ApplyFunc {
 	return func(_ context.Context, spec *config.Spec, generation int64) error {
 		ok, err := p.ApplyNewer(spec, generation)
 		if ok && applied != nil {
-			applied(generation)
+			applied(spec, generation)
 		}
 		return err
 	}
@@ -427,6 +432,24 @@ func (p *Process) listenURL(store *db.Store) string {
 		return p.ListenDatabaseURL
 	}
 	return store.ConnString()
+}
+
+// openReplicaStore opens the store of a gateway fed from the database as
+// openProcessStore does, but neither creates nor migrates the database,
+// and needs no answer from it to return: a replica starts (and serves its
+// last-known generation) while PostgreSQL is away. Its role needs only to
+// read generations and canary records and to write its instance,
+// windows and exposures (README).
+func (p *Process) openReplicaStore(url string) (*db.Store, error) {
+	if url == "" {
+		return nil, errors.New("no database: set --database-url or DWARA_DATABASE_URL")
+	}
+	store, err := db.Open(context.Background(), url)
+	if err != nil {
+		return nil, err
+	}
+	store.SetSessionConnString(p.ListenDatabaseURL)
+	return store, nil
 }
 
 // openProcessStore opens the store of a process fed from the database: the

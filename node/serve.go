@@ -65,7 +65,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	defer px.Close()             // after every part has stopped: the pooled upstream connections
 	var follower *fleet.Follower // set below, before any apply
 	var lsn *db.Listener         // set below, before anything serves
-	apply := applier(px, func(generation int64) {
+	apply := applier(px, func(_ *config.Spec, generation int64) {
 		follower.Notify() // transient weights of the applied generation, if any
 		if c.Applied != nil {
 			c.Applied(generation)

@@ -18,6 +18,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +28,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -439,6 +442,7 @@ func setupGateway(fs *flag.FlagSet) func(context.Context, []string) error {
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "follow the generations of this PostgreSQL `URL` (default $DWARA_DATABASE_URL unless --config or --control-plane)")
 	fs.StringVar(&c.ControlPlane, "control-plane", "", "follow the API of dwara serve at this `URL` (its admin listener), with no database")
 	cpTokenFile := fs.String("control-plane-token-file", "", "read the control plane's admin token from this `FILE` instead of $DWARA_CONTROL_PLANE_TOKEN")
+	stateDir := fs.String("state-dir", "", "keep the last applied generation in this `DIR` and serve it at start while the database or control plane is away (default: a directory per source under the user's cache directory; \"none\" keeps nothing)")
 	return func(ctx context.Context, args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
@@ -471,6 +475,13 @@ func setupGateway(fs *flag.FlagSet) func(context.Context, []string) error {
 		}
 		if err := checkFront(); err != nil {
 			return err
+		}
+		switch *stateDir {
+		case "none":
+		case "":
+			c.StateDir = defaultStateDir(cmp.Or(c.DatabaseURL, c.ControlPlane))
+		default:
+			c.StateDir = *stateDir
 		}
 		stop, err := finish()
 		if err != nil {
@@ -548,4 +559,18 @@ func setupVersion(*flag.FlagSet) func(context.Context, []string) error {
 		fmt.Println(versionLine())
 		return nil
 	}
+}
+
+// defaultStateDir is --state-dir's default for a gateway following source
+// (its database URL or control-plane URL): a directory of its own under
+// the user's cache directory, named after a hash of the source, so that
+// gateways of different fleets on one machine never serve each other's
+// generations; "" (none kept) when there is no cache directory.
+func defaultStateDir(source string) string {
+	base, err := os.UserCacheDir()
+	if err != nil || source == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(source))
+	return filepath.Join(base, "dwara", "gateway-"+hex.EncodeToString(sum[:6]))
 }
