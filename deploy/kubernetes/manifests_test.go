@@ -943,8 +943,11 @@ func checkPod(t *testing.T, w workload) {
 			t.Error("enableServiceLinks is not false: service links would add DWARA_* variables to the environment")
 		}
 		for _, v := range p.Volumes {
+			if v.EmptyDir != nil && v.Name == "state" && w.name == "dwara-gateway" {
+				continue // the gateways' --state-dir (checkStateDir)
+			}
 			if v.Secret == nil {
-				t.Errorf("volume %s is not a Secret (nothing else is needed: dwara writes no file)", v.Name)
+				t.Errorf("volume %s is not a Secret (nothing else is needed: dwara writes no file but a gateway's --state-dir)", v.Name)
 				continue
 			}
 			sec, ok := operatorSecrets[v.Secret.SecretName]
@@ -1050,6 +1053,8 @@ func checkContainer(t *testing.T, r *rendering, w workload, c *corev1.Container,
 	checkPortsAndProbes(t, c, sub, expFlags)
 
 	switch sub {
+	case "gateway":
+		checkStateDir(t, w, c, expFlags)
 	case "serve":
 		if tokens := flagValue(expFlags, "admin-token-file"); tokens == "" {
 			h, _ := splitPort(t, flagValue(expFlags, "admin-listen"))
@@ -1814,4 +1819,31 @@ func normalize(v any) any {
 	var out any
 	_ = json.Unmarshal(b, &out)
 	return out
+}
+
+// checkStateDir checks that a gateway keeps its last generation in a
+// directory of an emptyDir mounted writable (the root file system is
+// read-only), so that a container restarted while PostgreSQL is away
+// starts from it.
+func checkStateDir(t *testing.T, w workload, c *corev1.Container, flags []flagArg) {
+	dir := flagValue(flags, "state-dir")
+	if dir == "" || dir == "none" {
+		t.Errorf("no --state-dir: a gateway restarted while PostgreSQL is away would serve nothing")
+		return
+	}
+	for _, m := range c.VolumeMounts {
+		if !strings.HasPrefix(dir, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			continue
+		}
+		if m.ReadOnly {
+			t.Errorf("--state-dir=%s is on the read-only mount %s", dir, m.MountPath)
+		}
+		for _, v := range w.pod.Volumes {
+			if v.Name == m.Name && v.EmptyDir == nil {
+				t.Errorf("--state-dir=%s is on volume %s, which is not an emptyDir", dir, v.Name)
+			}
+		}
+		return
+	}
+	t.Errorf("--state-dir=%s is on no mount: the root file system is read-only", dir)
 }

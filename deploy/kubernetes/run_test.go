@@ -262,13 +262,17 @@ func (p *pod) start(t *testing.T, c *corev1.Container, secrets map[string]map[st
 	mounts := map[string]string{}
 	for _, m := range c.VolumeMounts {
 		vi := slices.IndexFunc(p.w.pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
-		if vi < 0 || p.w.pod.Volumes[vi].Secret == nil {
-			t.Fatalf("mount %s: no Secret volume %s", m.MountPath, m.Name)
+		if vi < 0 || p.w.pod.Volumes[vi].Secret == nil && p.w.pod.Volumes[vi].EmptyDir == nil {
+			t.Fatalf("mount %s: no Secret or emptyDir volume %s", m.MountPath, m.Name)
 		}
-		sv := p.w.pod.Volumes[vi].Secret
 		dir := filepath.Join(p.dir, c.Name, m.Name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
+		}
+		sv := p.w.pod.Volumes[vi].Secret
+		if sv == nil { // an emptyDir: the directory, empty
+			mounts[strings.TrimSuffix(m.MountPath, "/")+"/"] = dir + "/"
+			continue
 		}
 		items := sv.Items
 		if len(items) == 0 {
