@@ -38,7 +38,7 @@ bench:
 	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 
 # FuzzEndpointAnswer is bounded by count, not time: an input takes about a
-# second through the three fronts, and Go 1.26's fuzzing fails a target
+# second through the two fronts, and Go 1.26's fuzzing fails a target
 # whose worker is still running one when a -fuzztime duration ends
 # (go.dev/issue/75804).
 fuzz:
