@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/dwara/dwara/api/apiv1"
+	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config"
@@ -227,6 +228,23 @@ func dashboardOperator(t *testing.T, browser context.Context, shots string) {
 	p.waitFor("shop's canary group, running", `document.querySelector('[data-canary="shop"] [data-state="running"]')`)
 	p.waitFor("generation 1 in the history", topGeneration+` === '1 create'`)
 	p.waitFor("the gateway that applied generation 1", `document.querySelector('#gateways [data-applied="1"]')`)
+	// An instance not heard of for a minute, which last saw every endpoint
+	// of web down: listed as stale, and counted nowhere.
+	stale, err := db.Open(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stale.Close()
+	var downs []apiv1.EndpointState
+	for _, ep := range a.Addrs {
+		downs = append(downs, apiv1.EndpointState{Upstream: a.Name, Endpoint: ep, Up: false})
+	}
+	if err := stale.UpsertGateway(context.Background(), apiv1.GatewayInstance{ID: "gw-gone", Hostname: "gone", Listen: ":8080",
+		AppliedGeneration: g1.ID, LastHeartbeat: time.Now().Add(-time.Minute), Endpoints: downs}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("the stale instance, marked so", `(document.querySelector('#gateways [data-gateway="gw-gone"] .badge') || {}).textContent === 'stale'`)
+	p.waitFor("every endpoint of web still up", `document.querySelectorAll('[data-service="web"] [data-health="up"]').length === 4`)
 	p.waitFor("the live event stream", `document.querySelector('.live-live')`)
 	p.waitFor("the audit entry of the publish", `document.querySelectorAll('#audit [data-audit]').length === 1`)
 	// A mark that a reload would lose.

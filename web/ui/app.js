@@ -833,9 +833,9 @@ function Canary({canary, current, now, ask, mutate}) {
 
 // ---- Gateways and audit --------------------------------------------------
 
-// live is the gateways that are not stale (no heartbeat for 15 s): only
+// liveGateways is the gateways that are not stale (no heartbeat for 15 s): only
 // they count in endpoint states and in who serves a generation.
-function live(gateways) {
+function liveGateways(gateways) {
 	return gateways && gateways.filter(g => !g.stale);
 }
 
@@ -1052,7 +1052,7 @@ function App() {
 			<div class="layout">
 				<div class="col-main">
 					<${Section} id="services" title="Services">
-						<${Services} current=${current} canary=${data.canary} gateways=${live(data.gateways)} ask=${setDialog} mutate=${mutate}/>
+						<${Services} current=${current} canary=${data.canary} gateways=${liveGateways(data.gateways)} ask=${setDialog} mutate=${mutate}/>
 					</${Section}>
 					<${Section} id="canary" title="Canary groups">
 						<${Canary} canary=${data.canary} current=${current} now=${now} ask=${setDialog} mutate=${mutate}/>
@@ -1060,7 +1060,7 @@ function App() {
 				</div>
 				<div class="col-side">
 					<${Section} id="history" title="History">
-						<${History} generations=${data.generations} current=${current} gateways=${live(data.gateways)}
+						<${History} generations=${data.generations} current=${current} gateways=${liveGateways(data.gateways)}
 							ask=${setDialog} mutate=${mutate} more=${more} report=${report}/>
 					</${Section}>
 				</div>
