@@ -55,7 +55,9 @@ type proc struct {
 // hooks sets the process hooks of c to report to p.
 func (p *proc) hooks(c *Process, started chan<- Addrs) {
 	c.Listen = "127.0.0.1:0"
-	c.Logger = discard
+	if c.Logger == nil {
+		c.Logger = discard
+	}
 	c.Started = func(a Addrs) { started <- a }
 	c.Applied = func(g int64) {
 		// Serve applies from two goroutines (the API's publish and the
