@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -106,4 +107,18 @@ func TestReplicaLeastPrivileges(t *testing.T) {
 	testrun.Eventually(t, "a replica without grants refused", func() bool {
 		return strings.Contains(bare.String(), "permission denied")
 	})
+}
+
+// The README's grants for a replica's role are db.ReplicaGrants.
+func TestReadmeReplicaGrants(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range db.ReplicaGrants("dwara_replica", "dwara") {
+		if line := strings.ReplaceAll(g, `"`, "") + ";"; !strings.Contains(string(readme), line) {
+			t.Errorf("the README does not have %q", line)
+		}
+	}
 }
