@@ -70,15 +70,21 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	})
 	// The last-known generation serves at once; the source's own applies
 	// only when newer.
-	if spec, generation, err := state.load(); err != nil {
+	if spec, generation, weights, err := state.load(); err != nil {
 		log.Warn("the state directory's last generation was not served", "err", err)
 	} else if spec != nil {
 		if _, err := px.ApplyNewer(spec, generation); err != nil {
 			log.Warn("the state directory's last generation was not served", "generation", generation, "err", err)
 		} else {
+			for svc, w := range weights {
+				if _, err := px.SetCanaryWeight(generation, svc, w); err != nil {
+					log.Warn("the state directory's canary weight was not set", "generation", generation, "service", svc, "err", err)
+				}
+			}
 			log.Info("serving the last generation from the state directory until the source answers", "generation", generation, "dir", c.StateDir)
 		}
 	}
+	kept := keptWeights{px: px, state: state}
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler(reg))
@@ -140,7 +146,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		base := controlPlaneURL(c.ControlPlane)
 		src := &source.ControlPlane{
 			URL: base, Token: c.ControlPlaneToken, Instance: instance(proxyL.addr()),
-			Apply: apply, Weights: px, Endpoints: px.Endpoints,
+			Apply: apply, Weights: kept, Endpoints: px.Endpoints,
 			Heartbeat: c.Heartbeat, Client: hc, Logger: log,
 		}
 		// No canary runner: judging needs the database. The windows go to
@@ -154,6 +160,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	default:
 		src := c.databaseSource(store, proxyL.addr(), px, apply)
 		cp := c.canaryParts(store, src.Instance.ID, px, reg)
+		cp.follower.Proxy = kept
 		follower = cp.follower
 		l := listener(c.listenURL(store), log, follows(src), weights(follower))
 		lsn = l

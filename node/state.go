@@ -11,11 +11,12 @@ import (
 	"sync"
 
 	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/proxy"
 )
 
 // The last-known generation on disk: a gateway fed by the database or the
-// control plane keeps the last generation it applied (with the canary
-// weights in force when it applied it) in its state directory, so that a
+// control plane keeps the last generation it applied, and the canary
+// weights in force for it as they change, in its state directory, so that a
 // restart while PostgreSQL or the API is away serves at once what it
 // served before, and catches up when the source answers (a source's
 // generation applies only when newer). The file is written whole to a
@@ -29,14 +30,17 @@ const stateFile = "last-generation.json"
 type lastGeneration struct {
 	Generation int64           `json:"generation"`
 	Spec       json.RawMessage `json:"spec"`
+	// Weights are the canary weights set since the apply, by service.
+	Weights map[string]int `json:"weights,omitempty"`
 }
 
 // stateDir keeps the last-known generation in dir. Safe for concurrent
 // use; nil keeps nothing.
 type stateDir struct {
-	dir string
-	log *slog.Logger
-	mu  sync.Mutex
+	dir  string
+	log  *slog.Logger
+	mu   sync.Mutex
+	last lastGeneration // what the file holds
 }
 
 // newStateDir returns the state directory dir, created when missing; ""
@@ -59,11 +63,9 @@ func (s *stateDir) save(spec *config.Spec, generation int64) {
 	}
 	js, err := json.Marshal(spec)
 	if err == nil {
-		js, err = json.Marshal(lastGeneration{Generation: generation, Spec: js})
-	}
-	if err == nil {
 		s.mu.Lock()
-		err = writeAtomic(filepath.Join(s.dir, stateFile), js)
+		s.last = lastGeneration{Generation: generation, Spec: js}
+		err = s.writeLocked()
 		s.mu.Unlock()
 	}
 	if err != nil {
@@ -71,28 +73,78 @@ func (s *stateDir) save(spec *config.Spec, generation int64) {
 	}
 }
 
-// load returns the last-known generation, or nil when there is none. A
-// file that does not decode, or a spec the config refuses, is an error.
-func (s *stateDir) load() (*config.Spec, int64, error) {
+// saveWeight records service's canary weight in force for generation,
+// when that is the generation saved.
+func (s *stateDir) saveWeight(generation int64, service string, weight int) {
 	if s == nil {
-		return nil, 0, nil
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last.Generation != generation || s.last.Weights[service] == weight && s.last.Weights != nil {
+		return
+	}
+	if s.last.Weights == nil {
+		s.last.Weights = map[string]int{}
+	}
+	s.last.Weights[service] = weight
+	if err := s.writeLocked(); err != nil {
+		s.log.Warn("state directory: a canary weight was not saved", "generation", generation, "service", service, "err", err)
+	}
+}
+
+// writeLocked writes s.last to the file; s.mu is held.
+func (s *stateDir) writeLocked() error {
+	js, err := json.Marshal(s.last)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(s.dir, stateFile), js)
+}
+
+// load returns the last-known generation and the canary weights saved
+// for it, or nil when there is none. A file that does not decode, or a
+// spec the config refuses, is an error.
+func (s *stateDir) load() (*config.Spec, int64, map[string]int, error) {
+	if s == nil {
+		return nil, 0, nil, nil
 	}
 	b, err := os.ReadFile(filepath.Join(s.dir, stateFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, 0, nil
+		return nil, 0, nil, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("state directory: %w", err)
+		return nil, 0, nil, fmt.Errorf("state directory: %w", err)
 	}
 	var last lastGeneration
 	if err := json.Unmarshal(b, &last); err != nil || last.Generation <= 0 {
-		return nil, 0, fmt.Errorf("state directory: %s is not a saved generation", filepath.Join(s.dir, stateFile))
+		return nil, 0, nil, fmt.Errorf("state directory: %s is not a saved generation", filepath.Join(s.dir, stateFile))
 	}
 	spec, err := config.ParseAs(last.Spec, config.FormatJSON)
 	if err != nil {
-		return nil, 0, fmt.Errorf("state directory: generation %d: %w", last.Generation, err)
+		return nil, 0, nil, fmt.Errorf("state directory: generation %d: %w", last.Generation, err)
 	}
-	return spec, last.Generation, nil
+	s.mu.Lock()
+	s.last = last
+	s.mu.Unlock()
+	return spec, last.Generation, last.Weights, nil
+}
+
+// keptWeights is the data plane's canary side as the sources and the
+// follower change it, each weight set also saved in the state directory.
+type keptWeights struct {
+	px    *proxy.Proxy
+	state *stateDir
+}
+
+func (k keptWeights) Generation() int64 { return k.px.Generation() }
+
+func (k keptWeights) SetCanaryWeight(generation int64, service string, weight int) (bool, error) {
+	ok, err := k.px.SetCanaryWeight(generation, service, weight)
+	if ok {
+		k.state.saveWeight(generation, service, weight)
+	}
+	return ok, err
 }
 
 // writeAtomic replaces path with data: a temporary file beside it,

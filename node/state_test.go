@@ -17,7 +17,9 @@ import (
 func TestGatewayStartsFromStateDir(t *testing.T) {
 	t.Parallel()
 	a, b := pools(t)
-	spec, err := config.Parse(specJSON(a, b, 100, 0))
+	// 90/10 under canary analysis, saved with the canary weight 0 that the
+	// controller had set since (a rollback): every request goes to pool-a.
+	spec, err := config.Parse(canarySpec(a, b, analysis(10, 20, 0)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +40,7 @@ func TestGatewayStartsFromStateDir(t *testing.T) {
 				t.Fatal(err)
 			}
 			sd.save(spec, 7)
+			sd.saveWeight(7, "web", 0)
 			c := GatewayConfig{StateDir: dir}
 			c.Listen = "127.0.0.1:0"
 			tt.with(&c)
@@ -52,8 +55,14 @@ func TestGatewayStartsFromStateDir(t *testing.T) {
 				return err == nil
 			})
 			t.Logf("first answer %v after the start", time.Since(started).Round(time.Millisecond))
-			if got.generation != 7 || got.pool != "pool-a" {
-				t.Errorf("served %+v, want generation 7 from pool-a (the saved one)", got)
+			if got.generation != 7 {
+				t.Errorf("served %+v, want generation 7 (the saved one)", got)
+			}
+			next := ids(11)
+			for i := range 100 {
+				if pool, code := send(t, p.Proxy, next()); pool != "pool-a" || code != 200 {
+					t.Fatalf("request %d: %d from %q, want 200 from pool-a (the saved canary weight 0)", i, code, pool)
+				}
 			}
 		})
 	}
@@ -72,13 +81,19 @@ func TestStateDirRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, gen, err := sd.load(); got != nil || gen != 0 || err != nil {
-		t.Fatalf("load of an empty directory = %v, %d, %v; want nothing", got, gen, err)
+	if got, gen, w, err := sd.load(); got != nil || gen != 0 || w != nil || err != nil {
+		t.Fatalf("load of an empty directory = %v, %d, %v, %v; want nothing", got, gen, w, err)
 	}
 	sd.save(spec, 3)
-	sd.save(spec, 4)
-	got, gen, err := sd.load()
+	sd.saveWeight(3, "web", 20)
+	sd.save(spec, 4)            // a new generation starts with no weights of its own
+	sd.saveWeight(3, "web", 30) // an older generation's: not kept
+	sd.saveWeight(4, "web", 10)
+	got, gen, w, err := sd.load()
 	if err != nil || gen != 4 || got == nil || len(got.Services) != len(spec.Services) {
 		t.Fatalf("load = %+v, %d, %v; want generation 4", got, gen, err)
+	}
+	if len(w) != 1 || w["web"] != 10 {
+		t.Errorf("weights %v, want web: 10", w)
 	}
 }
