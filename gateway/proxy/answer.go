@@ -89,6 +89,16 @@ var (
 	errTrailerTooLarge      = errors.New("upstream trailer section over the read buffer")
 )
 
+// answerFieldErrors is the error of each fault of an answer's field line
+// (splitField).
+var answerFieldErrors = [...]error{
+	fieldObsFold:    errAnswerObsFold,
+	fieldNoColon:    errAnswerNoColon,
+	fieldSpaceColon: errAnswerSpaceColon,
+	fieldNotToken:   errAnswerFieldName,
+	fieldCTL:        errAnswerFieldValue,
+}
+
 // maxInterimAnswers bounds the interim (1xx) answers skipped before the
 // final one.
 const maxInterimAnswers = 8
@@ -211,27 +221,11 @@ func parseFields(b []byte, fields []answerField) ([]answerField, error) {
 		if len(line) == 0 {
 			break
 		}
-		if line[0] == ' ' || line[0] == '\t' {
-			return fields, errAnswerObsFold
+		name, value, fault := splitField(line)
+		if fault != fieldOK {
+			return fields, answerFieldErrors[fault]
 		}
-		colon := 0
-		for colon < len(line) && tokenChar[line[colon]] {
-			colon++
-		}
-		switch {
-		case colon < len(line) && line[colon] == ':' && colon > 0:
-		case colon < len(line) && (line[colon] == ' ' || line[colon] == '\t') && colon > 0 && bytes.IndexByte(trimOWS(line[colon:]), ':') == 0:
-			return fields, errAnswerSpaceColon
-		case bytes.IndexByte(line, ':') < 0:
-			return fields, errAnswerNoColon
-		default:
-			return fields, errAnswerFieldName
-		}
-		value := trimOWS(line[colon+1:])
-		if hasCTL(value) {
-			return fields, errAnswerFieldValue
-		}
-		fields = append(fields, answerField{name: line[:colon], value: value})
+		fields = append(fields, answerField{name: name, value: value})
 	}
 	return fields, nil
 }

@@ -107,26 +107,17 @@ func checkFields(raw []byte) (headFields, string) {
 		if len(line) == 0 {
 			break // the end of the head
 		}
-		if line[0] == ' ' || line[0] == '\t' {
+		name, value, fault := splitField(line)
+		switch fault {
+		case fieldObsFold:
 			return f, "obsolete line folding"
-		}
-		// The name is the token before the colon, scanned once.
-		colon := 0
-		for colon < len(line) && tokenChar[line[colon]] {
-			colon++
-		}
-		if colon == len(line) || line[colon] != ':' || colon == 0 {
-			end := bytes.IndexByte(line, ':')
-			switch {
-			case end < 0:
-				return f, "the header line " + quoteField(line) + " has no colon"
-			case end > 0 && (line[end-1] == ' ' || line[end-1] == '\t'):
-				return f, "the header field name " + quoteField(line[:end]) + " is followed by whitespace before its colon"
-			}
-			return f, "the header field name " + quoteField(line[:end]) + " is not a token"
-		}
-		name, value := line[:colon], trimOWS(line[colon+1:])
-		if hasCTL(value) {
+		case fieldNoColon:
+			return f, "the header line " + quoteField(line) + " has no colon"
+		case fieldSpaceColon:
+			return f, "the header field name " + quoteField(name) + " is followed by whitespace before its colon"
+		case fieldNotToken:
+			return f, "the header field name " + quoteField(name) + " is not a token"
+		case fieldCTL:
 			return f, "the value of the header field " + quoteField(name) + " has a control character"
 		}
 		switch {
@@ -158,6 +149,52 @@ func checkFields(raw []byte) (headFields, string) {
 		return f, "a Transfer-Encoding other than chunked"
 	}
 	return f, ""
+}
+
+// fieldFault is what is wrong with a header field line: fieldOK when
+// nothing.
+type fieldFault uint8
+
+const (
+	fieldOK         fieldFault = iota
+	fieldObsFold               // it starts with whitespace: obsolete line folding
+	fieldNoColon               // it has no colon
+	fieldSpaceColon            // whitespace between the name and its colon
+	fieldNotToken              // the name is empty or not a token
+	fieldCTL                   // the value has a control character
+)
+
+// splitField splits a field line of a head or a trailer section (not
+// empty, without its line end) into its name and its value without the
+// whitespace around it, by the one grammar every front holds requests,
+// answers and trailers to (RFC 9112 section 5): a token, a colon, a value
+// with no control character but tab. On a fault, name is what stands
+// before the first colon (the whole line when there is none), for the
+// caller to say so.
+func splitField(line []byte) (name, value []byte, fault fieldFault) {
+	if line[0] == ' ' || line[0] == '\t' {
+		return nil, nil, fieldObsFold
+	}
+	// The name is the token before the colon, scanned once.
+	colon := 0
+	for colon < len(line) && tokenChar[line[colon]] {
+		colon++
+	}
+	if colon == len(line) || line[colon] != ':' || colon == 0 {
+		end := bytes.IndexByte(line, ':')
+		switch {
+		case end < 0:
+			return line, nil, fieldNoColon
+		case end > 0 && (line[end-1] == ' ' || line[end-1] == '\t'):
+			return line[:end], nil, fieldSpaceColon
+		}
+		return line[:end], nil, fieldNotToken
+	}
+	name, value = line[:colon], trimOWS(line[colon+1:])
+	if hasCTL(value) {
+		return name, value, fieldCTL
+	}
+	return name, value, fieldOK
 }
 
 // checkTarget checks the request target (as it came) and the Host the

@@ -398,19 +398,11 @@ func chunkSize(line []byte) (int64, bool) {
 // goodTrailer reports whether line (with its CRLF) is a trailer field
 // that may be passed on.
 func goodTrailer(line []byte) bool {
-	if len(line) < 2 || line[len(line)-2] != '\r' || line[0] == ' ' || line[0] == '\t' {
+	if len(line) < 3 || line[len(line)-2] != '\r' {
 		return false
 	}
-	name, value, ok := bytes.Cut(line[:len(line)-2], []byte{':'})
-	if !ok || !isToken(b2s(name)) || badTrailer(name) {
-		return false
-	}
-	for _, c := range value {
-		if c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
+	name, _, fault := splitField(line[:len(line)-2])
+	return fault == fieldOK && !badTrailer(name)
 }
 
 // badTrailer reports whether a trailer field must not be passed on: the
