@@ -564,7 +564,9 @@ func TestCanaryLeaseTakeover(t *testing.T) {
 	t.Parallel()
 	s, _ := dbtest.NewStore(t)
 	ctx := context.Background()
-	const lease = 2 * time.Second
+	// Long enough that the holder's renewals, lease/2 apart, hold it on a
+	// busy machine; the renewals below span more than one lease.
+	const lease = 3 * time.Second
 	frozen, err := s.TryCanaryLease(ctx, "frozen", lease)
 	if err != nil || frozen == nil {
 		t.Fatalf("TryCanaryLease = %v, %v; want the lock", frozen, err)
@@ -574,7 +576,7 @@ func TestCanaryLeaseTakeover(t *testing.T) {
 	}
 	// A holder that renews keeps it past its first lease.
 	for range 3 {
-		time.Sleep(lease / 4)
+		time.Sleep(lease / 2)
 		if err := frozen.Renew(ctx); err != nil {
 			t.Fatalf("Renew: %v", err)
 		}

@@ -639,8 +639,8 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 	return true
 }
 
-// fastAnswer is the answerSink of the fasthttp front (and the loop
-// front's): the client's answer header.
+// fastAnswer is the answerSink of the fasthttp front: the client's
+// answer header.
 type fastAnswer fasthttp.ResponseHeader
 
 func (o *fastAnswer) field(name, value []byte) {

@@ -451,7 +451,7 @@ func (p *Proxy) copyResponse(w *statusWriter, r *http.Request, c *upConn, dl dea
 	if a.length >= 0 && a.framing != bodyChunked {
 		h["Content-Length"] = w.value(formatLength(a.length))
 	}
-	copyAnswer(a, (*stdAnswer)(w), r.Header.Get("X-Request-Id"))
+	copyAnswer(a, (*stdAnswer)(w), w.out.requestID)
 	body := c.answerStream()
 	if body == nil {
 		return !a.close, false

@@ -46,7 +46,7 @@ func (p *Proxy) tunnel(w *statusWriter, r *http.Request, ep *endpoint, c *upConn
 	for _, f := range uh.fields {
 		head.add(b2s(f.name), b2s(f.value))
 	}
-	if _, err := client.Write(head.end(r.Header.Get("X-Request-Id"))); err != nil {
+	if _, err := client.Write(head.end(w.out.requestID)); err != nil {
 		c.nc.Close()
 		return statusClientGone
 	}
