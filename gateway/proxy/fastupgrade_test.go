@@ -135,7 +135,18 @@ func TestFastUpgradeTunnel(t *testing.T) {
 	if line, err := rc.br.ReadString('\n'); err != nil || line != "early bytes\n" {
 		t.Fatalf("echo of the bytes behind the request head: %q, %v", line, err)
 	}
-	for i, msg := range []string{"ping", strings.Repeat("frame-", 20000), "\x00\x01binary\xff"} {
+	checkEchoes(t, rc, "ping", strings.Repeat("frame-", 20000), "\x00\x01binary\xff")
+	rc.c.Close()
+	recvWithin(t, ended, "end of the tunnel at the endpoint")
+	waitCount(t, g, "u", "101", 1)
+	checkIdle(t, g, "u")
+}
+
+// checkEchoes writes each of msgs on the tunnel rc and wants it back, byte
+// for byte, from an endpoint that echoes.
+func checkEchoes(t *testing.T, rc *rawConn, msgs ...string) {
+	t.Helper()
+	for i, msg := range msgs {
 		rc.write(msg)
 		got := make([]byte, len(msg))
 		if _, err := io.ReadFull(rc.br, got); err != nil {
@@ -145,10 +156,6 @@ func TestFastUpgradeTunnel(t *testing.T) {
 			t.Fatalf("message %d: echo differs", i)
 		}
 	}
-	rc.c.Close()
-	recvWithin(t, ended, "end of the tunnel at the endpoint")
-	waitCount(t, g, "u", "101", 1)
-	checkIdle(t, g, "u")
 }
 
 // TestFastUpgradeEndpointCloses: an endpoint that ends the tunnel ends the

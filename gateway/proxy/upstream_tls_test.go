@@ -253,13 +253,7 @@ func TestUpstreamTLSUpgrade(t *testing.T) {
 		if line, err := rc.br.ReadString('\n'); err != nil || line != "hello from the endpoint\n" {
 			t.Fatalf("the endpoint's first bytes: %q, %v", line, err)
 		}
-		for _, msg := range []string{"ping", strings.Repeat("x", 100_000)} {
-			rc.write(msg)
-			got := make([]byte, len(msg))
-			if _, err := io.ReadFull(rc.br, got); err != nil || string(got) != msg {
-				t.Fatalf("echo: %v", err)
-			}
-		}
+		checkEchoes(t, rc, "ping", strings.Repeat("x", 100_000))
 		rc.c.Close()
 		recvWithin(t, ended, "end of the tunnel at the endpoint")
 		waitCount(t, g, "u", "101", 1)
