@@ -506,7 +506,7 @@ func (x *fastExchange) readAnswer(ctx *fasthttp.RequestCtx, c *upConn, upgrade [
 	// connection for this answer, so the deadline can stay: the next
 	// request on it sets its own before reading (fastTransmit, transmit).
 	if upgrade != nil || c.answerStream() != nil && !bodyBuffered(c.br, c.head.bodyLength()) {
-		_ = c.nc.SetReadDeadline(time.Time{})
+		c.setReadDeadline(time.Time{})
 	}
 	return nil
 }
@@ -568,7 +568,7 @@ func (p *Proxy) fastTransmit(x *fastExchange, c *upConn, ep *endpoint, body io.R
 				step = end
 			}
 		}
-		_ = c.nc.SetReadDeadline(step)
+		c.setReadDeadline(step)
 		_, err := c.br.Peek(1)
 		if err == nil {
 			break
@@ -586,7 +586,7 @@ func (p *Proxy) fastTransmit(x *fastExchange, c *upConn, ep *endpoint, body io.R
 		}
 	}
 	if sliced && !fastHeadBuffered(c.br) {
-		_ = c.nc.SetReadDeadline(end)
+		c.setReadDeadline(end)
 	}
 	return sent, nil
 }

@@ -86,7 +86,7 @@ func (p *Proxy) forward(w *statusWriter, r *http.Request, tg *target, a *attempt
 		if gone != nil {
 			gone() // an earlier connection's, which failed
 		}
-		gone = context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+		gone = context.AfterFunc(ctx, c.cutNow)
 		return p.send(c, r, q, ep, tg)
 	})
 	if w.body.dl != nil {
@@ -270,7 +270,7 @@ func (p *Proxy) send(c *upConn, r *http.Request, q *outbound, ep *endpoint, tg *
 		return sent, err
 	}
 	// The header is in: a slow body streams for as long as it takes.
-	_ = c.nc.SetReadDeadline(time.Time{})
+	c.setReadDeadline(time.Time{})
 	return sent, nil
 }
 
@@ -334,7 +334,7 @@ func (p *Proxy) transmit(c *upConn, ep *endpoint, body io.Reader, length int64, 
 	if d := ep.pool.responseHeaderTimeout(); d > 0 {
 		end = time.Now().Add(d)
 	}
-	_ = c.nc.SetReadDeadline(end)
+	c.setReadDeadline(end)
 	if _, err := c.br.Peek(1); err != nil {
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			return sent, errUpstreamTimeout

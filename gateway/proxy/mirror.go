@@ -543,7 +543,7 @@ func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 		if d := ep.pool.responseHeaderTimeout(); d > 0 && time.Now().Add(d).Before(rd) {
 			rd = time.Now().Add(d)
 		}
-		_ = c.nc.SetReadDeadline(rd)
+		c.setReadDeadline(rd)
 		if _, err := c.br.Peek(1); err != nil {
 			if isNetTimeout(err) {
 				return false, errUpstreamTimeout
@@ -562,8 +562,8 @@ func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 		return err
 	}
 	c := x.conn
-	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
-	_ = c.nc.SetReadDeadline(deadline)
+	stop := context.AfterFunc(ctx, c.cutNow)
+	c.setReadDeadline(deadline)
 	var rerr error
 	if body := c.answerStream(); body != nil {
 		buf := p.buffers.Get()

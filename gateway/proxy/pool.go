@@ -83,6 +83,28 @@ type upConn struct {
 	// isTLS: nc is a TLS connection, whose bytes on the socket while idle
 	// are records of the session (takeIdle), not an answer.
 	isTLS bool
+	// cut is set once the connection was cut (cutNow): a read deadline
+	// set later must not undo that.
+	cut atomic.Bool
+}
+
+// cutNow unblocks every read and write on c at once, for good: the
+// exchange on it is given up (its client went away, or its time is
+// over), and the connection is not reused. Safe to call from any
+// goroutine, at any time, as a context.AfterFunc does.
+func (c *upConn) cutNow() {
+	c.cut.Store(true)
+	_ = c.nc.SetDeadline(aLongTimeAgo)
+}
+
+// setReadDeadline sets c's read deadline to t, unless c was cut: a cut
+// that came first (a client gone between two steps of the exchange)
+// stays in force instead of being replaced by a deadline far off.
+func (c *upConn) setReadDeadline(t time.Time) {
+	_ = c.nc.SetReadDeadline(t)
+	if c.cut.Load() {
+		_ = c.nc.SetDeadline(aLongTimeAgo)
+	}
 }
 
 // Write writes b to the connection, counting what went out.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -90,5 +91,46 @@ func TestConnPoolConnectRefused(t *testing.T) {
 	p.setTimeouts(time.Second, time.Second, time.Hour)
 	if _, _, err := p.get(context.Background()); err == nil {
 		t.Fatal("get from a closed port succeeded")
+	}
+}
+
+// TestCutStaysCut: a connection cut (its client gone) while its exchange
+// is between two steps stays cut when the next step sets a read deadline
+// of its own: the read it waits on returns at once instead of at that
+// deadline (net/http front: a client that left right after its request
+// was written used to leave the endpoint waiting for the response-header
+// timeout).
+func TestCutStaysCut(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := recvWithin(t, accepted, "the accepted connection")
+	defer peer.Close()
+	c := newUpConn(nc)
+	defer nc.Close()
+	c.cutNow()
+	c.setReadDeadline(time.Now().Add(time.Hour)) // the response-header timeout, say
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.br.Peek(1)
+		done <- err
+	}()
+	err = recvWithin(t, done, "the read on the cut connection")
+	if ne, ok := errors.AsType[net.Error](err); !ok || !ne.Timeout() {
+		t.Fatalf("read on a cut connection: %v, want a timeout at once", err)
 	}
 }

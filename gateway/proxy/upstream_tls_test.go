@@ -367,7 +367,7 @@ func TestUpstreamTLSClientGone(t *testing.T) {
 				}
 			}
 			c.Close()
-			if got := recvWithin(t, cancelled, "the request's end at the endpoint"); got != path {
+			if got := recvWithin(t, cancelled, "the end of "+path+" at the endpoint"); got != path {
 				t.Fatalf("ended %q, want %q", got, path)
 			}
 			waitCount(t, g, "u", "499", float64(i+1))
