@@ -82,7 +82,7 @@ func TestServeDemo(t *testing.T) {
 	}
 	p := startProc(t, "serve", "--database-url", url, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
 	_, m := p.log.waitFor(t, 0, bannerAdminRe)
-	apply := exec.CommandContext(t.Context(), binary, "apply", "-f", file, "--api", "http://"+m[1])
+	apply := exec.CommandContext(t.Context(), binary, "apply", "-f", file, "--api", "http://"+m[1], "--actor", "test")
 	if out, err := apply.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "generation 2 created") {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
@@ -157,7 +157,7 @@ services:
 	p := startProc(t, "serve", "--front", "net/http", "--log-format", "json", "--database-url", url,
 		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
 	_, m := p.log.waitFor(t, 0, regexp.MustCompile(`"msg":"dwara serve started","proxy":"([^"]+)","admin":"([^"]+)",.*"front":"net/http"`))
-	apply := exec.CommandContext(t.Context(), binary, "apply", "-f", file, "--api", "http://"+m[2])
+	apply := exec.CommandContext(t.Context(), binary, "apply", "-f", file, "--api", "http://"+m[2], "--actor", "test")
 	if out, err := apply.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "generation 1 created") {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
