@@ -1075,6 +1075,10 @@ func (cc *clientCall) report(ctx context.Context, err error, timeout time.Durati
 		}
 		return
 	}
+	if cc.c == nil { // a local verb: no API was called
+		fmt.Fprintf(w, "%s%v\n", prefix, err)
+		return
+	}
 	base := cc.c.URL()
 	var ne net.Error
 	switch {
