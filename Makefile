@@ -11,6 +11,9 @@ RUN_FLAGS ?= --demo
 # dwara_build_info metric report it (README.md, "The commands").
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X main.version=$(VERSION)
+# How make run calls the binary: ./bin/dwara (as its banner then prints
+# the client commands), or BIN itself when it is absolute.
+RUN_BIN := $(if $(filter /%,$(BIN)),$(BIN),./$(BIN))
 
 .PHONY: build install run demo-reset test bench lint fmt fuzz clean h2spec
 
@@ -21,16 +24,34 @@ build:
 install:
 	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/dwara
 
+# The demo pools' ports, web-stable's two then web-canary's (default
+# 9001,9002,9101), e.g. make run DEMO_PORTS=19001,19002,19101 when 9001 is
+# taken.
+DEMO_PORTS ?=
+DEMO_FLAGS := $(if $(DEMO_PORTS),--demo-ports $(DEMO_PORTS))
+
+# make run records its pid in $(DWARA_STATE)/run.pid (the shell execs
+# dwara), so that make stop can stop it from another terminal.
+DWARA_STATE ?= $(CURDIR)/.dwara
+export DWARA_STATE
 run: build
-	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" ./$(BIN) serve $(RUN_FLAGS)
+	@mkdir -p "$(DWARA_STATE)"
+	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" sh -c 'echo $$$$ > "$(DWARA_STATE)/run.pid"; exec $(RUN_BIN) serve $(RUN_FLAGS) $(DEMO_FLAGS)'
+
+# Stops what make run left running: its dwara serve (by its run.pid) and
+# the private PostgreSQL cluster that scripts/postgres.sh started under
+# .dwara/pg when nothing answered on 5432 (README.md, "Start here").
+.PHONY: stop
+stop:
+	@scripts/stop.sh
 
 # `make run` with the demo started afresh: the demo spec is published again
 # as a new generation, whatever the database holds (its history is kept).
 demo-reset: build
-	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" ./$(BIN) serve --demo --reset $(filter-out --demo,$(RUN_FLAGS))
+	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" $(RUN_BIN) serve --demo --reset $(filter-out --demo,$(RUN_FLAGS)) $(DEMO_FLAGS)
 
 # The proxy and node tests run on each front in the one go test, as
-# subtests named after it (TestX/loop, TestX/fasthttp, TestX/nethttp).
+# subtests named after it (TestX/fasthttp, TestX/nethttp).
 test:
 	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -race -count=1 -timeout 15m $(PKGS)
 

@@ -268,6 +268,9 @@ type ServeConfig struct {
 	// Demo starts the built-in demo upstreams and seeds an example
 	// generation into an empty database; false starts neither.
 	Demo bool
+	// DemoPorts are the demo pools' ports; the zero value means
+	// DefaultDemoPorts.
+	DemoPorts DemoPorts
 	// Front is the HTTP server of the proxy listener (proxy.NewFront):
 	// FrontFastHTTP ("" stands for it; see proxy.NewFastServer), which
 	// serves HTTP/1.1 itself and, with TLS, hands the connections that

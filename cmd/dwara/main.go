@@ -388,7 +388,8 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen `ADDR`")
 	fs.StringVar(&c.AdminListen, "admin-listen", node.DefaultAdminListen, "API, docs and metrics listen `ADDR` (loopback only unless DWARA_ADMIN_TOKEN is set)")
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL `URL` (default $DWARA_DATABASE_URL)")
-	fs.BoolVar(&c.Demo, "demo", false, "start the demo upstream pools (ports 9001, 9002, 9101) and seed the demo spec into an empty database")
+	fs.BoolVar(&c.Demo, "demo", false, "start the demo upstream pools (ports 9001, 9002, 9101; see --demo-ports) and seed the demo spec into an empty database")
+	demoPorts := fs.String("demo-ports", "", "with --demo: the demo pools' `PORTS`, web-stable's two then web-canary's (default "+node.DefaultDemoPorts.String()+")")
 	reset := fs.Bool("reset", false, "with --demo: publish the demo spec as a new generation whatever is active (the history is kept)")
 	checkFront := frontFlag(fs, &c.Front)
 	return func(ctx context.Context, args []string) error {
@@ -401,6 +402,16 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 		}
 		if *reset && !c.Demo {
 			return usagef("--reset goes with --demo")
+		}
+		if *demoPorts != "" {
+			if !c.Demo {
+				return usagef("--demo-ports goes with --demo")
+			}
+			p, err := node.ParseDemoPorts(*demoPorts)
+			if err != nil {
+				return usagef("--demo-ports: %v", err)
+			}
+			c.DemoPorts = p
 		}
 		if err := checkFront(); err != nil {
 			return err
@@ -417,7 +428,7 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 			return err
 		}
 		if *reset {
-			g, err := node.ResetDemo(ctx, c.DatabaseURL)
+			g, err := node.ResetDemo(ctx, c.DatabaseURL, c.DemoPorts)
 			if err != nil {
 				return err
 			}
@@ -430,6 +441,7 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 		c.Started = func(a node.Addrs) {
 			b := bannerInfo{Addrs: a, TLS: c.TLS != nil, Demo: c.Demo, CLI: cliCommand(os.Args[0], a.Admin, c.TLS != nil),
 				Token: c.AdminToken != ""}
+			b.DemoStable, b.DemoCanary = c.DemoPorts.Addrs()
 			if _, jsonLogs := c.Logger.Handler().(*slog.JSONHandler); jsonLogs {
 				// Log lines only, for a log collector: the banner is for a person.
 				c.Logger.Info("dwara serve started", "proxy", a.Proxy, "admin", a.Admin, "tls", c.TLS != nil, "front", c.Front, "demo", c.Demo)
