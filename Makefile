@@ -81,6 +81,14 @@ $(H2SPEC): tools/h2spec/go.mod tools/h2spec/go.sum
 h2spec: $(H2SPEC)
 	DWARA_H2SPEC=$(abspath $(H2SPEC)) $(GO) test -race -count=1 -run '^TestH2spec$$' -v ./cmd/dwara/
 
+# The alerting and recording rules (deploy/prometheus, README "Alerts"):
+# promtool checks them and runs their unit tests; make test does the same
+# through deploy/prometheus's TestRules when promtool is on PATH.
+PROMTOOL ?= promtool
+.PHONY: test-rules
+test-rules:
+	cd deploy/prometheus && $(PROMTOOL) check rules dwara.rules.yml && $(PROMTOOL) test rules dwara.rules_test.yml
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)

@@ -104,7 +104,30 @@ type rendering struct {
 	pdbs     []*policyv1.PodDisruptionBudget
 	netpols  []*networkingv1.NetworkPolicy
 	monitors []*serviceMonitor
+	rules    []*prometheusRule
 	nss      []*corev1.Namespace
+}
+
+// prometheusRule is the part of a Prometheus Operator PrometheusRule
+// (monitoring.coreos.com/v1) these manifests use; any other field fails
+// the strict decoding. deploy/prometheus's TestPrometheusRuleInSync checks
+// that its groups are those of deploy/prometheus/dwara.rules.yml.
+type prometheusRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Record      string            `json:"record,omitempty"`
+				Alert       string            `json:"alert,omitempty"`
+				Expr        string            `json:"expr"`
+				For         string            `json:"for,omitempty"`
+				Labels      map[string]string `json:"labels,omitempty"`
+				Annotations map[string]string `json:"annotations,omitempty"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"spec"`
 }
 
 // serviceMonitor is the part of a Prometheus Operator ServiceMonitor
@@ -224,6 +247,8 @@ var renderings = sync.OnceValues(func() ([]*rendering, error) {
 				r.netpols = append(r.netpols, v)
 			case *serviceMonitor:
 				r.monitors = append(r.monitors, v)
+			case *prometheusRule:
+				r.rules = append(r.rules, v)
 			case *corev1.Namespace:
 				r.nss = append(r.nss, v)
 			}
@@ -298,6 +323,8 @@ func decodeTyped(o object) (any, error) {
 		into = &networkingv1.NetworkPolicy{}
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		into = &serviceMonitor{}
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		into = &prometheusRule{}
 	default:
 		return nil, errors.New("a kind the test does not know: add it to decodeTyped")
 	}
@@ -1373,6 +1400,7 @@ func TestObjects(t *testing.T) {
 			checkPDBs(t, r)
 			checkNetworkPolicies(t, r)
 			checkServiceMonitors(t, r)
+			checkPrometheusRules(t, r)
 		})
 	}
 }
@@ -1665,6 +1693,32 @@ func checkServiceMonitors(t *testing.T, r *rendering) {
 			if want == "https" && ep.TLSConfig == nil {
 				t.Errorf("ServiceMonitor %s: https without tlsConfig", m.Name)
 			}
+		}
+	}
+}
+
+// checkPrometheusRules: the monitoring overlay, and only it (the CRD may
+// be absent elsewhere), has the PrometheusRule of deploy/prometheus, with
+// alerts that each carry a severity.
+func checkPrometheusRules(t *testing.T, r *rendering) {
+	if want := map[bool]int{true: 1, false: 0}[r.name == "production-monitoring"]; len(r.rules) != want {
+		t.Errorf("%d PrometheusRules, want %d (only production-monitoring has one: its CRD may be absent)", len(r.rules), want)
+	}
+	for _, pr := range r.rules {
+		alerts := 0
+		for _, g := range pr.Spec.Groups {
+			for _, rule := range g.Rules {
+				if rule.Alert == "" {
+					continue
+				}
+				alerts++
+				if rule.Labels["severity"] == "" {
+					t.Errorf("PrometheusRule %s: alert %s has no severity", pr.Name, rule.Alert)
+				}
+			}
+		}
+		if alerts == 0 {
+			t.Errorf("PrometheusRule %s has no alert", pr.Name)
 		}
 	}
 }
