@@ -63,6 +63,9 @@ var operatorSecrets = map[string]struct {
 	"dwara-api-tokens":  {keys: []string{"admin-token", "read-token"}},
 	"dwara-gateway-tls": {keys: []string{"tls.crt", "tls.key"}, tls: true},
 	"dwara-api-tls":     {keys: []string{"tls.crt", "tls.key"}, tls: true},
+	// The CA that issued dwara-api-tls, for Prometheus to verify the API
+	// (production-monitoring's ServiceMonitor).
+	"dwara-api-ca": {keys: []string{"ca.crt"}},
 }
 
 // Labels of the NetworkPolicies' allowed peers.
@@ -108,6 +111,15 @@ type rendering struct {
 	nss      []*corev1.Namespace
 }
 
+// scrapeTLS is a ServiceMonitor endpoint's tlsConfig.
+type scrapeTLS struct {
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+	CA                 *struct {
+		Secret *corev1.SecretKeySelector `json:"secret,omitempty"`
+	} `json:"ca,omitempty"`
+	ServerName string `json:"serverName,omitempty"`
+}
+
 // prometheusRule is the part of a Prometheus Operator PrometheusRule
 // (monitoring.coreos.com/v1) these manifests use; any other field fails
 // the strict decoding. deploy/prometheus's TestPrometheusRuleInSync checks
@@ -143,15 +155,12 @@ type serviceMonitor struct {
 			MatchNames []string `json:"matchNames,omitempty"`
 		} `json:"namespaceSelector,omitempty"`
 		Endpoints []struct {
-			Port          string `json:"port"`
-			Path          string `json:"path"`
-			Scheme        string `json:"scheme"`
-			Interval      string `json:"interval"`
-			ScrapeTimeout string `json:"scrapeTimeout"`
-			TLSConfig     *struct {
-				InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty"`
-				ServerName         string `json:"serverName,omitempty"`
-			} `json:"tlsConfig,omitempty"`
+			Port          string     `json:"port"`
+			Path          string     `json:"path"`
+			Scheme        string     `json:"scheme"`
+			Interval      string     `json:"interval"`
+			ScrapeTimeout string     `json:"scrapeTimeout"`
+			TLSConfig     *scrapeTLS `json:"tlsConfig,omitempty"`
 		} `json:"endpoints"`
 	} `json:"spec"`
 }
@@ -935,8 +944,10 @@ func checkImage(t *testing.T, r *rendering, c *corev1.Container) {
 		if !digestRef.MatchString(c.Image) {
 			t.Errorf("image %q is not pinned by digest", c.Image)
 		}
-	} else if name, _, _ := splitImage(c.Image); name != "dwara" {
+	} else if name, tag, _ := splitImage(c.Image); name != "dwara" {
 		t.Errorf("image %q: the base uses the name the Dockerfile builds, dwara", c.Image)
+	} else if tag == "" || tag == "latest" {
+		t.Errorf("image %q: the base names a tag (not latest, which an untagged name means)", c.Image)
 	}
 	if c.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("imagePullPolicy %q, want IfNotPresent", c.ImagePullPolicy)
@@ -1095,11 +1106,10 @@ func checkContainer(t *testing.T, r *rendering, w workload, c *corev1.Container,
 			t.Errorf("migrate runs as a container of a Deployment")
 		}
 	}
+	if f := flagValue(expFlags, "log-format"); f != "" {
+		t.Errorf("--log-format=%s: set the format once, in DWARA_LOG_FORMAT (--log-format defaults to it, and the lines logged before the flags are parsed follow only it)", f)
+	}
 	if sub != "migrate" {
-		wantJSON := r.production()
-		if got := flagValue(expFlags, "log-format") == "json"; got != wantJSON {
-			t.Errorf("--log-format json: %v, want %v", got, wantJSON)
-		}
 		if gotTLS := flagValue(expFlags, "tls-cert") != ""; gotTLS != r.production() {
 			t.Errorf("TLS: %v, want %v", gotTLS, r.production())
 		}
@@ -1690,10 +1700,30 @@ func checkServiceMonitors(t *testing.T, r *rendering) {
 			if ep.Scheme != want {
 				t.Errorf("ServiceMonitor %s: scheme %s, the %s listener serves %s", m.Name, ep.Scheme, l.role, want)
 			}
-			if want == "https" && ep.TLSConfig == nil {
-				t.Errorf("ServiceMonitor %s: https without tlsConfig", m.Name)
+			if want == "https" {
+				checkScrapeTLS(t, m.Name, s, ep.TLSConfig)
 			}
 		}
+	}
+}
+
+// checkScrapeTLS: Prometheus verifies an https target, with a CA from a
+// Secret the operator creates, for a name of the Service it scrapes
+// through (the certificate does not name the pod IP).
+func checkScrapeTLS(t *testing.T, monitor string, svc *corev1.Service, tc *scrapeTLS) {
+	switch {
+	case tc == nil:
+		t.Errorf("ServiceMonitor %s: https without tlsConfig", monitor)
+		return
+	case tc.InsecureSkipVerify:
+		t.Errorf("ServiceMonitor %s: insecureSkipVerify; verify with tlsConfig.ca and serverName", monitor)
+	case tc.CA == nil || tc.CA.Secret == nil:
+		t.Errorf("ServiceMonitor %s: no tlsConfig.ca.secret to verify the certificate with", monitor)
+	case !slices.Contains(operatorSecrets[tc.CA.Secret.Name].keys, tc.CA.Secret.Key):
+		t.Errorf("ServiceMonitor %s: CA Secret %s key %s is not in operatorSecrets", monitor, tc.CA.Secret.Name, tc.CA.Secret.Key)
+	}
+	if want := svc.Name + "." + svc.Namespace + ".svc"; tc.ServerName != want {
+		t.Errorf("ServiceMonitor %s: serverName %q, want %q (the name the API's certificate has)", monitor, tc.ServerName, want)
 	}
 }
 
@@ -1778,6 +1808,15 @@ func TestSecretsDocumented(t *testing.T) {
 							t.Errorf("Secret %s key %s is not in operatorSecrets", e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key)
 						}
 					}
+				}
+			}
+		}
+	}
+	for _, r := range loadRenderings(t) {
+		for _, m := range r.monitors {
+			for _, ep := range m.Spec.Endpoints {
+				if tc := ep.TLSConfig; tc != nil && tc.CA != nil && tc.CA.Secret != nil {
+					used[tc.CA.Secret.Name] = true
 				}
 			}
 		}
