@@ -25,6 +25,7 @@ import (
 	"go/parser"
 	"go/token"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1409,6 +1410,7 @@ func TestObjects(t *testing.T) {
 			checkHPA(t, r)
 			checkPDBs(t, r)
 			checkNetworkPolicies(t, r)
+			checkEgress(t, r)
 			checkServiceMonitors(t, r)
 			checkPrometheusRules(t, r)
 		})
@@ -1593,6 +1595,104 @@ func checkNetworkPolicies(t *testing.T, r *rendering) {
 			}
 		}
 	}
+}
+
+// metadataEndpoints are the cloud providers' instance metadata addresses,
+// which serve the node's credentials to whoever asks from it.
+var metadataEndpoints = []string{"169.254.169.254", "fd00:ec2::254"}
+
+// checkEgress: every pod is under a NetworkPolicy that restricts its
+// egress, none of which lets it reach a metadata endpoint (a published
+// spec could aim a split or a health check at it and read the node's
+// credentials through the proxy); the migration Job's pod admits no
+// connection and reaches only DNS (53) and PostgreSQL (5432).
+func checkEgress(t *testing.T, r *rendering) {
+	for _, w := range r.workloads() {
+		var egress, ingress []*networkingv1.NetworkPolicy
+		for _, np := range r.netpols {
+			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+			if err != nil {
+				t.Fatalf("NetworkPolicy %s: %v", np.Name, err)
+			}
+			if np.Namespace != w.namespace || !sel.Matches(labels.Set(w.labels)) {
+				continue
+			}
+			if slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+				egress = append(egress, np)
+			}
+			if slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+				ingress = append(ingress, np)
+			}
+		}
+		if len(egress) == 0 {
+			t.Errorf("%s: no NetworkPolicy restricts its egress", w)
+		}
+		for _, np := range egress {
+			for i, rule := range np.Spec.Egress {
+				where := fmt.Sprintf("NetworkPolicy %s egress[%d] (%s)", np.Name, i, w)
+				dnsOnly := len(rule.Ports) > 0 && !slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool {
+					return p.Port == nil || p.Port.IntVal != 53
+				})
+				if len(rule.To) == 0 && !dnsOnly {
+					t.Errorf("%s: to every address, the metadata endpoints %v included", where, metadataEndpoints)
+				}
+				for _, peer := range rule.To {
+					if peer.IPBlock == nil {
+						continue
+					}
+					for _, addr := range metadataEndpoints {
+						if reachable(t, peer.IPBlock, addr) {
+							t.Errorf("%s: ipBlock %s lets the pods reach the metadata endpoint %s", where, peer.IPBlock.CIDR, addr)
+						}
+					}
+				}
+				if w.kind == "Job" {
+					for _, p := range rule.Ports {
+						if p.Port == nil || (p.Port.IntVal != 53 && p.Port.IntVal != 5432) {
+							t.Errorf("%s: port %v; the migration needs only DNS (53) and PostgreSQL (5432)", where, p.Port)
+						}
+					}
+					if len(rule.Ports) == 0 {
+						t.Errorf("%s: every port; the migration needs only DNS (53) and PostgreSQL (5432)", where)
+					}
+				}
+			}
+		}
+		if w.kind == "Job" {
+			if len(ingress) == 0 {
+				t.Errorf("%s: no NetworkPolicy restricts its ingress", w)
+			}
+			for _, np := range ingress {
+				if len(np.Spec.Ingress) > 0 {
+					t.Errorf("NetworkPolicy %s admits connections to %s, which listens on nothing", np.Name, w)
+				}
+			}
+		}
+	}
+}
+
+// reachable reports whether ipBlock b lets addr through.
+func reachable(t *testing.T, b *networkingv1.IPBlock, addr string) bool {
+	ip := net.ParseIP(addr)
+	_, cidr, err := net.ParseCIDR(b.CIDR)
+	if err != nil {
+		t.Errorf("ipBlock cidr %q: %v", b.CIDR, err)
+		return false
+	}
+	if !cidr.Contains(ip) {
+		return false
+	}
+	for _, e := range b.Except {
+		_, ex, err := net.ParseCIDR(e)
+		if err != nil {
+			t.Errorf("ipBlock except %q: %v", e, err)
+			continue
+		}
+		if ex.Contains(ip) {
+			return false
+		}
+	}
+	return true
 }
 
 // admitsPort reports whether a rule's ports admit containerPort cp.
