@@ -1087,6 +1087,7 @@ func checkContainer(t *testing.T, r *rendering, w workload, c *corev1.Container,
 	}
 
 	checkResources(t, c, vars)
+	checkEphemeralStorage(t, w, c)
 	checkSecurity(t, c)
 	checkFiles(t, w, c, sub, expFlags)
 	checkPortsAndProbes(t, c, sub, expFlags)
@@ -1169,6 +1170,43 @@ func checkResources(t *testing.T, c *corev1.Container, vars map[string]string) {
 		t.Errorf("GOMEMLIMIT=%q is not a byte count", vars["GOMEMLIMIT"])
 	} else if ratio := float64(gomem) / float64(memLimit.Value()); ratio < 0.8 || ratio > 0.95 {
 		t.Errorf("GOMEMLIMIT %d is %.0f%% of limits.memory %s: set requests.memory to 80-95%% of the limit, so the GC has room before the OOM killer", gomem, 100*ratio, memLimit.String())
+	}
+}
+
+// logRoom is the ephemeral storage a container's logs take at most with
+// the kubelet's default rotation (containerLogMaxFiles 5 of
+// containerLogMaxSize 10Mi).
+var logRoom = resource.MustParse("50Mi")
+
+// checkEphemeralStorage: c requests ephemeral storage (so the scheduler
+// counts it) within a limit (so a runaway log or volume evicts the pod,
+// not the node's other pods), and the limit holds the logs and the
+// emptyDirs c mounts.
+func checkEphemeralStorage(t *testing.T, w workload, c *corev1.Container) {
+	req, okReq := c.Resources.Requests[corev1.ResourceEphemeralStorage]
+	lim, okLim := c.Resources.Limits[corev1.ResourceEphemeralStorage]
+	if !okReq || !okLim {
+		t.Errorf("ephemeral-storage: requests and limits are not both set")
+		return
+	}
+	if req.Cmp(lim) > 0 {
+		t.Errorf("ephemeral-storage: request %s over limit %s", req.String(), lim.String())
+	}
+	need := logRoom.DeepCopy()
+	for _, m := range c.VolumeMounts {
+		for _, v := range w.pod.Volumes {
+			if v.Name != m.Name || v.EmptyDir == nil {
+				continue
+			}
+			if v.EmptyDir.SizeLimit == nil {
+				t.Errorf("emptyDir %s has no sizeLimit", v.Name)
+				continue
+			}
+			need.Add(*v.EmptyDir.SizeLimit)
+		}
+	}
+	if lim.Cmp(need) < 0 {
+		t.Errorf("ephemeral-storage: limit %s under the %s its logs and emptyDirs may take", lim.String(), need.String())
 	}
 }
 
