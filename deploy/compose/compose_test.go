@@ -352,8 +352,9 @@ func TestDockerfile(t *testing.T) {
 }
 
 // TestDockerignore checks that the build context leaves out what the image
-// does not need and must not carry: .git, the binaries of make build, and
-// the live PostgreSQL data directory of make run.
+// does not need and must not carry: .git, the binaries of make build, the
+// live PostgreSQL data directory of make run, compose's token file and the
+// OpenAPI linters' node_modules.
 func TestDockerignore(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
@@ -387,7 +388,8 @@ func TestDockerignore(t *testing.T) {
 		}
 		return out
 	}
-	for _, path := range []string{".git/HEAD", "bin/dwara", ".dwara/pg/PG_VERSION", "api/api.test", "cpu.prof"} {
+	for _, path := range []string{".git/HEAD", "bin/dwara", ".dwara/pg/PG_VERSION", ".dwara/admin-token", "api/api.test", "cpu.prof",
+		"tools/openapi-lint/node_modules/.bin/redocly"} {
 		if !excluded(path) {
 			t.Errorf(".dockerignore lets %s into the build context", path)
 		}
