@@ -102,12 +102,27 @@ $(H2SPEC): tools/h2spec/go.mod tools/h2spec/go.sum
 h2spec: $(H2SPEC)
 	DWARA_H2SPEC=$(abspath $(H2SPEC)) $(GO) test -race -count=1 -run '^TestH2spec$$' -v ./cmd/dwara/
 
+# The alerting and recording rules (deploy/prometheus, README "Alerts"):
+# promtool checks them and runs their unit tests; make test does the same
+# through deploy/prometheus's TestRules when promtool is on PATH.
+PROMTOOL ?= promtool
+.PHONY: test-rules
+test-rules:
+	cd deploy/prometheus && $(PROMTOOL) check rules dwara.rules.yml && $(PROMTOOL) test rules dwara.rules_test.yml
+
+# openapi/openapi.yaml through redocly lint and spectral lint (OpenAPI
+# ruleset), pinned in tools/openapi-lint and installed there with npm when
+# missing: no error and no warning that the spec does not explain.
+.PHONY: lint-openapi
+lint-openapi:
+	scripts/lint-openapi.sh
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
 clean:
-	rm -rf bin
+	rm -rf bin tools/openapi-lint/node_modules
 
 # Side-by-side benchmark: direct, nginx, HAProxy and dwara doing the same
 # canary split on 127.0.0.1, over a matrix of workloads (bench/README.md).

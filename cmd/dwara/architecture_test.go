@@ -45,6 +45,7 @@ var allowedImports = map[string][]string{
 	"bench/upstream":          {},
 	"web/webtest":             {},
 	"deploy/grafana":          {},
+	"deploy/prometheus":       {},
 	"deploy/compose":          {},
 	"deploy/kubernetes":       {},
 	"demos":                   {},
