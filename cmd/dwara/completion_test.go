@@ -57,7 +57,7 @@ func TestCompletion(t *testing.T) {
 		{[]string{"dwara", "co"}, []string{"completion", "config"}},
 		{[]string{"dwara", "flip", "--if"}, []string{"--if-match"}},
 		{[]string{"dwara", "--context", "prod", "history", "--cur"}, []string{"--cursor"}},
-		{[]string{"dwara", "serve", "--dem"}, []string{"--demo"}},
+		{[]string{"dwara", "serve", "--dem"}, []string{"--demo", "--demo-ports"}},
 		{[]string{"dwara", "apply", "-f", "sp"}, []string{"spec.yaml"}},
 		{[]string{"dwara", "completion", ""}, []string{"bash", "zsh", "fish"}},
 		{[]string{"dwara", "history", "-o", "w"}, nil},
