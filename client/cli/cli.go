@@ -54,6 +54,8 @@ const Usage = `Client verbs (they call the REST API of a running "dwara serve"):
   dwara pause SERVICE [-m MESSAGE]                                 hold the canary controller off a group
   dwara resume SERVICE [-m MESSAGE]                                let the canary controller act on it again
   dwara probe SERVICE [--branch NAME] [--count N] [--proxy URL]    forced requests to each branch, through a gateway
+  dwara export --format httproute [SERVICE...] [--upstreams FILE]  the services as Gateway API HTTPRoutes
+  dwara import -f ROUTES --upstreams FILE [--dry-run]              publish HTTPRoutes as a generation
   dwara config view|get-contexts|current-context|use-context NAME|set-context NAME|delete-context NAME
                                                                    the client configuration file's contexts
   Flags of every client verb, before or after it: --api URL (default $DWARA_API_URL, else the context's, else
@@ -110,6 +112,12 @@ var clientVerbs = map[string]clientVerb{
 	"probe": {"SERVICE [--branch NAME] [--count N] [--proxy URL] [--path P]",
 		"Send forced requests to each branch of SERVICE (its override header) through a gateway; print statuses and latencies.",
 		false, []string{outputJSON, outputYAML}, setupProbe, false},
+	"export": {"--format httproute [SERVICE...] [--upstreams FILE] [--namespace NS] [--gateway NAME]",
+		"Write the active generation's services (or those named) as Gateway API HTTPRoutes (YAML; -o json: a List), and the upstreams they name to FILE.",
+		false, []string{outputJSON, outputYAML}, setupExport, false},
+	"import": {"-f ROUTES --upstreams FILE [-m MESSAGE] [--dry-run] [--if-match ID]",
+		"Publish Gateway API HTTPRoutes (with the upstreams they name, in Dwara's schema) as a generation; a field Dwara cannot serve is refused.",
+		true, changeOutputs, setupImport, false},
 	"config": {"view | get-contexts | current-context | use-context NAME | set-context NAME [--api URL] [--token-file FILE] [--cacert FILE] [--insecure-skip-tls-verify] [--actor NAME] | delete-context NAME",
 		"Show or change the client configuration file: named contexts, each an API URL with its token file and CA.",
 		false, []string{outputJSON, outputYAML, outputName}, setupConfig, true},
@@ -354,24 +362,30 @@ func setupApply(fs *flag.FlagSet) func(context.Context, *clientCall, []string) e
 		if msg == "" {
 			msg = "apply " + filepath.Base(specName(*file))
 		}
-		res, err := cc.c.Create(ctx, msg, spec, client.CreateOptions{DryRun: *dryRun, IfMatch: match})
-		if err != nil {
-			return err
-		}
-		if cc.printAnswer() {
-			return nil
-		}
-		if res.DryRun != nil {
-			if cc.output == outputName {
-				printChangedServices(cc.io.Out, res.DryRun.Impact)
-				return nil
-			}
-			fmt.Fprintln(cc.io.Out, "dry run: the spec is valid; nothing was stored")
-			printDiff(cc.io.Out, res.DryRun.Impact, false)
-			return nil
-		}
-		return cc.generation(*res.Generation, nil)
+		return cc.publish(ctx, msg, spec, client.CreateOptions{DryRun: *dryRun, IfMatch: match})
 	}
+}
+
+// publish publishes spec (or, with o.DryRun, checks it) and prints the
+// generation, or the dry run's impact.
+func (cc *clientCall) publish(ctx context.Context, msg string, spec json.RawMessage, o client.CreateOptions) error {
+	res, err := cc.c.Create(ctx, msg, spec, o)
+	if err != nil {
+		return err
+	}
+	if cc.printAnswer() {
+		return nil
+	}
+	if res.DryRun != nil {
+		if cc.output == outputName {
+			printChangedServices(cc.io.Out, res.DryRun.Impact)
+			return nil
+		}
+		fmt.Fprintln(cc.io.Out, "dry run: the spec is valid; nothing was stored")
+		printDiff(cc.io.Out, res.DryRun.Impact, false)
+		return nil
+	}
+	return cc.generation(*res.Generation, nil)
 }
 
 // readSpec reads the spec file name ("-": in) with the one spec decoder and
@@ -381,18 +395,9 @@ func setupApply(fs *flag.FlagSet) func(context.Context, *clientCall, []string) e
 // returned. A spec that fails to decode or validate is a *specError listing
 // every problem; nothing is sent.
 func readSpec(in io.Reader, name string) (json.RawMessage, string, error) {
-	var data []byte
-	var err error
-	if name == "-" {
-		data, err = io.ReadAll(io.LimitReader(in, apiv1.MaxBodyBytes+1))
-	} else {
-		data, err = os.ReadFile(name)
-	}
+	data, err := readInput(in, name)
 	if err != nil {
-		return nil, "", fmt.Errorf("read spec: %w", err)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, "", fmt.Errorf("read spec: %s is empty", specName(name))
+		return nil, "", err
 	}
 	env, err := parseDocument(data)
 	if ve, ok := errors.AsType[*config.ValidationError](err); ok {
@@ -406,6 +411,25 @@ func readSpec(in io.Reader, name string) (json.RawMessage, string, error) {
 		return nil, "", fmt.Errorf("encode spec %s: %w", specName(name), err)
 	}
 	return js, env.Message, nil
+}
+
+// readInput reads the file name ("-": in, bounded as the API bounds a
+// body); an empty one is an error.
+func readInput(in io.Reader, name string) ([]byte, error) {
+	var data []byte
+	var err error
+	if name == "-" {
+		data, err = io.ReadAll(io.LimitReader(in, apiv1.MaxBodyBytes+1))
+	} else {
+		data, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", specName(name), err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("read %s: it is empty", specName(name))
+	}
+	return data, nil
 }
 
 // parseDocument reads a spec file with the one decoder: a spec, or a whole
@@ -472,9 +496,14 @@ func specName(name string) string {
 type specError struct {
 	file string
 	errs []config.FieldError
+	// what is what the file holds, when not a spec ("the HTTPRoutes").
+	what string
 }
 
 func (e *specError) Error() string {
+	if e.what != "" {
+		return fmt.Sprintf("%s in %s cannot be served as they are", e.what, e.file)
+	}
 	return fmt.Sprintf("the spec in %s is invalid", e.file)
 }
 

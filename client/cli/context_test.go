@@ -95,12 +95,27 @@ func TestEveryVerbThroughTLSContext(t *testing.T) {
 		}
 	}
 
+	upsFile, routesFile := filepath.Join(c.dir, "upstreams.yaml"), filepath.Join(c.dir, "routes.yaml")
+	// exportRoutes writes the active generation's HTTPRoutes, for import.
+	exportRoutes := func() {
+		t.Helper()
+		r := a.run(t, "export", "--format", "httproute", "--upstreams", upsFile)
+		if r.code != 0 {
+			t.Fatalf("export: %s", r)
+		}
+		if err := os.WriteFile(routesFile, []byte(r.stdout), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	driven := map[string]int{}
 	for _, format := range []string{"json", "yaml"} {
 		steps := []struct {
 			args   []string
 			before func()
 			key    string // a top-level key of the answer
+			// keyYAML, when set, is the key of the YAML answer.
+			keyYAML string
 		}{
 			{args: []string{"apply", "-f", file}, key: "id"},
 			{args: []string{"flip", "api"}, key: "id"},
@@ -116,6 +131,8 @@ func TestEveryVerbThroughTLSContext(t *testing.T) {
 			{args: []string{"probe", "api", "--proxy", fakeGateway.URL, "--count", "2"}, key: "branches"},
 			{args: []string{"kill", "api"}, key: "id"},
 			{args: []string{"rollback", "1"}, key: "id"},
+			{args: []string{"export", "--format", "httproute", "--upstreams", upsFile}, key: "items", keyYAML: "apiVersion"},
+			{args: []string{"import", "-f", routesFile, "--upstreams", upsFile}, before: exportRoutes, key: "id"},
 			{args: []string{"config", "view"}, key: "contexts"},
 			{args: []string{"config", "get-contexts"}, key: "prod"},
 		}
@@ -137,8 +154,12 @@ func TestEveryVerbThroughTLSContext(t *testing.T) {
 				}
 				err = yaml.Unmarshal([]byte(r.stdout), &answer)
 			}
-			if _, ok := answer[st.key]; err != nil || !ok {
-				t.Errorf("dwara %s: %v; the answer has no %q:\n%s", strings.Join(args, " "), err, st.key, r.stdout)
+			key := st.key
+			if format == "yaml" && st.keyYAML != "" {
+				key = st.keyYAML
+			}
+			if _, ok := answer[key]; err != nil || !ok {
+				t.Errorf("dwara %s: %v; the answer has no %q:\n%s", strings.Join(args, " "), err, key, r.stdout)
 			}
 			driven[st.args[0]]++
 		}

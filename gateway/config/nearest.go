@@ -32,8 +32,10 @@ type ServiceNotFoundError struct {
 	Near string
 }
 
+// Error is ErrServiceNotFound's text with the nearest name; the edits
+// that return it name the service themselves ("flip service \"x\": ...").
 func (e *ServiceNotFoundError) Error() string {
-	msg := "service " + quote(e.Name) + " not found"
+	msg := ErrServiceNotFound.Error()
 	if e.Near != "" {
 		msg += "; did you mean " + quote(e.Near) + "?"
 	}
