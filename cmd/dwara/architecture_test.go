@@ -33,6 +33,7 @@ var allowedImports = map[string][]string{
 	"gateway/config/httproute": {"gateway/config"},
 	"gateway/split":            {},
 	"gateway/affinity":         {},
+	"gateway/modelreq":         {},
 	"openapi":                  {},
 	"web":                      {},
 	"migrations":               {},
