@@ -114,6 +114,8 @@ type chaosFigures struct {
 	byProxy                      map[string]int // judged requests
 	failures                     []string       // the first few
 	status                       map[int]int    // answers to down proxies, by status (0: no answer)
+	downAnswers                  []string       // the first few answers (not 200) of down proxies
+	noGeneration                 map[string]int // 503 "No generation loaded" answers, by proxy
 
 	publishes   map[int]int // flips and weight changes by status (0: no answer)
 	apiToDown   int         // API calls to a stopped serve
@@ -208,7 +210,7 @@ func TestChaos(t *testing.T) {
 	bin := buildDwara(t)
 	h := &chaos{t: t, pg: startCluster(t)}
 	h.f.byProxy, h.f.status, h.f.publishes, h.f.reads = map[string]int{}, map[int]int{}, map[int]int{}, map[int]int{}
-	h.f.faults, h.f.sticky = map[string]int{}, map[stickyObs]string{}
+	h.f.faults, h.f.sticky, h.f.noGeneration = map[string]int{}, map[stickyObs]string{}, map[string]int{}
 	h.web = [2]*upstream{startUpstream(t, "web-a", 2, 0), startUpstream(t, "web-b", 2, 0)}
 	h.api = [2]*upstream{startUpstream(t, "api-stable", 2, 0), startUpstream(t, "api-canary", 2, 0)}
 	h.startFleet(bin)
@@ -400,6 +402,12 @@ func (h *chaos) record(m *member, judged bool, s served, status int, err error) 
 	case !judged:
 		h.f.toDown++
 		h.f.status[status]++
+		if status == http.StatusServiceUnavailable && err != nil && strings.Contains(err.Error(), "No generation loaded") {
+			h.f.noGeneration[m.name]++
+		}
+		if status != 0 && status != http.StatusOK && len(h.f.downAnswers) < 10 {
+			h.f.downAnswers = append(h.f.downAnswers, fmt.Sprintf("+%v via %s (%s): %v", time.Since(h.began).Round(time.Millisecond), m.name, m.phase(), err))
+		}
 	case err != nil:
 		h.f.failed++
 		if len(h.f.failures) < 20 {
@@ -859,7 +867,16 @@ func (h *chaos) report(lag time.Duration, cf canaryFigures) {
 		per = append(per, fmt.Sprintf("%s %d", m.name, f.byProxy[m.name]))
 	}
 	row("ok by proxy", "%s", strings.Join(per, ", "))
-	row("to down proxies, by answer", "%s", statusList(f.status))
+	var nog []string
+	for _, m := range h.members {
+		if n := f.noGeneration[m.name]; n > 0 {
+			nog = append(nog, fmt.Sprintf("%s %d", m.name, n))
+		}
+	}
+	if len(nog) == 0 {
+		nog = []string{"none"}
+	}
+	row("to down proxies, by answer", "%s; of the 503s, \"No generation loaded\" from %s", statusList(f.status), strings.Join(nog, ", "))
 	row("flips and weight changes", "%s; %d calls to a stopped serve", statusList(f.publishes), f.apiToDown)
 	row("GET current generation", "%s", statusList(f.reads))
 	row(fmt.Sprintf("API failures (500, another status, slower than %v)", apiBound), "**%d**", f.apiFailed)
@@ -881,6 +898,9 @@ func (h *chaos) report(lag time.Duration, cf canaryFigures) {
 	row("canary events", "%d in %d generations (the longest chain %d), %d runner handovers, **%d off the chain**", cf.events, cf.generations, cf.longest, cf.handovers, cf.broken)
 	row("sticky checks", "%d requests of %d sessions over %d (session, generation) pairs, **%d wrong**", f.stickyChecks, sessions(f.sticky), len(f.sticky), f.stickyWrong)
 	t.Logf("chaos figures (%s=%s):\n%s", chaosDurationEnv, os.Getenv(chaosDurationEnv), b.String())
+	for _, s := range f.downAnswers {
+		t.Logf("an answer of a down proxy: %s", s)
+	}
 
 	for _, s := range f.failures {
 		t.Errorf("failed request: %s", s)

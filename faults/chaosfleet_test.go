@@ -150,6 +150,25 @@ func (m *member) counts(epoch int, up bool, err error) bool {
 	}
 }
 
+// phase says where the member stands, for the log: stopped, or started
+// how long ago and whether it is up.
+func (m *member) phase() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.c == nil:
+		return "not started"
+	case m.up:
+		return fmt.Sprintf("up, started %v ago", time.Since(m.started).Round(time.Millisecond))
+	}
+	select {
+	case <-m.c.done:
+		return "stopped"
+	default:
+		return fmt.Sprintf("started %v ago, not up yet, or stopping", time.Since(m.started).Round(time.Millisecond))
+	}
+}
+
 // readyFigures returns how long the first start took to apply a
 // generation, the longest any restart took, and the number of starts.
 func (m *member) readyFigures() (first, maxRestart time.Duration, starts int) {
