@@ -89,6 +89,18 @@ test-faults:
 	$(GO) test -run='^$$' -fuzz='^FuzzRouteOddPaths$$' -fuzztime=$(FAULTS_FUZZTIME) -fuzzminimizetime=5s ./gateway/proxy
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeBody$$' -fuzztime=$(FAULTS_FUZZ_BODY) -fuzzminimizetime=5s ./api
 
+# The chaos run (faults/chaos_test.go, README "Reliability"): dwara serve,
+# two database replicas and a control-plane replica from the binary on a
+# private PostgreSQL, under load with a flip or weights change every 2 s,
+# for CHAOS_DURATION, with processes killed (SIGKILL, SIGTERM), PostgreSQL
+# stopped (-m immediate) and frozen (SIGSTOP), and endpoints killed at
+# random; it prints its seed (CHAOS_SEED=N replays the faults) and a table
+# of figures.
+CHAOS_DURATION ?= 3m
+.PHONY: chaos
+chaos:
+	DWARA_CHAOS=1 CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -v -run '^TestChaos$$' -timeout 90m ./faults/
+
 # h2spec (github.com/summerwind/h2spec 2.2.1), the HTTP/2 conformance
 # suite, built from the module proxy with the versions tools/h2spec pins
 # (its own module: nothing of it reaches dwara's). TestH2spec in cmd/dwara
