@@ -38,6 +38,8 @@ type event struct {
 type subscriber struct {
 	events chan event
 	gone   chan struct{} // closed when the hub drops the client
+	// why says why it was dropped; set before gone is closed.
+	why string
 }
 
 // hub fans events out to the connected clients. A client whose buffer is
@@ -79,9 +81,24 @@ func (h *hub) broadcast(e event) (dropped int) {
 		case c.events <- e:
 		default:
 			delete(h.clients, c)
+			c.why = "too slow"
 			close(c.gone)
 			dropped++
 		}
+	}
+	return dropped
+}
+
+// dropAll drops every client: each one's stream ends, and it reconnects
+// and resyncs.
+func (h *hub) dropAll() (dropped int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.clients {
+		delete(h.clients, c)
+		c.why = "the listener (re)connected: reconnect and resync"
+		close(c.gone)
+		dropped++
 	}
 	return dropped
 }
@@ -116,10 +133,17 @@ func (s *Server) Notify(channel, payload string) {
 // Connected tells the Server that the listener feeding Notify has
 // (re)connected and listens on db.NotifyChannel, db.GatewayNotifyChannel and
 // db.CanaryNotifyChannel: what is published from now on reaches the event
-// streams. The process's listener calls it on every (re)connect. It never
-// blocks and is safe for concurrent use.
+// streams. The process's listener calls it on every (re)connect. What was
+// published while the listener was away (or before it first connected)
+// reached no stream, so every stream open by then is ended: its client (a
+// control-plane gateway, the dashboard) reconnects and resyncs at once
+// instead of at its next resync or the next publish. It never blocks and is
+// safe for concurrent use.
 func (s *Server) Connected() {
 	s.hub.listenOnce.Do(func() { close(s.hub.listening) })
+	if n := s.hub.dropAll(); n > 0 {
+		s.log.Info("event hub: the listener (re)connected; ended the event streams open before, so their clients resync", "streams", n)
+	}
 }
 
 // Run is the event loop: it turns the notifications handed to Notify into
@@ -245,7 +269,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		case <-s.closing:
 			return
 		case <-c.gone:
-			s.log.InfoContext(r.Context(), "event stream client too slow; dropped", "request_id", requestID(r.Context()))
+			s.log.InfoContext(r.Context(), "event stream ended by the hub", "why", c.why, "request_id", requestID(r.Context()))
 			return
 		case e := <-c.events:
 			_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.name, e.data)

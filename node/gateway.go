@@ -156,7 +156,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		src := &source.ControlPlane{
 			URL: base, Token: c.ControlPlaneToken, Instance: instance(proxyL.addr()),
 			Apply: apply, Weights: kept, Endpoints: px.Endpoints,
-			Heartbeat: c.Heartbeat, Client: hc, Logger: log,
+			Heartbeat: c.Heartbeat, Resync: c.Resync, Client: hc, Logger: log,
 		}
 		// No canary runner: judging needs the database. The windows go to
 		// the API, for the runner of a process that has one.

@@ -70,8 +70,9 @@ type Process struct {
 	// gateway_instances row; 0 means source.Database's default (5s).
 	// Ignored with GatewayConfig.ConfigFile.
 	Heartbeat time.Duration
-	// Resync is how often a process fed from the database loads the newest
-	// generation without a notification; 0 means source.Database's default
+	// Resync is how often a process fed from the database (or a
+	// --control-plane gateway, from the API) loads the newest generation
+	// without a notification (or an event); 0 means the source's default
 	// (30s). Ignored with GatewayConfig.ConfigFile.
 	Resync time.Duration
 	// CanaryInterval is how often a process fed from the database flushes
