@@ -34,6 +34,7 @@ var allowedImports = map[string][]string{
 	"gateway/split":            {},
 	"gateway/affinity":         {},
 	"gateway/modelreq":         {},
+	"gateway/match":            {"gateway/config"},
 	"openapi":                  {},
 	"web":                      {},
 	"migrations":               {},

@@ -1,5 +1,7 @@
 package config
 
+import "maps"
+
 // Default values that Defaults fills into zero fields.
 const (
 	DefaultBalancer = BalancerRoundRobin
@@ -119,6 +121,15 @@ func (s *Spec) Clone() *Spec {
 			sp := *svc.Split
 			sp.Targets = cloneSlice(sp.Targets)
 			sp.CanaryAnalysis = clonePtr(sp.CanaryAnalysis)
+			if sp.Match != nil {
+				sp.Match = cloneSlice(sp.Match)
+				for j := range sp.Match {
+					// The conditions' *string values are never written
+					// through: sharing them is safe, the maps are not.
+					sp.Match[j].Headers = maps.Clone(sp.Match[j].Headers)
+					sp.Match[j].Cookies = maps.Clone(sp.Match[j].Cookies)
+				}
+			}
 			if sp.Slots != nil {
 				runs := make([][]int, len(sp.Slots))
 				for i, r := range sp.Slots {

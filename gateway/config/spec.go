@@ -174,6 +174,9 @@ type Split struct {
 	// Allocation is AllocationHash ("" means hash) or AllocationStable.
 	Allocation     string          `json:"allocation,omitempty"`
 	CanaryAnalysis *CanaryAnalysis `json:"canary_analysis,omitempty"`
+	// Match are rules checked in order before the weighted pick; the first
+	// whose conditions a request meets serves it (see MatchRule).
+	Match []MatchRule `json:"match,omitempty"`
 	// Slots is the computed slot table of a stable split, run-length
 	// encoded: [target index, run length] pairs that cover slots 0..9999 in
 	// order, adjacent runs of different targets (see EncodeSlots). The API

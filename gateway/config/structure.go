@@ -35,7 +35,10 @@ const (
 type shape struct {
 	kind   kind
 	fields []shapeField // kindObject, in declaration order
-	elem   *shape       // kindArray
+	elem   *shape       // kindArray, and kindObject with keyed
+	// keyed is a kindObject of any member names, each of shape elem (a Go
+	// map with string keys).
+	keyed bool
 }
 
 type shapeField struct {
@@ -44,6 +47,9 @@ type shapeField struct {
 }
 
 func (sh *shape) field(name string) *shape {
+	if sh.keyed {
+		return sh.elem
+	}
 	for _, f := range sh.fields {
 		if f.name == name {
 			return f.shape
@@ -74,6 +80,11 @@ func shapeOf(t reflect.Type) *shape {
 		return shapeOf(t.Elem())
 	case reflect.Slice:
 		return &shape{kind: kindArray, elem: shapeOf(t.Elem())}
+	case reflect.Map:
+		if t.Key().Kind() != reflect.String {
+			panic(fmt.Sprintf("config: unsupported map key type %s", t.Key()))
+		}
+		return &shape{kind: kindObject, keyed: true, elem: shapeOf(t.Elem())}
 	case reflect.String:
 		return &shape{kind: kindString}
 	case reflect.Int:

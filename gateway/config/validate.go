@@ -499,6 +499,9 @@ func (v *validator) split(sp *Split, path string) {
 		weightsOK = false
 	}
 	v.allocation(sp, path, n, weightsOK)
+	if len(sp.Match) > 0 {
+		v.match(sp, member(path, "match"))
+	}
 	if sp.CanaryAnalysis != nil {
 		if !weightsOK || n > MaxTargets {
 			total = 0 // unknown: the weights are invalid
