@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"strconv"
 )
 
 // chunkedBody decodes an endpoint's chunked answer body from br as RFC
@@ -116,25 +117,25 @@ func (b *chunkedBody) sizeLine() (int64, error) {
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
 	}
-	size, _, ok := chunkSizeLine(line)
+	size, _, ok := ChunkSizeLine(line)
 	if !ok {
 		return 0, errBadChunk
 	}
 	return size, nil
 }
 
-// chunkSizeLine parses a chunk-size line without its line end (RFC 9112
+// ChunkSizeLine parses a chunk-size line without its line end (RFC 9112
 // section 7.1): hex digits, then optional whitespace and extensions (from
 // a ';'), no control character but tab. It returns the size and how many
 // digits it had, leading zeros included (any number: the callers bound
 // them as their peers need), and false for anything else or a size that
 // overflows an int64.
-func chunkSizeLine(line []byte) (size int64, digits int, ok bool) {
-	for ; digits < len(line) && isHex(line[digits]); digits++ {
+func ChunkSizeLine(line []byte) (size int64, digits int, ok bool) {
+	for ; digits < len(line) && IsHex(line[digits]); digits++ {
 		if size > math.MaxInt64>>4 {
 			return 0, 0, false
 		}
-		size = size<<4 | int64(unhex(line[digits]))
+		size = size<<4 | int64(Unhex(line[digits]))
 	}
 	if digits == 0 {
 		return 0, 0, false
@@ -142,6 +143,23 @@ func chunkSizeLine(line []byte) (size int64, digits int, ok bool) {
 	if hasCTL(line[digits:]) {
 		return 0, 0, false
 	}
-	rest := trimOWS(line[digits:])
+	rest := TrimOWS(line[digits:])
 	return size, digits, len(rest) == 0 || rest[0] == ';'
+}
+
+// chunkWriter writes what it is given as chunks of a chunked body on w:
+// each Write one chunk (none for an empty one); the last chunk and the
+// trailer section are the caller's. Errors surface at w's Flush.
+type chunkWriter struct{ w *bufio.Writer }
+
+func (cw chunkWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var num [16]byte
+	cw.w.Write(strconv.AppendInt(num[:0], int64(len(p)), 16))
+	cw.w.WriteString("\r\n")
+	n, err := cw.w.Write(p)
+	cw.w.WriteString("\r\n")
+	return n, err
 }

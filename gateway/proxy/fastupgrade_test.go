@@ -47,7 +47,7 @@ func checkIdle(t *testing.T, g *gateway, u string) {
 	t.Helper()
 	for _, ep := range g.table.Load().upstreams[u].endpoints {
 		if n := ep.state.Inflight(); n != 0 {
-			t.Errorf("endpoint %s: %d requests in flight, want 0", ep.addr, n)
+			t.Errorf("endpoint %s: %d requests in flight, want 0", ep.Addr, n)
 		}
 	}
 }
@@ -271,26 +271,26 @@ func TestFastTunnelAbandoned(t *testing.T) {
 	t.Parallel()
 	g := startFastGateway(t, Options{})
 	g.apply(t, 1, "upstreams: [{name: u, endpoints: [\"10.0.0.1:80\"]}]\nservices: [{name: web, upstream: u}]\n")
-	rt := g.route(g.table.Load(), &outbound{host: "x", path: "/", requestID: "r"})
-	if rt.status != 0 {
-		t.Fatalf("route: %d %s", rt.status, rt.detail)
+	rt := g.Route(g.table.Load(), &Request{Host: "x", Path: "/", RequestID: "r"})
+	if rt.Status != 0 {
+		t.Fatalf("route: %d %s", rt.Status, rt.Detail)
 	}
-	x := &fastExchange{p: g.Proxy, tg: rt.tg, a: newAttempt(rt.ep), start: time.Now()}
+	x := &fastExchange{p: g.Proxy, tg: rt.Target, a: NewAttempt(rt.Endpoint), start: time.Now()}
 	upSide, upPeer := net.Pipe()
 	defer upPeer.Close()
 	client, clientPeer := net.Pipe()
 	defer clientPeer.Close()
 	tun := &fastTunnel{p: g.Proxy, x: x, up: upSide, head: []byte("HTTP/1.1 101 Switching Protocols\r\n\r\n")}
 	tun.pend(client)
-	if n := rt.ep.state.Inflight(); n != 1 {
+	if n := rt.Endpoint.state.Inflight(); n != 1 {
 		t.Fatalf("%d in flight while the tunnel waits, want 1", n)
 	}
 	fastConnState(client, fasthttp.StateIdle) // not the end of the connection
-	if n := rt.ep.state.Inflight(); n != 1 {
+	if n := rt.Endpoint.state.Inflight(); n != 1 {
 		t.Fatalf("%d in flight after another state, want 1", n)
 	}
 	fastConnState(client, fasthttp.StateClosed)
-	if n := rt.ep.state.Inflight(); n != 0 {
+	if n := rt.Endpoint.state.Inflight(); n != 0 {
 		t.Errorf("%d in flight after the connection closed, want 0", n)
 	}
 	if got := testutil.ToFloat64(g.m.requests.WithLabelValues("web", "u", "499")); got != 1 {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"net/http"
 	"time"
 )
 
@@ -49,33 +48,33 @@ const (
 	minRetryConcurrency = 10
 )
 
-// attempt is where one request is being served: the endpoint, when its
+// Attempt is where one request is being served: the endpoint, when its
 // exchange began there, the endpoints tried so far and the retries it
 // holds of its upstream's budget. It lives on serveEndpoint's stack; its
 // bookkeeping ends in serveEndpoint's deferred function.
-type attempt struct {
-	ep    *endpoint
-	began time.Time
-	tried uint64 // bit i: the upstream's endpoints[i] was tried
-	held  int64  // retry attempts taken from the upstream's budget
+type Attempt struct {
+	Endpoint *Endpoint
+	began    time.Time
+	tried    uint64 // bit i: the upstream's endpoints[i] was tried
+	held     int64  // retry attempts taken from the upstream's budget
 }
 
-func newAttempt(ep *endpoint) attempt {
-	return attempt{ep: ep, began: ep.state.Begin(), tried: 1 << ep.index}
+func NewAttempt(ep *Endpoint) Attempt {
+	return Attempt{Endpoint: ep, began: ep.state.Begin(), tried: 1 << ep.index}
 }
 
 // moveTo ends the failed exchange on a.ep (in flight, latency as a failure)
 // and begins one on next.
-func (a *attempt) moveTo(next *endpoint) {
-	a.ep.state.Done(a.began, true)
-	a.ep, a.began = next, next.state.Begin()
+func (a *Attempt) moveTo(next *Endpoint) {
+	a.Endpoint.state.Done(a.began, true)
+	a.Endpoint, a.began = next, next.state.Begin()
 	a.tried |= 1 << next.index
 }
 
 // end ends the exchange on a.ep, failed or not, and gives the retries it
 // holds back to u's budget.
-func (a *attempt) end(u *upstream, failed bool) {
-	a.ep.state.Done(a.began, failed)
+func (a *Attempt) end(u *upstream, failed bool) {
+	a.Endpoint.state.Done(a.began, failed)
 	if a.held > 0 {
 		u.shared.retries.Add(-a.held)
 		a.held = 0
@@ -86,8 +85,8 @@ func (a *attempt) end(u *upstream, failed bool) {
 // exchange x on a.ep failed with err, or nil when r is not to be retried
 // (see the rules above). A non-nil result has taken one retry from u's
 // budget, held by a until it ends, and is counted.
-func (p *Proxy) retryTarget(r *outbound, u *upstream, a *attempt, x exchange, err error) *endpoint {
-	if r.upgrade != "" || x.sent || x.mayHaveArrived() && !r.replayable() {
+func (p *Proxy) retryTarget(r *Request, u *upstream, a *Attempt, x Exchange, err error) *Endpoint {
+	if r.Upgrade != "" || x.sent || x.mayHaveArrived() && !r.replayable() {
 		return nil
 	}
 	next := u.untried(a.tried)
@@ -103,7 +102,7 @@ func (p *Proxy) retryTarget(r *outbound, u *upstream, a *attempt, x exchange, er
 // so may be sent twice.
 func safeMethod(method string) bool {
 	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+	case methodGet, methodHead, methodOptions, methodTrace:
 		return true
 	}
 	return false
@@ -112,8 +111,8 @@ func safeMethod(method string) bool {
 // untried returns the endpoint of u not in tried that is up and has the
 // fewest requests in flight (the first such in spec order on a tie), or
 // nil.
-func (u *upstream) untried(tried uint64) *endpoint {
-	var best *endpoint
+func (u *upstream) untried(tried uint64) *Endpoint {
+	var best *Endpoint
 	var least int64
 	for i, e := range u.endpoints {
 		if tried&(1<<i) != 0 || !e.state.Up() {

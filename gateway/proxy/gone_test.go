@@ -265,7 +265,7 @@ func TestFastPeerGone(t *testing.T) {
 	eventually := func(c net.Conn, want bool, what string) {
 		t.Helper()
 		deadline := time.Now().Add(conformanceDeadline)
-		for fastPeerGone(c) != want {
+		for PeerGone(c) != want {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: fastPeerGone = %v, want %v", what, !want, want)
 			}
@@ -273,14 +273,14 @@ func TestFastPeerGone(t *testing.T) {
 		}
 	}
 	client, server := pair()
-	if fastPeerGone(server) {
+	if PeerGone(server) {
 		t.Fatal("a peer that is there is gone")
 	}
 	if _, err := client.Write([]byte("pipelined")); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 9)
-	if fastPeerGone(server) {
+	if PeerGone(server) {
 		t.Fatal("a peer that sent data is gone")
 	}
 	if _, err := io.ReadFull(server, buf); err != nil || string(buf) != "pipelined" {

@@ -1,0 +1,29 @@
+package proxy
+
+// BufferPool is the copy-buffer pool of the answers and tunnels. It
+// is a channel of buffers rather than a sync.Pool so that returning a buffer
+// does not allocate an interface box.
+type BufferPool struct{ free chan []byte }
+
+const copyBufferSize = 32 << 10
+
+func newBufferPool(n int) *BufferPool { return &BufferPool{free: make(chan []byte, n)} }
+
+func (p *BufferPool) Get() []byte {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+		return make([]byte, copyBufferSize)
+	}
+}
+
+func (p *BufferPool) Put(b []byte) {
+	if cap(b) != copyBufferSize {
+		return
+	}
+	select {
+	case p.free <- b[:copyBufferSize]:
+	default:
+	}
+}
