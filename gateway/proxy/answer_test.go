@@ -221,7 +221,7 @@ func TestCopyAnswer(t *testing.T) {
 	t.Run("fasthttp", func(t *testing.T) {
 		var out fasthttp.ResponseHeader
 		out.Add("Set-Cookie", "g=1")
-		CopyAnswer(&a, (*fastAnswer)(&out), "rid-1")
+		CopyAnswer(&a, FastAnswerHook(&out), "rid-1")
 		if out.StatusCode() != 201 {
 			t.Errorf("status = %d", out.StatusCode())
 		}
@@ -250,7 +250,7 @@ func TestCopyAnswer(t *testing.T) {
 	t.Run("nethttp", func(t *testing.T) {
 		rec := httptest.NewRecorder()
 		rec.Header()["Set-Cookie"] = []string{"g=1"}
-		CopyAnswer(&a, (*stdAnswer)(&statusWriter{ResponseWriter: rec}), "rid-1")
+		CopyAnswer(&a, StdAnswerHook(rec), "rid-1")
 		h := rec.Result().Header
 		if rec.Code != 201 {
 			t.Errorf("status = %d", rec.Code)
@@ -277,12 +277,12 @@ func TestCopyAnswer(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out fasthttp.ResponseHeader
-		CopyAnswer(&b, (*fastAnswer)(&out), "ours")
+		CopyAnswer(&b, FastAnswerHook(&out), "ours")
 		if got := out.PeekAll("X-Request-Id"); len(got) != 1 || string(got[0]) != "theirs" {
 			t.Errorf("X-Request-Id = %q, want the endpoint's only", got)
 		}
-		w := &statusWriter{ResponseWriter: httptest.NewRecorder()}
-		CopyAnswer(&b, (*stdAnswer)(w), "ours")
+		w := httptest.NewRecorder()
+		CopyAnswer(&b, StdAnswerHook(w), "ours")
 		if got := w.Header()["X-Request-Id"]; !slices.Equal(got, []string{"theirs"}) {
 			t.Errorf("net/http: X-Request-Id = %q, want the endpoint's only", got)
 		}

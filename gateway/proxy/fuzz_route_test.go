@@ -267,7 +267,7 @@ func FuzzRouteOddPaths(f *testing.F) {
 						panic(v)
 					}
 				}()
-				p.ServeHTTP(w, r)
+				httpHandler(p).ServeHTTP(w, r)
 			}))
 			// Panics are caught above; the server's complaints about
 			// malformed requests are expected.

@@ -150,7 +150,7 @@ func TestFastClientGoneBeforeAnswer(t *testing.T) {
 // see past it) are all served.
 func TestFastSlowAnswersStillServed(t *testing.T) {
 	t.Parallel()
-	const slow = 3 * fastClientCheckInterval
+	slow := 3 * FastClientCheckInterval
 	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		switch r.URL.Path {

@@ -699,7 +699,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 		req.Header.Set("Cookie", "sid=0123456789abcdef01234567")
 		req.Header.Set("X-Request-Id", "bench-1")
 		w := httptest.NewRecorder()
-		g.ServeHTTP(w, req)
+		httpHandler(g.Proxy).ServeHTTP(w, req)
 		if w.Code != 200 {
 			b.Fatal(w.Code)
 		}
@@ -725,7 +725,7 @@ func TestRoutingAllocs(t *testing.T) {
 	// balancer, bookkeeping of the pick.
 	allocs := testing.AllocsPerRun(1000, func() {
 		rt := g.Route(tbl, &Request{Host: req.Host, Path: req.URL.Path, Cookies: req.Header["Cookie"],
-			RequestID: "req-1", ClientIP: clientIP(req)})
+			RequestID: "req-1", ClientIP: "192.0.2.1"})
 		if rt.Status != 0 || rt.Endpoint == nil || rt.SetCookie != "" {
 			t.Fatalf("route = %+v, want an endpoint and no new cookie", rt)
 		}

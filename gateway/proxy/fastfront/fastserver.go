@@ -61,3 +61,7 @@ func (f *Front) Shutdown(ctx context.Context) error {
 	f.gate.Close()
 	return err
 }
+
+// AnswerSink returns h, a client's answer header, as the sink the core
+// copies an endpoint's answer head into (proxy.CopyAnswer).
+func AnswerSink(h *fasthttp.ResponseHeader) proxy.AnswerSink { return (*fastAnswer)(h) }

@@ -58,7 +58,7 @@ import (
 // https endpoints take the same path: their pools dial TLS (pool.go).
 //
 // A client that goes away while the endpoint has not answered yet is
-// noticed within fastClientCheckInterval: the wait for the answer header
+// noticed within ClientCheckInterval: the wait for the answer header
 // is cut in slices of that length (no extra work for an answer that comes
 // within the first), and between two the client's socket is peeked at
 // without reading (fastPeerGone: an end of file or a reset is a client
@@ -533,16 +533,16 @@ func bodyBuffered(br *bufio.Reader, cl int) bool {
 	return cl >= 0 && br.Buffered() >= cl
 }
 
-// fastClientCheckInterval is how long the wait for an answer header goes
+// ClientCheckInterval is how long the wait for an answer header goes
 // on between two looks at the client's connection (fastTransmit).
-const fastClientCheckInterval = 500 * time.Millisecond
+const ClientCheckInterval = 500 * time.Millisecond
 
 // errClientGone is a wait for an answer header given up because the
 // client went away.
 var errClientGone = errors.New("the client went away before the answer")
 
 // fastTransmit is transmit with the wait for the answer's first byte cut
-// in slices of fastClientCheckInterval: between two, the client's
+// in slices of ClientCheckInterval: between two, the client's
 // connection is looked at (fastPeerGone), and a client gone ends the wait
 // with errClientGone and x.gone set. The slices cost nothing more than
 // transmit's one deadline while the answer comes within the first; when
@@ -560,11 +560,11 @@ func (p server) fastTransmit(x *fastExchange, c *proxy.Conn, ep *proxy.Endpoint,
 	if d > 0 {
 		end = now.Add(d)
 	}
-	sliced := d <= 0 || d > fastClientCheckInterval
+	sliced := d <= 0 || d > ClientCheckInterval
 	for {
 		step := end
 		if sliced {
-			step = now.Add(fastClientCheckInterval)
+			step = now.Add(ClientCheckInterval)
 			if !end.IsZero() && end.Before(step) {
 				step = end
 			}

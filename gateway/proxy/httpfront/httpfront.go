@@ -132,3 +132,10 @@ type server struct{ *proxy.Proxy }
 // Handler returns the net/http handler of p: each request routed and
 // proxied as on the net/http front (its ServeHTTP).
 func Handler(p *proxy.Proxy) http.Handler { return server{p} }
+
+// AnswerSink returns w as the sink the core copies an endpoint's answer
+// head into (proxy.CopyAnswer): the fields into w's header, the status
+// written at the end.
+func AnswerSink(w http.ResponseWriter) proxy.AnswerSink {
+	return (*stdAnswer)(&statusWriter{ResponseWriter: w})
+}
