@@ -10,11 +10,11 @@ import (
 
 // An endpoint's answer, read the same way on every front: the head is
 // buffered whole in the connection's reader (bufferAnswerHead), parsed in
-// place into an answerHead (status, field lines as spans over the
+// place into an AnswerHead (status, field lines as spans over the
 // buffered bytes, framing, whether the connection may carry another
 // exchange), then its body is read through an answerBody, and the head
-// is copied to the client by copyAnswer into the front's own header
-// (an answerSink). Nothing here allocates once an answerHead's slices
+// is copied to the client by CopyAnswer into the front's own header
+// (an AnswerSink). Nothing here allocates once an AnswerHead's slices
 // have grown to an answer's size: a connection keeps its head and body
 // reader across the answers it carries.
 //
@@ -54,7 +54,7 @@ const (
 
 // AnswerHead is a parsed answer head. Its spans alias the bytes it was
 // parsed from: for an answer read from a connection, the connection's
-// buffer, so they are valid until its body is read (copyAnswer runs
+// buffer, so they are valid until its body is read (CopyAnswer runs
 // first); the trailers, read at the end of a chunked body, until the
 // connection is read again. The zero value is ready to use; it is reused
 // answer after answer.
@@ -75,7 +75,7 @@ type AnswerHead struct {
 }
 
 // The ways an answer head is malformed; the callers answer 502 for any
-// (exchangeFailure).
+// (ExchangeFailure).
 var (
 	errAnswerStatusLine     = errors.New("malformed upstream answer: bad status line")
 	errAnswerFieldName      = errors.New("malformed upstream answer: field name is not a token")
@@ -90,7 +90,7 @@ var (
 )
 
 // answerFieldErrors is the error of each fault of an answer's field line
-// (splitField).
+// (SplitField).
 var answerFieldErrors = [...]error{
 	fieldObsFold:    errAnswerObsFold,
 	fieldNoColon:    errAnswerNoColon,
@@ -300,7 +300,7 @@ func (a *AnswerHead) ReadTrailer(br *bufio.Reader) error {
 	return err
 }
 
-// fieldsEnd is answerHeadEnd for a section of field lines with no start
+// fieldsEnd is AnswerHeadEnd for a section of field lines with no start
 // line, which may be only its empty line.
 func fieldsEnd(b []byte) int {
 	switch {
@@ -366,7 +366,7 @@ func (c *Conn) AnswerStream() io.Reader {
 }
 
 // AnswerSink is a front's header of the answer it writes to its client,
-// which copyAnswer fills in. Implementations are pointers, so that
+// which CopyAnswer fills in. Implementations are pointers, so that
 // passing one allocates nothing.
 type AnswerSink interface {
 	// Field adds a field line.

@@ -10,7 +10,7 @@ import (
 
 // chunkedBody decodes an endpoint's chunked answer body from br as RFC
 // 9112 section 7.1 frames it: a chunk size in hex with any number of
-// leading zeros and extensions ignored (chunkSizeLine, which the request
+// leading zeros and extensions ignored (ChunkSizeLine, which the request
 // side's head check parses with too), a size line ended by CRLF or a bare
 // LF and chunk data by CRLF (as Go's HTTP client reads them, so that
 // every front frames an answer alike), and after the last chunk the
@@ -29,7 +29,7 @@ type chunkedBody struct {
 var errBadChunk = errors.New("malformed chunked answer body")
 
 // trailerReader reads a trailer section through its empty line, keeping
-// the fields (answerHead does, into its trailers).
+// the fields (AnswerHead does, into its trailers).
 type trailerReader interface {
 	ReadTrailer(*bufio.Reader) error
 }

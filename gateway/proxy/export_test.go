@@ -59,7 +59,7 @@ const (
 // NewFront is front.New.
 func NewFront(p *Proxy, c FrontConfig) (Front, error) { return NewFrontHook(p, c) }
 
-// NewFastServer is fastfront.NewServer.
+// NewServer is fastfront.NewServer.
 func NewFastServer(p *Proxy, idle time.Duration) *fasthttp.Server { return NewFastServerHook(p, idle) }
 
 // HeadCheckListener is httpfront.HeadCheckListener.

@@ -12,7 +12,7 @@ import (
 // writes it (its problem+json, or nothing for 499).
 type Failure struct {
 	// Status is the status counted, and sent unless it is
-	// statusClientGone (nothing is sent: the client went away).
+	// StatusClientGone (nothing is sent: the client went away).
 	Status        int
 	Title, Detail string
 	// Close: the client's connection cannot be read any further (its

@@ -53,8 +53,8 @@ type Exchange struct {
 // header (each front parses answers its own way); sent reports whether any
 // of the request body was read from the client. A failure to read the
 // client's body must come as a clientBodyError, a response-header timeout
-// as errUpstreamTimeout, and nothing at all from the endpoint as a
-// staleError (transmit does all three).
+// as ErrUpstreamTimeout, and nothing at all from the endpoint as a
+// StaleError (transmit does all three).
 type sendFunc func(c *Conn, ep *Endpoint) (sent bool, err error)
 
 // ExchangeRetrying is the seam both fronts forward through: it sends a
@@ -167,9 +167,9 @@ func (x Exchange) mayHaveArrived() bool {
 // Transmit sends a request whose head the caller has written to c.bw: the
 // body from body (none when nil), then flushes and waits, under ep's
 // response-header timeout, for the first byte of an answer. Nothing at all
-// from the endpoint is a staleError (from a pooled connection: one the
+// from the endpoint is a StaleError (from a pooled connection: one the
 // endpoint closed while it was idle, so the request never reached it),
-// the timeout errUpstreamTimeout. sent reports whether the body was
+// the timeout ErrUpstreamTimeout. sent reports whether the body was
 // touched. On success the read deadline is still set: the caller reads the
 // answer header under it and clears it.
 func (p *Proxy) Transmit(c *Conn, ep *Endpoint, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
@@ -275,7 +275,7 @@ type clientBodyError struct{ err error }
 func (e clientBodyError) Error() string { return "read request body: " + e.err.Error() }
 func (e clientBodyError) Unwrap() error { return e.err }
 
-// dialError marks a connect timeout as errUpstreamTimeout.
+// dialError marks a connect timeout as ErrUpstreamTimeout.
 func dialError(err error) error {
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		return errors.Join(ErrUpstreamTimeout, err)

@@ -260,7 +260,7 @@ func TestFastPeerGone(t *testing.T) {
 		t.Cleanup(func() { client.Close(); server.Close() })
 		return client, &unwrapConn{server}
 	}
-	// eventually waits, at most conformanceDeadline, for fastPeerGone(c) to
+	// eventually waits, at most conformanceDeadline, for PeerGone(c) to
 	// report want (a FIN takes its time to arrive, even on loopback).
 	eventually := func(c net.Conn, want bool, what string) {
 		t.Helper()

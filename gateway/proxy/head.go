@@ -14,8 +14,8 @@ import (
 // and one that fails is answered 400 with what is wrong, and its connection
 // closed (what follows on it cannot be framed with confidence).
 //
-// Every front checks the header block (checkFields) and the target and
-// Host (checkTarget): the fasthttp front in fastRoute, from the header
+// Every front checks the header block (CheckFields) and the target and
+// Host (CheckTarget): the fasthttp front in fastRoute, from the header
 // block fasthttp keeps as it came, the net/http front in its connection (headConn, headconn.go), from
 // the bytes read, since net/http's parser repairs what it accepts
 // (obsolete line folding, bare LF line ends, a Content-Length beside
@@ -46,7 +46,7 @@ import (
 // They run on every request and allocate nothing, but a refusal's detail
 // (BenchmarkCheckHead, TestCheckHeadAllocs).
 
-// HeadFields is what checkFields learned of a header block.
+// HeadFields is what CheckFields learned of a header block.
 type HeadFields struct {
 	// host is the Host field's value, without the surrounding whitespace;
 	// hasHost reports whether there was one.
@@ -152,7 +152,7 @@ func CheckFields(raw []byte) (HeadFields, string) {
 	return f, ""
 }
 
-// fieldFault is what is wrong with a header field line: fieldOK when
+// fieldFault is what is wrong with a header field line: FieldOK when
 // nothing.
 type fieldFault uint8
 
@@ -230,8 +230,8 @@ func CheckTarget(method, target, proto []byte, f HeadFields) string {
 }
 
 // CheckHead checks a whole request head as it came on the wire, from its
-// request line through the empty line that ends it: checkRequestLine,
-// checkFields and checkTarget. It returns what checkFields learned, and
+// request line through the empty line that ends it: CheckRequestLine,
+// CheckFields and CheckTarget. It returns what CheckFields learned, and
 // what is wrong, or "".
 func CheckHead(raw []byte) (HeadFields, string) {
 	i := bytes.IndexByte(raw, '\n')

@@ -311,7 +311,7 @@ func (mb *MirrorBuf) Release() {
 	}
 }
 
-// mirrorBody is a mirrorBuf as a request body: Close is the real
+// mirrorBody is a MirrorBuf as a request body: Close is the real
 // request's release, done by the front instead.
 type mirrorBody struct{ *MirrorBuf }
 
@@ -376,7 +376,7 @@ func (j *mirrorJob) release() {
 // nil, counting why, when it is not: not chosen by the mirror's share, an
 // upgrade, a body of unknown length or over max_body_bytes, the queue
 // full, no endpoint up. With a body it also returns the buffer to read it
-// into (mirrorBuf.fill); the front then hands the copy over (queueMirror).
+// into (MirrorBuf.fill); the front then hands the copy over (QueueMirror).
 func (p *Proxy) MirrorTarget(q *Request, rt Route) (*Endpoint, *MirrorBuf) {
 	m := rt.Target.Mirror
 	key := m.key(rt.SetCookie, q.Cookies, q.RequestID)

@@ -8,7 +8,7 @@ import (
 
 // Request is the forwarding core's view of one client request on its way
 // to an endpoint, whichever front parsed it: what the one request-head
-// writer (writeHead), the retry rules (retry.go) and the logs need, and
+// writer (WriteHead), the retry rules (retry.go) and the logs need, and
 // nothing else of the request. A front fills it from its server's request
 // (httpOutbound, fastOutbound); the strings may view the front's own
 // buffers, so an outbound is valid only while the front's request is
@@ -83,7 +83,7 @@ func (r *Request) Reset() {
 	r.CookieBuf[0] = ""
 }
 
-// maxConnectionLines is how many Connection lines writeHead collects
+// maxConnectionLines is how many Connection lines WriteHead collects
 // without allocating; more are collected all the same.
 const maxConnectionLines = 8
 

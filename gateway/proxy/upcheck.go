@@ -40,7 +40,7 @@ const (
 var reasonNames = [numReasons]string{"extra_bytes", "unsolicited", "head_too_large"}
 
 // errAnswerHeadTooLarge is an answer head (status line and fields) that
-// does not fit an endpoint connection's read buffer (connBufferSize, 16
+// does not fit an endpoint connection's read buffer (ConnBufferSize, 16
 // KiB), which answer heads are parsed in: a 502, counted head_too_large.
 var errAnswerHeadTooLarge = errors.New("upstream answer head over 16 KiB")
 

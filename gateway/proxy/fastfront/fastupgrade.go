@@ -22,7 +22,7 @@ import (
 // client asked for is relayed on the client's connection, which fasthttp
 // hands over (hijack) once the handler has returned, and a tunnel copies
 // bytes both ways until either side closes, then closes both
-// (relayTunnel, which the net/http front's tunnels run too).
+// (RelayTunnel, which the net/http front's tunnels run too).
 //
 // Bookkeeping, as the net/http front's (upgrade.go): an upgrade is not
 // retried, its transport failures count for the passive checks and its

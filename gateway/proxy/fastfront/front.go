@@ -32,7 +32,7 @@ import (
 // response-header and idle timeouts apply alike. The answer is read as
 // on every front (answer.go) and streamed back to the client.
 //
-// Forwarding is shared with the net/http front through exchangeRetrying
+// Forwarding is shared with the net/http front through ExchangeRetrying
 // (forward.go): the same pools, timeouts, retries and their budget
 // (retry.go), and passive checks (passive.go). The bookkeeping is
 // serveEndpoint's (fastExchange, ended by target.endRequest: in-flight
@@ -61,7 +61,7 @@ import (
 // noticed within ClientCheckInterval: the wait for the answer header
 // is cut in slices of that length (no extra work for an answer that comes
 // within the first), and between two the client's socket is peeked at
-// without reading (fastPeerGone: an end of file or a reset is a client
+// without reading (PeerGone: an end of file or a reset is a client
 // gone, as for the net/http server; Linux and the BSDs only, elsewhere
 // such a client is noticed at the response-header timeout). Such a
 // request, and one whose client went away in the middle of its body, is
@@ -70,7 +70,7 @@ import (
 //
 // The client stall timeout (Options.ClientStallTimeout) applies as on the
 // net/http front: a request body read under a deadline moved at each read
-// (stallBody; 408 when it stalls), an answer written under fasthttp's
+// (StallBody; 408 when it stalls), an answer written under fasthttp's
 // per-answer write deadline, moved while a body streams (fastBody.Read;
 // 499 when the client takes nothing). The access log (Options.AccessLog)
 // gets the same line as from the net/http front, written when the
@@ -83,7 +83,7 @@ import (
 // while an answer's body is relayed is noticed at the next write to it,
 // so one whose endpoint sends nothing more of a body begun holds it until
 // the endpoint does or the stall timeout passes. A TLS client's clean
-// close (close_notify) is data to fastPeerGone, so before the answer only
+// close (close_notify) is data to PeerGone, so before the answer only
 // a reset shows such a client gone. fasthttp reads up to 8 KiB of a
 // request body before the handler runs, under the request-head timeout:
 // a client that goes away within those is no request (no count).
@@ -323,7 +323,7 @@ type fastExchange struct {
 	// line is the access log's view of the request; set only with an
 	// access log.
 	line proxy.AccessLine
-	// stallBody reads the client's request body under the stall timeout.
+	// StallBody reads the client's request body under the stall timeout.
 	stallBody proxy.StallBody
 }
 
@@ -332,7 +332,7 @@ var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
 // fastServeEndpoint forwards the request to rt.ep and does the bookkeeping
 // of serveEndpoint on x, begun by fastServe: finished in a defer unless
 // the response body or an upgraded tunnel took it over. A request takes
-// the forwarding path shared with the net/http front (exchangeRetrying:
+// the forwarding path shared with the net/http front (ExchangeRetrying:
 // the same pools, timeouts, retries and passive checks); an upgrade
 // (upgrade is the client's Upgrade value, nil for any other request) is
 // not retried and may become a tunnel (fastupgrade.go).
@@ -385,7 +385,7 @@ func (p server) fastForward(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.
 
 // The forwarding path runs under the exchange as its context. Its Err
 // reports the client gone once fastTransmit has seen it go, and the
-// shared path (exchangeRetrying, roundTrip) then gives up at once, without
+// shared path (ExchangeRetrying, roundTrip) then gives up at once, without
 // counting a failure against the endpoint or retrying. Its Done is nil:
 // nothing closes when the client goes, since the client is only looked at,
 // so Err may be non-nil while Done never closes, which the context
@@ -492,7 +492,7 @@ func (p server) fastSend(ctx *fasthttp.RequestCtx, c *proxy.Conn, ep *proxy.Endp
 
 // readAnswer reads the endpoint's answer header on c, under the read
 // deadline c has, into c.head (interim answers skipped, but a 101 to an
-// upgrade: upConn.readAnswer), and leaves its body to stream through
+// upgrade: Conn.readAnswer), and leaves its body to stream through
 // c.answer. upgrade is as for fastSend.
 func (x *fastExchange) readAnswer(ctx *fasthttp.RequestCtx, c *proxy.Conn, upgrade []byte) error {
 	err := c.ReadAnswer(x.a.Endpoint.Pool.Watch, ctx.Request.Header.IsHead(), upgrade != nil)
@@ -543,7 +543,7 @@ var errClientGone = errors.New("the client went away before the answer")
 
 // fastTransmit is transmit with the wait for the answer's first byte cut
 // in slices of ClientCheckInterval: between two, the client's
-// connection is looked at (fastPeerGone), and a client gone ends the wait
+// connection is looked at (PeerGone), and a client gone ends the wait
 // with errClientGone and x.gone set. The slices cost nothing more than
 // transmit's one deadline while the answer comes within the first; when
 // the whole head is not in yet at the end of a wait, the response-header
@@ -640,7 +640,7 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 	return true
 }
 
-// fastAnswer is the answerSink of the fasthttp front: the client's
+// fastAnswer is the AnswerSink of the fasthttp front: the client's
 // answer header.
 type fastAnswer fasthttp.ResponseHeader
 
@@ -744,7 +744,7 @@ func (b *fastBody) CloseWithError(err error) error {
 }
 
 // fastForwardError answers a request whose exchange failed before anything
-// was written to the client, as exchangeFailure decides (the client gone:
+// was written to the client, as ExchangeFailure decides (the client gone:
 // x.gone, or its connection found ended), and returns the status counted:
 // for 499 the connection is closed without an answer.
 func (p server) fastForwardError(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.Route, rid string, err error) int {
@@ -914,7 +914,7 @@ func fastRequestID(h *fasthttp.RequestHeader, buf *[128]byte) string {
 }
 
 // fastIsUpgrade reports whether the request asks to switch protocols, to
-// another protocol than h2c (isH2CUpgrade: such a request is forwarded as
+// another protocol than h2c (IsH2CUpgrade: such a request is forwarded as
 // a plain one).
 func fastIsUpgrade(h *fasthttp.RequestHeader) bool {
 	if up := h.Peek(fasthttp.HeaderUpgrade); len(up) == 0 || proxy.IsH2CUpgrade(proxy.UnsafeString(up)) {
@@ -937,7 +937,7 @@ func peerIP(dst []byte, a net.Addr) []byte {
 	return append(dst, s...)
 }
 
-// namedInBytes is namedIn over fasthttp's field values.
+// namedInBytes is NamedIn over fasthttp's field values.
 func namedInBytes(conn [][]byte, k string) bool {
 	for _, v := range conn {
 		if proxy.NamedIn([]string{proxy.UnsafeString(v)}, k) {

@@ -20,7 +20,7 @@ import (
 // such a request from a clean one, so the check is made on the bytes,
 // under the server: HeadCheckListener wraps each connection in a headConn,
 // which reads ahead of the server, holds each request head back until it
-// is whole and checked (checkHead, the one every front uses), and follows
+// is whole and checked (CheckHead, the one every front uses), and follows
 // the body's framing (Content-Length, or chunked to its last chunk and
 // trailer section) to know where the next head begins.
 //
@@ -48,7 +48,7 @@ import (
 
 // MaxHeadBytes bounds a request head on the net/http front
 // (HeadCheckListener), as the fasthttp front's read buffer
-// (NewFastServer's ReadBufferSize) bounds its own: 431 over it. A net/http server of the proxy sets it as its
+// (NewServer's ReadBufferSize) bounds its own: 431 over it. A net/http server of the proxy sets it as its
 // MaxHeaderBytes too, for the connections HeadCheckListener does not see
 // (TLS, HTTP/2).
 const MaxHeadBytes = 16 << 10

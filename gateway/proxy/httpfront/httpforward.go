@@ -129,7 +129,7 @@ func hasBody(r *http.Request) bool {
 
 // httpOutbound fills q, the core's view of r (outbound.go): the net/http
 // front's translation of its request, which it routes (route) and
-// forwards (writeHead) by. The client's X-Request-Id is replaced by a
+// forwards (WriteHead) by. The client's X-Request-Id is replaced by a
 // fresh one unless it is well-formed (requestID). The view's strings are
 // r's own; reusing q's slices, it does not allocate once warmed up.
 func httpOutbound(q *proxy.Request, r *http.Request) {
@@ -165,7 +165,7 @@ func httpOutbound(q *proxy.Request, r *http.Request) {
 }
 
 // copyResponse writes the answer on c to the client: its head as
-// copyAnswer copies it (with the endpoint's Content-Length, which the
+// CopyAnswer copies it (with the endpoint's Content-Length, which the
 // net/http server frames the body by), then its body, flushed as it
 // arrives when it streams, then its trailers. It reports whether the
 // upstream connection may be reused (the body was read to its end and the
@@ -231,7 +231,7 @@ func (p server) copyResponse(w *statusWriter, r *http.Request, c *proxy.Conn, dl
 	return !a.Close, false
 }
 
-// stdAnswer is the answerSink of the net/http front: the header of its
+// stdAnswer is the AnswerSink of the net/http front: the header of its
 // answer, written at the status.
 type stdAnswer statusWriter
 
@@ -301,7 +301,7 @@ func isEventStream(h http.Header) bool {
 }
 
 // forwardError answers a request whose exchange on ep failed before
-// anything was written to the client, as exchangeFailure decides, and
+// anything was written to the client, as ExchangeFailure decides, and
 // returns the status counted.
 func (p server) forwardError(w http.ResponseWriter, r *http.Request, ep *proxy.Endpoint, err error) int {
 	h := r.Header
@@ -319,7 +319,7 @@ func (p server) forwardError(w http.ResponseWriter, r *http.Request, ep *proxy.E
 }
 
 // isUpgrade reports whether r asks to switch protocols (websockets), to
-// another protocol than h2c (isH2CUpgrade: such a request is forwarded as
+// another protocol than h2c (IsH2CUpgrade: such a request is forwarded as
 // a plain one).
 func isUpgrade(r *http.Request) bool {
 	up := r.Header["Upgrade"]
@@ -405,7 +405,7 @@ func (p server) serveEndpoint(sw *statusWriter, r *http.Request, tg *proxy.Targe
 	completed = true
 }
 
-// httpAccessLine is r's accessLine.
+// httpAccessLine is r's AccessLine.
 func httpAccessLine(r *http.Request) proxy.AccessLine {
 	return proxy.AccessLine{RequestID: r.Header.Get("X-Request-Id"), Method: r.Method, Host: r.Host, Path: r.URL.Path, Client: clientIP(r)}
 }
@@ -431,8 +431,8 @@ func clientIP(r *http.Request) string {
 }
 
 // mirrorHTTP is the net/http front's hand-over of a request routed by rt
-// to the service's mirror: mirrorTarget, the body read under the stall
-// timeout, queueMirror.
+// to the service's mirror: MirrorTarget, the body read under the stall
+// timeout, QueueMirror.
 func (p server) mirrorHTTP(w *statusWriter, r *http.Request, rt proxy.Route) *proxy.MirrorBuf {
 	q := &w.out
 	ep, mb := p.MirrorTarget(q, rt)

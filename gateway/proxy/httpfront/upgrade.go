@@ -8,11 +8,11 @@ import (
 
 // Upgrade requests (websockets) on the net/http front. forward sends one as
 // any other request, over the endpoint's pool, with Connection: Upgrade and
-// the client's Upgrade field (writeHead), and does not retry it. An
+// the client's Upgrade field (WriteHead), and does not retry it. An
 // answer other than 101 is relayed as a normal response. A 101 naming the
-// protocol the client asked for (upgradeMismatch) is relayed by tunnel: the
+// protocol the client asked for (UpgradeMismatch) is relayed by tunnel: the
 // client's connection is hijacked, the 101 head written on it, and
-// relayTunnel, which the fasthttp front's tunnels run too, copies bytes
+// RelayTunnel, which the fasthttp front's tunnels run too, copies bytes
 // both ways until either side closes. The request's bookkeeping, in
 // serveEndpoint, ends when the tunnel does: counted 101, with its whole
 // duration, in the endpoint's in-flight count until then.

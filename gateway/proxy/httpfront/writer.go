@@ -20,7 +20,7 @@ type statusWriter struct {
 	// out is the core's view of the request (httpOutbound), kept here so
 	// that filling it does not allocate.
 	out proxy.Request
-	// values holds the values of the endpoint's fields as copyAnswer adds
+	// values holds the values of the endpoint's fields as CopyAnswer adds
 	// them (stdAnswer): one slice per answer for all of them.
 	values []string
 }
