@@ -9,6 +9,7 @@ const copyBufferSize = 32 << 10
 
 func newBufferPool(n int) *BufferPool { return &BufferPool{free: make(chan []byte, n)} }
 
+// Get returns a copy buffer, from the pool when it has one.
 func (p *BufferPool) Get() []byte {
 	select {
 	case b := <-p.free:
@@ -18,6 +19,7 @@ func (p *BufferPool) Get() []byte {
 	}
 }
 
+// Put gives b back to the pool, or drops it when the pool is full.
 func (p *BufferPool) Put(b []byte) {
 	if cap(b) != copyBufferSize {
 		return

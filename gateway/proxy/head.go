@@ -399,10 +399,12 @@ func IsH2CUpgrade(v string) bool {
 	return false
 }
 
+// IsHex reports whether c is a hexadecimal digit.
 func IsHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
+// Unhex is the value of c, a hexadecimal digit (IsHex).
 func Unhex(c byte) byte {
 	switch {
 	case c <= '9':
@@ -413,6 +415,7 @@ func Unhex(c byte) byte {
 	return c - 'a' + 10
 }
 
+// EqualFoldASCII reports whether b and s are equal, ASCII case aside.
 func EqualFoldASCII(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false

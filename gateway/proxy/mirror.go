@@ -291,6 +291,7 @@ func getMirrorBuf(n int) *MirrorBuf {
 	return mb
 }
 
+// Read reads the body held, for the real request.
 func (mb *MirrorBuf) Read(p []byte) (int, error) {
 	if mb.off >= len(mb.b) {
 		return 0, io.EOF
