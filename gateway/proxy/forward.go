@@ -289,6 +289,7 @@ type StaleError struct{ Err error }
 
 // Error says that the connection ended before any answer, and why.
 func (e StaleError) Error() string { return "connection closed before any answer: " + e.Err.Error() }
+
 // Unwrap returns the error the connection ended with.
 func (e StaleError) Unwrap() error { return e.Err }
 
