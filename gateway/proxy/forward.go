@@ -55,39 +55,53 @@ type Exchange struct {
 // client's body must come as a clientBodyError, a response-header timeout
 // as ErrUpstreamTimeout, and nothing at all from the endpoint as a
 // StaleError (transmit does all three).
-type sendFunc func(c *Conn, ep *Endpoint) (sent bool, err error)
+type sendFunc func(c *Conn, ep *Endpoint, tg *Target) (sent bool, err error)
 
 // ExchangeRetrying is the seam both fronts forward through: it sends a
-// request with send over the connection pools of u's endpoints, starting
-// with a.ep, until an answer header arrives. A request that fails before
-// any answer header is retried on another endpoint of u when the retry
-// rules allow it (retry.go); a.ep is then the endpoint that answered, or
-// the last one tried. Every transport failure is reported to the passive
-// checks (passive.go); the caller reports the answer (answered) and owns
-// x.conn on success. A failure while ctx is done is returned at once.
-func (p *Proxy) ExchangeRetrying(ctx context.Context, u *upstream, a *Attempt, req *Request, send sendFunc) (Exchange, error) {
-	x, err := p.roundTrip(ctx, a.Endpoint, send, req.replayable())
+// request with send over the connection pools of the endpoints of
+// a.Target's upstream, starting with a.Endpoint, until an answer header
+// arrives. A request that fails before any answer header is retried on
+// another endpoint of that upstream when the retry rules allow it
+// (retry.go); one that every endpoint of the upstream that is up refused
+// (no connection made) goes to the next target of the split (failover).
+// a.Endpoint is then the endpoint that answered, or the last one tried,
+// and a.Target its target. Every transport failure is reported to the
+// passive checks (passive.go); the caller reports the answer (Answered)
+// and owns x.Conn on success. A failure while ctx is done is returned at
+// once.
+func (p *Proxy) ExchangeRetrying(ctx context.Context, a *Attempt, req *Request, send sendFunc) (Exchange, error) {
+	x, err := p.roundTrip(ctx, a.Endpoint, a.Target, send, req.replayable())
 	for err != nil {
 		if ctx.Err() != nil {
 			return x, err
 		}
+		u := a.Target.Up
 		if x.endpointFault(err) {
 			p.transportFailed(u, a.Endpoint, err)
 		}
-		next := p.retryTarget(req, u, a, x, err)
-		if next == nil {
+		if !connectFailed(x, err) {
+			a.reached = true
+		}
+		failed := a.Endpoint
+		if next := p.retryTarget(req, u, a, x, err); next != nil {
+			p.log.Warn("upstream request failed; retrying on another endpoint",
+				"request_id", req.RequestID, "service", req.Service,
+				"upstream", u.name, "endpoint", failed.Addr, "next", next.Addr, "err", err)
+			a.moveTo(next)
+		} else if next = p.failover(req, a); next != nil {
+			p.log.Warn("no endpoint of the upstream took the connection; failing over to the next target",
+				"request_id", req.RequestID, "service", req.Service,
+				"upstream", u.name, "endpoint", failed.Addr, "next_upstream", a.Target.Up.name, "next", next.Addr, "err", err)
+		} else {
 			return x, err
 		}
-		p.log.Warn("upstream request failed; retrying on another endpoint",
-			"request_id", req.RequestID, "service", req.Service,
-			"upstream", u.name, "endpoint", a.Endpoint.Addr, "next", next.Addr, "err", err)
-		a.moveTo(next)
-		x, err = p.roundTrip(ctx, a.Endpoint, send, req.replayable())
+		x, err = p.roundTrip(ctx, a.Endpoint, a.Target, send, req.replayable())
 	}
 	return x, nil
 }
 
-// roundTrip sends a request with send on a pooled connection of ep. A
+// roundTrip sends a request with send on a pooled connection of ep, of
+// target tg. A
 // pooled connection that turns out dead before any byte of an answer (the
 // endpoint closed it while idle, and the look at it when it was taken did
 // not see it yet) is replaced once by a newly dialled one (not another
@@ -99,7 +113,7 @@ func (p *Proxy) ExchangeRetrying(ctx context.Context, u *upstream, a *Attempt, r
 // failed), whether the connection was a pooled one, whether any of the
 // request was written and whether the body was touched, which is what
 // endpointFault and mayHaveArrived judge.
-func (p *Proxy) roundTrip(ctx context.Context, ep *Endpoint, send sendFunc, replay bool) (Exchange, error) {
+func (p *Proxy) roundTrip(ctx context.Context, ep *Endpoint, tg *Target, send sendFunc, replay bool) (Exchange, error) {
 	for attempt := 0; ; attempt++ {
 		var (
 			c      *Conn
@@ -116,7 +130,7 @@ func (p *Proxy) roundTrip(ctx context.Context, ep *Endpoint, send sendFunc, repl
 		}
 		x := Exchange{Conn: c, reused: reused}
 		before := c.written
-		x.sent, err = send(c, ep)
+		x.sent, err = send(c, ep, tg)
 		x.written = c.written > before
 		if err == nil {
 			return x, nil

@@ -489,7 +489,7 @@ func isNetTimeout(err error) bool {
 // deadline. Nil means an answer came.
 func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 	deadline, _ := ctx.Deadline()
-	x, err := p.roundTrip(ctx, j.ep, func(c *Conn, ep *Endpoint) (bool, error) {
+	x, err := p.roundTrip(ctx, j.ep, nil, func(c *Conn, ep *Endpoint, _ *Target) (bool, error) {
 		_ = c.Net.SetWriteDeadline(deadline)
 		c.Writer.Write(j.head.Bytes())
 		if j.body != nil {

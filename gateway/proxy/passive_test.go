@@ -268,7 +268,7 @@ func TestPassiveBookkeepingAllocs(t *testing.T) {
 	u := p.table.Load().upstreams["u"]
 	ep := u.endpoints[0]
 	allocs := testing.AllocsPerRun(1000, func() {
-		a := NewAttempt(ep)
+		a := newAttempt(ep)
 		p.Answered(u, a.Endpoint, 200)
 		if next := u.untried(a.tried); next == nil {
 			t.Fatal("no endpoint to retry on")

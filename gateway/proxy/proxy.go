@@ -299,6 +299,32 @@ type Route struct {
 	SetCookie     string
 	Status        int
 	Title, Detail string
+	// walk is how the split picked Target, for the failover of a request
+	// whose every endpoint there refused the connection (Attempt); its
+	// svc is nil for a forced target, which never fails over.
+	walk splitWalk
+}
+
+// splitWalk is where a request stands in the walk over its service's
+// split: the split it was picked by, the key's hash, the affinity key of
+// the endpoint balancers, the target it is on and the targets excluded
+// (marked down, or refusing connections).
+type splitWalk struct {
+	svc         *service
+	sp          *split.Split
+	hash        uint64
+	affinityKey string
+	ti          int
+	excluded    uint8
+}
+
+// Begin begins the exchange of the request routed by rt at its endpoint:
+// the Attempt that follows it from endpoint to endpoint (and target to
+// target), ended by its End.
+func (rt Route) Begin() Attempt {
+	a := newAttempt(rt.Endpoint)
+	a.Target, a.walk = rt.Target, rt.walk
+	return a
 }
 
 // Route matches the service, works out the key (the sticky cookie, minted
@@ -347,11 +373,12 @@ func (p *Proxy) Route(t *Table, v *Request) Route {
 	ti := sp.PickHash(h)
 	tg := svc.targets[ti]
 	ei := tg.Up.balancer.Pick(affinityKey)
+	excluded := uint8(0)
 	if ei < 0 {
 		// Every endpoint of the picked target is marked down by its health
 		// checks: walk the remaining weights the same way, excluding each
 		// target with no endpoint up.
-		excluded := uint8(1) << ti
+		excluded = uint8(1) << ti
 		tg.failovers.Inc()
 		for ei < 0 {
 			ti = sp.PickExcluding(h, excluded)
@@ -367,19 +394,22 @@ func (p *Proxy) Route(t *Table, v *Request) Route {
 	}
 	tg.picks.Inc()
 	rt.Target, rt.Endpoint = tg, tg.Up.endpoints[ei]
+	rt.walk = splitWalk{svc: svc, sp: sp, hash: h, affinityKey: affinityKey, ti: ti, excluded: excluded}
 	if p.exp != nil {
 		p.exposeRoute(t, svc, sp, ti, key, rt.SetCookie != "") // exposure.go
 	}
 	return rt
 }
 
-// EndRequest ends the bookkeeping of one request that reached tg, served
-// (after any retries) by a.ep since start, with code: the endpoint's
-// in-flight count and latency (a failure for a 5xx), the retry budget,
-// dwara_requests_total and the duration, and the canary recorder unless
-// the client went away (it is neither a request nor an error of the
-// version it reached). It is serveEndpoint's deferred bookkeeping.
-func (tg *Target) EndRequest(a *Attempt, code int, start time.Time) {
+// End ends the bookkeeping of one request served (after any retries and
+// failovers) by a.Endpoint of a.Target since start, with code: the
+// endpoint's in-flight count and latency (a failure for a 5xx), the retry
+// budget, dwara_requests_total and the duration, and the canary recorder
+// unless the client went away (it is neither a request nor an error of the
+// version it reached). It is each front's deferred bookkeeping of a
+// forwarded request, called once.
+func (a *Attempt) End(code int, start time.Time) {
+	tg := a.Target
 	a.end(tg.Up, code >= 500)
 	tg.codes.inc(code)
 	d := time.Since(start)

@@ -38,9 +38,11 @@ import (
 // upgrade is the client's Upgrade value.
 func (p server) fastUpgrade(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.Route, rid string, ip, upgrade []byte) bool {
 	cl := ctx.Request.Header.ContentLength()
+	// An upgrade is neither retried nor failed over: x.a stays on rt's
+	// target and endpoint.
 	u, ep := rt.Target.Up, rt.Endpoint
-	xc, err := p.ExchangeRetrying(x, u, &x.a, &x.req, func(c *proxy.Conn, ep *proxy.Endpoint) (bool, error) {
-		return p.fastSend(ctx, c, ep, x, rt.Target, rid, ip, cl, upgrade)
+	xc, err := p.ExchangeRetrying(x, &x.a, &x.req, func(c *proxy.Conn, ep *proxy.Endpoint, tg *proxy.Target) (bool, error) {
+		return p.fastSend(ctx, c, ep, x, tg, rid, ip, cl, upgrade)
 	})
 	if err != nil {
 		x.releaseUp()

@@ -239,7 +239,7 @@ func (p server) fastServe(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.Ro
 		upgrade = ctx.Request.Header.Peek(fasthttp.HeaderUpgrade)
 	}
 	// x comes zeroed from the pool, but for the view's buffers.
-	x.p, x.tg, x.a, x.start, x.ctx = p.Proxy, rt.Target, proxy.NewAttempt(rt.Endpoint), start, ctx
+	x.p, x.a, x.start, x.ctx = p.Proxy, rt.Begin(), start, ctx
 	if p.AccessLog() != nil {
 		x.line = fastAccessLine(ctx, rid)
 	}
@@ -288,8 +288,7 @@ func fastAccessLine(ctx *fasthttp.RequestCtx, rid string) proxy.AccessLine {
 // It is also the context.Context the forwarding path runs under (see Err).
 type fastExchange struct {
 	p     *proxy.Proxy
-	tg    *proxy.Target
-	a     proxy.Attempt // the endpoint serving the request, retries included
+	a     proxy.Attempt // the target and endpoint serving the request, retries and failovers included
 	start time.Time
 	code  int
 	// ctx is the request's, while the handler runs.
@@ -367,19 +366,18 @@ func (p server) fastServeEndpoint(ctx *fasthttp.RequestCtx, x *fastExchange, rt 
 // reporting whether the answer's body took the exchange over.
 func (p server) fastForward(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.Route, rid string, ip []byte) bool {
 	cl := ctx.Request.Header.ContentLength()
-	u := rt.Target.Up
-	xc, err := p.ExchangeRetrying(x, u, &x.a, &x.req, func(c *proxy.Conn, ep *proxy.Endpoint) (bool, error) {
-		return p.fastSend(ctx, c, ep, x, rt.Target, rid, ip, cl, nil)
+	xc, err := p.ExchangeRetrying(x, &x.a, &x.req, func(c *proxy.Conn, ep *proxy.Endpoint, tg *proxy.Target) (bool, error) {
+		return p.fastSend(ctx, c, ep, x, tg, rid, ip, cl, nil)
 	})
 	if err != nil {
 		x.releaseUp()
-		rt.Endpoint = x.a.Endpoint
+		rt.Target, rt.Endpoint = x.a.Target, x.a.Endpoint
 		x.code = p.fastForwardError(ctx, x, rt, rid, err)
 		return false
 	}
 	x.conn = xc.Conn
 	x.code = x.conn.Head.Status
-	p.Answered(u, x.a.Endpoint, x.code)
+	p.Answered(x.a.Target.Up, x.a.Endpoint, x.code)
 	return x.respond(ctx, rid)
 }
 
@@ -452,9 +450,9 @@ func (x *fastExchange) end(werr error) {
 	case relayed && !complete:
 		code = proxy.StatusClientGone
 	}
-	x.tg.EndRequest(&x.a, code, x.start)
+	x.a.End(code, x.start)
 	if x.p.AccessLog() != nil {
-		x.p.LogAccess(x.line, code, x.tg, x.a.Endpoint, x.start)
+		x.p.LogAccess(x.line, code, x.a.Target, x.a.Endpoint, x.start)
 	}
 }
 

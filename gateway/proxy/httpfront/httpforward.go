@@ -27,9 +27,8 @@ import (
 // or in the middle of the answer) cuts that exchange's connection at once
 // (a deadline in the past): the exchange then fails as the client's, not
 // the endpoint's.
-func (p server) forward(w *statusWriter, r *http.Request, tg *proxy.Target, a *proxy.Attempt) int {
+func (p server) forward(w *statusWriter, r *http.Request, a *proxy.Attempt) int {
 	ctx := r.Context()
-	u := tg.Up
 	dl, _ := w.ResponseWriter.(proxy.Deadliner)
 	if p.StallTimeout() > 0 && dl != nil && hasBody(r) {
 		// A request body that stalls ends the request; the deadline is
@@ -45,7 +44,7 @@ func (p server) forward(w *statusWriter, r *http.Request, tg *proxy.Target, a *p
 	// exchange (one per connection tried, so one per request but for
 	// retries); false: the client went away, and the connection is cut.
 	var gone func() bool
-	x, err := p.ExchangeRetrying(ctx, u, a, q, func(c *proxy.Conn, ep *proxy.Endpoint) (sent bool, err error) {
+	x, err := p.ExchangeRetrying(ctx, a, q, func(c *proxy.Conn, ep *proxy.Endpoint, tg *proxy.Target) (sent bool, err error) {
 		if gone != nil {
 			gone() // an earlier connection's, which failed
 		}
@@ -55,6 +54,8 @@ func (p server) forward(w *statusWriter, r *http.Request, tg *proxy.Target, a *p
 	if w.body.DL != nil {
 		_ = dl.SetReadDeadline(time.Time{})
 	}
+	// The logs name the upstream the request ended on (failover).
+	r.Header["X-Dwara-Upstream"] = a.Target.HdrUpstream
 	if err != nil {
 		if gone != nil {
 			gone()
@@ -64,7 +65,7 @@ func (p server) forward(w *statusWriter, r *http.Request, tg *proxy.Target, a *p
 	ep := a.Endpoint
 	c := x.Conn
 	code := c.Head.Status
-	p.Answered(u, ep, code)
+	p.Answered(a.Target.Up, ep, code)
 	if code == http.StatusSwitchingProtocols {
 		return p.tunnel(w, r, ep, c, q.Upgrade, gone)
 	}
@@ -369,7 +370,7 @@ func (p server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt.Target.Mirror != nil {
 		defer p.mirrorHTTP(sw, r, rt).Release()
 	}
-	p.serveEndpoint(sw, r, rt.Target, rt.Endpoint, start)
+	p.serveEndpoint(sw, r, rt, start)
 }
 
 // serveEndpoint forwards r to ep and does the bookkeeping of the exchange.
@@ -382,8 +383,8 @@ func (p server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // is not the endpoint's failure; an answer the endpoint cut is counted as
 // 502 and is. An upgraded tunnel is counted 101 when it ends, with its
 // whole duration.
-func (p server) serveEndpoint(sw *statusWriter, r *http.Request, tg *proxy.Target, ep *proxy.Endpoint, start time.Time) {
-	a := proxy.NewAttempt(ep)
+func (p server) serveEndpoint(sw *statusWriter, r *http.Request, rt proxy.Route, start time.Time) {
+	a := rt.Begin()
 	code := 0
 	completed := false
 	defer func() {
@@ -396,12 +397,12 @@ func (p server) serveEndpoint(sw *statusWriter, r *http.Request, tg *proxy.Targe
 			code = sw.code
 		}
 		putStatusWriter(sw)
-		tg.EndRequest(&a, code, start)
+		a.End(code, start)
 		if p.AccessLog() != nil {
-			p.LogAccess(httpAccessLine(r), code, tg, a.Endpoint, start)
+			p.LogAccess(httpAccessLine(r), code, a.Target, a.Endpoint, start)
 		}
 	}()
-	code = p.forward(sw, r, tg, &a)
+	code = p.forward(sw, r, &a)
 	completed = true
 }
 
