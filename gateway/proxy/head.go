@@ -152,12 +152,12 @@ func CheckFields(raw []byte) (HeadFields, string) {
 	return f, ""
 }
 
-// fieldFault is what is wrong with a header field line: FieldOK when
+// FieldFault is what is wrong with a header field line: FieldOK when
 // nothing.
-type fieldFault uint8
+type FieldFault uint8
 
 const (
-	FieldOK         fieldFault = iota
+	FieldOK         FieldFault = iota
 	fieldObsFold               // it starts with whitespace: obsolete line folding
 	fieldNoColon               // it has no colon
 	fieldSpaceColon            // whitespace between the name and its colon
@@ -172,7 +172,7 @@ const (
 // with no control character but tab. On a fault, name is what stands
 // before the first colon (the whole line when there is none), for the
 // caller to say so.
-func SplitField(line []byte) (name, value []byte, fault fieldFault) {
+func SplitField(line []byte) (name, value []byte, fault FieldFault) {
 	if line[0] == ' ' || line[0] == '\t' {
 		return nil, nil, fieldObsFold
 	}

@@ -434,7 +434,7 @@ func (p *Proxy) QueueMirror(q *Request, rt Route, ep *Endpoint, mb *MirrorBuf) *
 	m := rt.Target.Mirror
 	j := newMirrorJob(m, ep, q.Method == "HEAD", safeMethod(q.Method) && mb == nil)
 	j.body = mb
-	WriteHead(j.bw, q, ep.HostHeader, rt.Target, m)
+	q.writeHead(j.bw, ep.HostHeader, rt.Target, m)
 	_ = j.bw.Flush()
 	if mb != nil && mb.refs.Load() == 1 {
 		mb = nil // the copy owns it alone

@@ -1,4 +1,21 @@
-// Package proxy is the data plane's reverse proxy.
+// Package proxy is the data plane's forwarding core: everything of a
+// request's way to an endpoint and back that does not depend on the HTTP
+// server that parsed it. It imports no HTTP server library; the fronts
+// (gateway/proxy/fastfront for fasthttp, gateway/proxy/httpfront for
+// net/http, chosen once by gateway/proxy/front) are thin adapters over
+// it.
+//
+// A front's request goes through the core in a few steps, each a type:
+// the front fills a Request (the core's view of the client's request),
+// Proxy.Route routes it by the Table the front loaded (Proxy.Current),
+// Route.Begin starts its Attempt (the target and endpoint serving it,
+// followed through retries and failovers, and ended by Attempt.End in the
+// front's deferred bookkeeping), Proxy.ExchangeRetrying sends it over the
+// endpoints' connection pools with the front's sendFunc (which writes the
+// head with Request.WriteHead and the rest with Proxy.Transmit), and the
+// answer's head, parsed into the Conn's AnswerHead, is copied into the
+// front's AnswerSink by CopyAnswer; a failure before any answer is
+// answered as Proxy.ExchangeFailure decides (499, 502 or 504).
 //
 // A Proxy serves requests by the generation last given to Apply. Apply
 // compiles the spec into an immutable table — services matched by host and
@@ -22,7 +39,8 @@
 // endpoints whose requests fail, but never all of an upstream's; a request
 // that fails before any answer is retried on another endpoint of its
 // upstream when that is safe and the upstream's retry budget allows it
-// (retry.go).
+// (retry.go); one whose connection every endpoint up of its target refused
+// goes to the next target of the split at once (failover).
 package proxy
 
 import (

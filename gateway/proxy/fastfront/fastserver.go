@@ -1,3 +1,8 @@
+// Package fastfront is the fasthttp front of a proxy.Proxy: a thin
+// adapter that turns a request fasthttp parsed into the core's view
+// (proxy.Request), forwards it by the core, and turns the core's answer
+// back into fasthttp's (front.go has the whole story). gateway/proxy/front
+// serves it (New), or its server (NewServer) behind the TLS front.
 package fastfront
 
 import (

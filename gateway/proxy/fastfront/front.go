@@ -472,7 +472,7 @@ func (x *fastExchange) recycle() {
 // answer taken.
 func (p server) fastSend(ctx *fasthttp.RequestCtx, c *proxy.Conn, ep *proxy.Endpoint, x *fastExchange, tg *proxy.Target, rid string, ip []byte, cl int, upgrade []byte) (sent bool, err error) {
 	x.releaseUp() // a failed earlier attempt's
-	proxy.WriteHead(c.Writer, &x.req, ep.HostHeader, tg, nil)
+	x.req.WriteHead(c.Writer, ep, tg)
 	var body io.Reader
 	if cl > 0 || cl == -1 {
 		body = x.requestBody(ctx)

@@ -94,7 +94,7 @@ func (p server) forward(w *statusWriter, r *http.Request, a *proxy.Attempt) int 
 // c.head under the response header timeout (a 101 only for an upgrade).
 // sent reports whether the request body was touched.
 func (p server) send(c *proxy.Conn, r *http.Request, q *proxy.Request, ep *proxy.Endpoint, tg *proxy.Target) (sent bool, err error) {
-	proxy.WriteHead(c.Writer, q, ep.HostHeader, tg, nil)
+	q.WriteHead(c.Writer, ep, tg)
 	var body io.Reader
 	length := int64(0)
 	if hasBody(r) {

@@ -1,3 +1,11 @@
+// Package httpfront is the net/http front of a proxy.Proxy: a thin
+// adapter that turns a request Go's net/http server parsed into the core's
+// view (proxy.Request), forwards it by the core, and writes the core's
+// answer back through the http.ResponseWriter (Handler). It serves HTTP/2
+// (by ALPN with TLS, h2c without), checks the request heads of plain
+// connections before the server parses them (HeadCheckListener), and
+// relays upgrades. gateway/proxy/front serves it (New), and its server
+// serves the HTTP/2 connections of the fasthttp front's TLS.
 package httpfront
 
 import (

@@ -10,8 +10,8 @@ import (
 // to an endpoint, whichever front parsed it: what the one request-head
 // writer (WriteHead), the retry rules (retry.go) and the logs need, and
 // nothing else of the request. A front fills it from its server's request
-// (httpOutbound, fastOutbound); the strings may view the front's own
-// buffers, so an outbound is valid only while the front's request is
+// (httpfront's httpOutbound, fastfront's fastOutbound); the strings may view the front's own
+// buffers, so a Request is valid only while the front's request is
 // unchanged. Fronts keep one per exchange and reuse its slices, so filling
 // one does not allocate once warmed up.
 type Request struct {
@@ -83,11 +83,18 @@ func (r *Request) Reset() {
 	r.CookieBuf[0] = ""
 }
 
-// maxConnectionLines is how many Connection lines WriteHead collects
+// maxConnectionLines is how many Connection lines writeHead collects
 // without allocating; more are collected all the same.
 const maxConnectionLines = 8
 
-// WriteHead writes the request line and header of r for an endpoint whose
+// WriteHead writes the request line and header of r for ep, an endpoint
+// of target tg, on bw: see writeHead. It is how a front writes the head of
+// each exchange (sendFunc).
+func (r *Request) WriteHead(bw *bufio.Writer, ep *Endpoint, tg *Target) {
+	r.writeHead(bw, ep.HostHeader, tg, nil)
+}
+
+// writeHead writes the request line and header of r for an endpoint whose
 // Host field is host, reached by target tg: the client's fields without
 // the hop-by-hop ones (RFC 9110 section 7.6.1: the fixed set and every
 // field named in any Connection line), without its X-Dwara-* and
@@ -98,7 +105,7 @@ const maxConnectionLines = 8
 // mirror m (not nil) names m's upstream and carries X-Dwara-Mirror: 1.
 // It is the one writer of a request head to an endpoint, on every front
 // and for mirrors. Errors surface at Flush.
-func WriteHead(bw *bufio.Writer, r *Request, host string, tg *Target, m *mirror) {
+func (r *Request) writeHead(bw *bufio.Writer, host string, tg *Target, m *mirror) {
 	bw.WriteString(r.Method)
 	bw.WriteByte(' ')
 	bw.WriteString(r.Target)
