@@ -7,30 +7,55 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
+	"github.com/dwara/dwara/internal/testrun"
 	"github.com/dwara/dwara/internal/teststat"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestFailoverBeforeDetection: a 90/10 split whose canary's only endpoint
-// dies (its listener closed), with no health check to mark it down:
-// every request the split sends to the canary finds its connection
-// refused, so it reached nothing, and goes at once to the stable target
-// (counted in dwara_split_failovers_total): under a bounded load no
-// request fails from the moment the canary dies. A sticky session on the
-// canary keeps its cookie throughout and is served by the canary again
-// once it is back, and the request-keyed split is back at 90/10
-// (chi-square at p = 0.001 over fixed request ids).
+// dies (its listener closed) before its health check can notice (the
+// check's interval, scaled for the test, is 36 s): every request the
+// split sends to the canary finds its connection refused, so it reached
+// nothing, and goes at once to the stable target (counted in
+// dwara_split_failovers_total), and under a bounded load no request fails
+// from the moment the canary dies; nor once the checks, made fast, mark
+// it down. When it is back and marked up, the request-keyed split is back
+// at 90/10 (chi-square at p = 0.001 over fixed request ids), and a sticky
+// session on the canary, which kept its cookie throughout, is on the
+// canary again.
 func TestFailoverBeforeDetection(t *testing.T) {
 	t.Parallel()
 	eachFront(t, func(t *testing.T, front string) {
 		t.Parallel()
 		stable := startPool(t, "stable", 2)
 		canary := startPool(t, "canary", 1)
-		g := startGateway(t, front)
-		g.apply(t, 1, spectest.SplitOver([]*demo.Pool{stable, canary}, 90, 10).
-			Split("app", "/app", spectest.T("stable", 90), spectest.T("canary", 10)).Sticky("sid", 0).YAML())
+		reg := prometheus.NewRegistry()
+		p := New(Options{
+			Metrics: reg,
+			// interval_s stands for tens of milliseconds.
+			healthInterval: func(hc config.HealthCheck) time.Duration { return time.Duration(hc.IntervalS) * 10 * time.Millisecond },
+		})
+		t.Cleanup(p.Close)
+		g := &gateway{Proxy: p, URL: serveFront(t, p, front), reg: reg}
+		spec := func(intervalS int) string {
+			return spectest.SplitOver([]*demo.Pool{stable, canary}, 90, 10).
+				Split("app", "/app", spectest.T("stable", 90), spectest.T("canary", 10)).Sticky("sid", 0).
+				Edit(func(s *config.Spec) {
+					for i := range s.Upstreams {
+						if s.Upstreams[i].Name == "canary" {
+							s.Upstreams[i].HealthCheck = &config.HealthCheck{Path: "/healthz", IntervalS: intervalS, TimeoutS: 1, HealthyThreshold: 1, UnhealthyThreshold: 2}
+						}
+					}
+				}).YAML()
+		}
+		g.apply(t, 1, spec(3600))
+		state := p.Registry().Get(canary.Addrs[0])
 
 		// A session the split keeps on the canary: new sessions until one
 		// lands there (each does with p = 0.1; 300 all miss with p < 1e-13).
@@ -58,6 +83,15 @@ func TestFailoverBeforeDetection(t *testing.T) {
 			}
 		}
 		session("canary")
+		failovers := func() float64 {
+			n := 0.0
+			for _, s := range g.samples(t, "dwara_split_failovers_total") {
+				if s.labels["upstream"] == "canary" {
+					n += s.value
+				}
+			}
+			return n
+		}
 
 		canary.Close()
 		served := load(t, g.URL+"/", "dead", 400)
@@ -65,22 +99,28 @@ func TestFailoverBeforeDetection(t *testing.T) {
 			t.Errorf("with the canary dead: served %v, want all 400 by stable", served)
 		}
 		session("stable")
-		failovers := 0.0
-		for _, s := range g.samples(t, "dwara_split_failovers_total") {
-			if s.labels["upstream"] == "canary" {
-				failovers += s.value
-			}
+		if !state.Up() {
+			t.Fatal("the canary was marked down during the load: the test did not see the failover before detection")
 		}
-		// The canary's share of 400 request ids, and the session's request.
-		if failovers < 10 {
-			t.Errorf("dwara_split_failovers_total of the canary = %v, want its share of the requests", failovers)
+		// The canary's share of 400 request ids (about 40), and the session.
+		if n := failovers(); n < 10 {
+			t.Errorf("dwara_split_failovers_total of the canary = %v, want its share of the requests", n)
 		}
+
+		g.apply(t, 2, spec(1)) // checks every 10 ms from now on
+		testrun.Eventually(t, "the canary marked down", func() bool { return !state.Up() })
+		served = load(t, g.URL+"/", "down", 100)
+		if served["stable"] != 100 {
+			t.Errorf("with the canary marked down: served %v, want all 100 by stable", served)
+		}
+		session("stable")
 
 		back, err := demo.StartPoolOn("canary", canary.Addrs[0])
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(back.Close)
+		testrun.Eventually(t, "the canary marked up", state.Up)
 		session("canary")
 		const n = 2000
 		served = load(t, g.URL+"/", "back", n)
@@ -131,4 +171,49 @@ func load(t *testing.T, url, prefix string, n int) map[string]int {
 	}
 	wg.Wait()
 	return served
+}
+
+// TestFailoverRules: with one target's only endpoint dead, a request with
+// a body fails over as a GET does (a refused connect reached nothing);
+// a request forcing the dead target (the override header) is 502 and does
+// not fail over; nor does one whose other target has weight 0, which the
+// walk never picks.
+func TestFailoverRules(t *testing.T) {
+	t.Parallel()
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		a := startPool(t, "a", 1)
+		b := startPool(t, "b", 1)
+		g := startGateway(t, front)
+		g.apply(t, 1, spectest.SplitOver([]*demo.Pool{a, b}, 50, 50).
+			Edit(func(s *config.Spec) { s.Services[0].Override = &config.Override{Header: "X-Dwara-Branch"} }).
+			Split("zero", "/zero", spectest.T("a", 1), spectest.T("b", 0)).YAML())
+		a.Close()
+
+		for i := range 40 {
+			req, _ := http.NewRequest(http.MethodPost, g.URL+"/post", strings.NewReader("hello"))
+			req.Header.Set("X-Request-Id", fmt.Sprintf("p-%d", i))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Pool") != "b" {
+				t.Errorf("POST p-%d: %d from %q, want 200 from b", i, resp.StatusCode, resp.Header.Get("X-Pool"))
+			}
+		}
+		if n := testutil.ToFloat64(g.m.failovers.WithLabelValues("web", "a")); n < 5 {
+			t.Errorf("dwara_split_failovers_total{web,a} = %v, want a's share of 40", n)
+		}
+
+		resp, _ := get(t, client, g.URL+"/", map[string]string{"X-Dwara-Branch": "a"})
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Errorf("forced to the dead a: %d from %q, want 502", resp.StatusCode, resp.Header.Get("X-Pool"))
+		}
+		resp, _ = get(t, client, g.URL+"/zero", nil)
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Errorf("a 1/0 split whose a is dead: %d from %q, want 502 (b has weight 0)", resp.StatusCode, resp.Header.Get("X-Pool"))
+		}
+	})
 }
