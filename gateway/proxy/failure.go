@@ -34,21 +34,21 @@ func (p *Proxy) ExchangeFailure(err error, gone func() bool, rid, service, upstr
 		// context), does not parse (a bad chunk size, say), or ended
 		// early, or the client went away while sending it.
 		if ne, ok := errors.AsType[net.Error](cbe.err); ok && ne.Timeout() {
-			return Failure{Status: StatusRequestTimeout, Title: "Request body stalled", Detail: "the request body stopped arriving", Close: true}
+			return Failure{Status: statusRequestTimeout, Title: "Request body stalled", Detail: "the request body stopped arriving", Close: true}
 		}
 		if gone() {
 			return Failure{Status: StatusClientGone}
 		}
-		return Failure{Status: StatusBadRequest, Title: "Bad request body", Detail: "the request body could not be read", Close: true}
+		return Failure{Status: statusBadRequest, Title: "Bad request body", Detail: "the request body could not be read", Close: true}
 	}
 	if gone() {
 		return Failure{Status: StatusClientGone}
 	}
 	p.log.Warn("upstream request failed", "request_id", rid, "service", service,
 		"upstream", upstream, "endpoint", endpoint, "err", err)
-	f := Failure{Status: StatusBadGateway, Title: "Upstream unreachable", Detail: "the upstream endpoint could not be reached or failed"}
+	f := Failure{Status: statusBadGateway, Title: "Upstream unreachable", Detail: "the upstream endpoint could not be reached or failed"}
 	if ne, ok := errors.AsType[net.Error](err); errors.Is(err, ErrUpstreamTimeout) || ok && ne.Timeout() {
-		f.Status, f.Title, f.Detail = StatusGatewayTimeout, "Upstream timeout", "the upstream endpoint did not answer in time"
+		f.Status, f.Title, f.Detail = statusGatewayTimeout, "Upstream timeout", "the upstream endpoint did not answer in time"
 	}
 	return f
 }

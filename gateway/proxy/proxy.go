@@ -356,7 +356,7 @@ func (p *Proxy) Route(t *Table, v *Request) Route {
 	}
 	svc := t.match(v.Host, v.Path)
 	if svc == nil {
-		return Route{Status: StatusNotFound, Title: "No service matches", Detail: "no service of the active generation matches this host and path"}
+		return Route{Status: statusNotFound, Title: "No service matches", Detail: "no service of the active generation matches this host and path"}
 	}
 	if svc.override != "" {
 		if name := v.get(svc.override); name != "" {
@@ -401,7 +401,7 @@ func (p *Proxy) Route(t *Table, v *Request) Route {
 		for ei < 0 {
 			ti = sp.PickExcluding(h, excluded)
 			if ti < 0 {
-				return Route{Status: StatusBadGateway, Title: "No healthy upstream",
+				return Route{Status: statusBadGateway, Title: "No healthy upstream",
 					Detail: "every endpoint of every target of service " + svc.name + " is down"}
 			}
 			tg = svc.targets[ti]
@@ -454,13 +454,13 @@ func (p *Proxy) forcedRoute(svc *service, v *Request, name string) Route {
 		}
 		ei := tg.Up.balancer.Pick(affinityKey)
 		if ei < 0 {
-			return Route{Status: StatusBadGateway, Title: "No healthy upstream",
+			return Route{Status: statusBadGateway, Title: "No healthy upstream",
 				Detail: "every endpoint of the forced target " + name + " of service " + svc.name + " is down"}
 		}
 		tg.forced.Inc()
 		return Route{Target: tg, Endpoint: tg.Up.endpoints[ei]}
 	}
-	return Route{Status: StatusBadRequest, Title: "Unknown branch",
+	return Route{Status: statusBadRequest, Title: "Unknown branch",
 		Detail: svc.override + " names " + strconv.Quote(name[:min(len(name), 64)]) + ", which is not a target of service " + svc.name + "; allowed: " + svc.branches}
 }
 
@@ -477,14 +477,14 @@ var AllowedMethods = []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}
 func Refuse(v *Request) (Route, bool) {
 	switch v.Method {
 	case methodConnect, methodTrace:
-		return Route{Status: StatusMethodNotAllowed, Title: "Method not allowed",
+		return Route{Status: statusMethodNotAllowed, Title: "Method not allowed",
 			Detail: "the gateway does not forward " + v.Method + " requests"}, true
 	case "PRI":
-		return Route{Status: StatusNotImplemented, Title: "Not implemented",
+		return Route{Status: statusNotImplemented, Title: "Not implemented",
 			Detail: "HTTP/2 without TLS is not served; use HTTP/1.1"}, true
 	}
 	if hasDotSegment(v.Path) {
-		return Route{Status: StatusBadRequest, Title: "Bad path",
+		return Route{Status: statusBadRequest, Title: "Bad path",
 			Detail: "the path has a . or .. segment; send the resolved path"}, true
 	}
 	return Route{}, false

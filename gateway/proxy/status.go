@@ -4,14 +4,13 @@ package proxy
 // imports no HTTP server library (RFC 9110's registry; the fronts map
 // them to their servers' own).
 const (
-	StatusBadRequest         = 400
-	StatusNotFound           = 404
-	StatusMethodNotAllowed   = 405
-	StatusRequestTimeout     = 408
-	StatusNotImplemented     = 501
-	StatusBadGateway         = 502
-	StatusServiceUnavailable = 503
-	StatusGatewayTimeout     = 504
+	statusBadRequest       = 400
+	statusNotFound         = 404
+	statusMethodNotAllowed = 405
+	statusRequestTimeout   = 408
+	statusNotImplemented   = 501
+	statusBadGateway       = 502
+	statusGatewayTimeout   = 504
 )
 
 const (
