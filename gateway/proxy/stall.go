@@ -23,6 +23,7 @@ type StallBody struct {
 	Stall time.Duration
 }
 
+// Read moves the read deadline stall ahead, then reads from R.
 func (b *StallBody) Read(p []byte) (int, error) {
 	_ = b.DL.SetReadDeadline(time.Now().Add(b.Stall))
 	return b.R.Read(p)

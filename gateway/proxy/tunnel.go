@@ -37,6 +37,8 @@ type TunnelHead struct {
 	hasRID bool
 }
 
+// NewTunnelHead begins the head of a 101 answer, with the gateway's
+// Set-Cookie setCookie first when it is not "".
 func NewTunnelHead(setCookie string) *TunnelHead {
 	h := &TunnelHead{b: append(make([]byte, 0, 512), "HTTP/1.1 101 Switching Protocols\r\n"...)}
 	if setCookie != "" {
