@@ -12,6 +12,7 @@ import (
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
+	"github.com/dwara/dwara/internal/testnet"
 	"github.com/dwara/dwara/internal/testrun"
 	"github.com/dwara/dwara/internal/teststat"
 	"github.com/prometheus/client_golang/prometheus"
@@ -205,6 +206,33 @@ func TestFailoverRules(t *testing.T) {
 		resp, _ = get(t, client, g.URL+"/zero", nil)
 		if resp.StatusCode != http.StatusBadGateway {
 			t.Errorf("a 1/0 split whose a is dead: %d from %q, want 502 (b has weight 0)", resp.StatusCode, resp.Header.Get("X-Pool"))
+		}
+	})
+}
+
+// TestFailoverRecordsTheCanary: in a canary group whose canary's only
+// endpoint refuses connections, every request is answered 200 by the
+// baseline, and each one that failed over is recorded as an error of the
+// canary, so that its analysis still sees the canary fail.
+func TestFailoverRecordsTheCanary(t *testing.T) {
+	t.Parallel()
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		a := startPool(t, "a", 1)
+		g := startGateway(t, front)
+		g.apply(t, 1, spectest.New().Upstream("a", a.Addrs...).Upstream("gone", testnet.ClosedAddr(t)).
+			Split("web", "/", spectest.T("a", 90), spectest.T("gone", 10)).Analysis(withAnalysis).YAML())
+		served := load(t, g.URL+"/", "rec", 200)
+		if served["a"] != 200 {
+			t.Fatalf("served %v, want all 200 by a", served)
+		}
+		failovers := testutil.ToFloat64(g.m.failovers.WithLabelValues("web", "gone"))
+		base, can := delta(t, g, "web")
+		if failovers < 5 || can.Requests != uint64(failovers) || can.Errors != uint64(failovers) {
+			t.Errorf("canary recorded %d requests, %d errors; want one error per failover (%v)", can.Requests, can.Errors, failovers)
+		}
+		if base.Requests != 200 || base.Errors != 0 {
+			t.Errorf("baseline recorded %d requests, %d errors; want 200, 0", base.Requests, base.Errors)
 		}
 	})
 }

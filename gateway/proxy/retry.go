@@ -125,8 +125,11 @@ func (p *Proxy) retryTarget(r *Request, u *upstream, a *Attempt, x Exchange, err
 // endpoint, an endpoint of the target that is up and untried (the retry
 // budget said no), no other target with an endpoint up, or that target's
 // upstream's retry budget spent. A move is counted in the failed target's
-// dwara_split_failovers_total; the retries a held of the old upstream's
-// budget go back to it, and the move takes one of the new upstream's.
+// dwara_split_failovers_total and recorded as an error of its version
+// (its canary recorder, in a canary group: a dead canary is rolled back
+// as before, though its clients are served); the retries a held of the
+// old upstream's budget go back to it, and the move takes one of the new
+// upstream's.
 func (p *Proxy) failover(q *Request, a *Attempt) *Endpoint {
 	w := &a.walk
 	if w.svc == nil || a.reached || q.Upgrade != "" || a.Target.Up.untried(a.tried) != nil {
@@ -148,6 +151,9 @@ func (p *Proxy) failover(q *Request, a *Attempt) *Endpoint {
 			return nil
 		}
 		a.Target.failovers.Inc()
+		if rec := a.Target.rec; rec != nil {
+			rec.Observe(time.Since(a.began), true)
+		}
 		if a.held > 0 {
 			a.Target.Up.shared.retries.Add(-a.held)
 		}
