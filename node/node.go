@@ -40,6 +40,7 @@ import (
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/fleet"
 	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/dwara/dwara/gateway/proxy/front"
 	"github.com/dwara/dwara/gateway/source"
 )
 
@@ -272,8 +273,8 @@ type ServeConfig struct {
 	// DemoPorts are the demo pools' ports; the zero value means
 	// DefaultDemoPorts.
 	DemoPorts DemoPorts
-	// Front is the HTTP server of the proxy listener (proxy.NewFront):
-	// FrontFastHTTP ("" stands for it; see proxy.NewFastServer), which
+	// Front is the HTTP server of the proxy listener (front.New):
+	// FrontFastHTTP ("" stands for it; see fastfront.NewServer), which
 	// serves HTTP/1.1 itself and, with TLS, hands the connections that
 	// negotiate HTTP/2 to a net/http server of the same proxy; or
 	// FrontNetHTTP, Go's net/http server for everything; anything else is
@@ -343,14 +344,14 @@ type GatewayConfig struct {
 }
 
 // The fronts of ServeConfig.Front and GatewayConfig.Front: proxy's kinds
-// of front (proxy.FrontConfig.Kind).
+// of front (front.Config.Kind).
 const (
-	FrontNetHTTP  = proxy.FrontNetHTTP
-	FrontFastHTTP = proxy.FrontFastHTTP
+	FrontNetHTTP  = front.NetHTTP
+	FrontFastHTTP = front.FastHTTP
 )
 
 // DefaultFront is the front "" stands for: FrontFastHTTP.
-func DefaultFront() string { return proxy.DefaultFront() }
+func DefaultFront() string { return front.Default() }
 
 // Addrs are the bound addresses of a running process ("" when not served).
 type Addrs struct {
@@ -521,7 +522,7 @@ func instance(listen string) apiv1.GatewayInstance {
 type server struct {
 	name  string
 	ln    net.Listener
-	front proxy.Front
+	front front.Front
 	// ready, when non-nil, holds off accepting until it is closed: the
 	// listener is bound (its address known, connections queue in the
 	// kernel's backlog) but no connection is taken before then. A gateway's
@@ -529,13 +530,13 @@ type server struct {
 	ready <-chan struct{}
 }
 
-// listenFront binds addr for the proxy px on front: FrontFastHTTP or
-// FrontNetHTTP ("": DefaultFront), with the timeouts and cap of l,
+// listenFront binds addr for the proxy px on kind: front.FastHTTP or
+// front.NetHTTP ("": front.Default()), with the timeouts and cap of l,
 // serving TLS with tlsConfig when it is non-nil; any other front is an
-// error (proxy.NewFront).
-func listenFront(front, addr string, px *proxy.Proxy, l Limits, tlsConfig *tls.Config, log *slog.Logger) (*server, error) {
-	f, err := proxy.NewFront(px, proxy.FrontConfig{
-		Kind:              front,
+// error (front.New).
+func listenFront(kind, addr string, px *proxy.Proxy, l Limits, tlsConfig *tls.Config, log *slog.Logger) (*server, error) {
+	f, err := front.New(px, front.Config{
+		Kind:              kind,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
 		MaxConns:          l.MaxConns,
@@ -559,23 +560,23 @@ func listenAdmin(name, addr string, h http.Handler, l Limits, tlsConfig *tls.Con
 		ReadTimeout:       l.AdminReadTimeout,
 		IdleTimeout:       l.IdleTimeout,
 	}
-	return listen(name, addr, proxy.NewHTTPServerFront(srv, tlsConfig, l.AdminMaxConns))
+	return listen(name, addr, front.NewServerFront(srv, tlsConfig, l.AdminMaxConns))
 }
 
-// listen binds addr for front.
-func listen(name, addr string, front proxy.Front) (*server, error) {
+// listen binds addr for f.
+func listen(name, addr string, f front.Front) (*server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s listener: %w", name, err)
 	}
-	return &server{name: name, ln: ln, front: front}, nil
+	return &server{name: name, ln: ln, front: f}, nil
 }
 
 func (s *server) addr() string { return s.ln.Addr().String() }
 
 // serveHTTP serves every server under g: each until ctx is done, then it is
 // shut down gracefully (shutdownTimeout at most, then its front closes
-// what it can: see proxy.NewFront). A listener that fails returns its
+// what it can: see front.New). A listener that fails returns its
 // error to g, which stops the process.
 func serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger, shutdownTimeout time.Duration, servers ...*server) {
 	for _, s := range servers {

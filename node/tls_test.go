@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/dwara/dwara/db/dbtest"
-	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/dwara/dwara/gateway/proxy/httpfront"
 	"github.com/dwara/dwara/internal/testcert"
 )
 
@@ -124,7 +124,7 @@ func readAll(t *testing.T, resp *http.Response) string {
 }
 
 // TestHTTP2MaxFrameSize: on each front the proxy's HTTP/2 server announces
-// SETTINGS_MAX_FRAME_SIZE proxy.MaxReadFrameSize (16 KiB) in its first SETTINGS
+// SETTINGS_MAX_FRAME_SIZE httpfront.MaxReadFrameSize (16 KiB) in its first SETTINGS
 // frame, not Go's 1 MiB, so a larger frame is a FRAME_SIZE_ERROR (h2spec
 // 4.2 #3, which cmd/dwara's TestH2spec runs).
 func TestHTTP2MaxFrameSize(t *testing.T) {
@@ -144,8 +144,8 @@ func TestHTTP2MaxFrameSize(t *testing.T) {
 			gw := startGateway(t, c)
 			gw.waitApplied(t, 1)
 			const settingMaxFrameSize = 0x5
-			if got, ok := serverSettings(t, gw.Proxy, cert)[settingMaxFrameSize]; !ok || got != proxy.MaxReadFrameSize {
-				t.Errorf("SETTINGS_MAX_FRAME_SIZE = %d (announced: %v), want %d", got, ok, proxy.MaxReadFrameSize)
+			if got, ok := serverSettings(t, gw.Proxy, cert)[settingMaxFrameSize]; !ok || got != httpfront.MaxReadFrameSize {
+				t.Errorf("SETTINGS_MAX_FRAME_SIZE = %d (announced: %v), want %d", got, ok, httpfront.MaxReadFrameSize)
 			}
 		})
 	}

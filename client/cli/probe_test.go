@@ -9,6 +9,7 @@ import (
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/dwara/dwara/gateway/proxy/httpfront"
 )
 
 // TestProbe publishes a 100/0 split whose service declares an override
@@ -40,7 +41,7 @@ func TestProbe(t *testing.T) {
 	if err := px.Apply(b.Parsed(t), a.current(t).ID); err != nil {
 		t.Fatal(err)
 	}
-	gw := httptest.NewServer(px)
+	gw := httptest.NewServer(httpfront.Handler(px))
 	t.Cleanup(gw.Close)
 
 	out := a.must(t, "probe", "api", "--proxy", gw.URL, "--count", "7")

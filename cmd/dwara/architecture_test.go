@@ -14,7 +14,7 @@ import (
 // is added to the table, and to the README, on purpose.
 var allowedImports = map[string][]string{
 	"cmd/dwara":                {"client/cli", "db", "node"},
-	"node":                     {"api", "api/apiv1", "db", "demo", "gateway/config", "gateway/fleet", "gateway/proxy", "gateway/source", "web"},
+	"node":                     {"api", "api/apiv1", "db", "demo", "gateway/config", "gateway/fleet", "gateway/proxy", "gateway/proxy/front", "gateway/source", "web"},
 	"client/cli":               {"api/apiv1", "client", "gateway/config", "gateway/config/httproute"},
 	"client":                   {"api/apiv1"},
 	"api":                      {"api/apiv1", "db", "gateway/canary", "gateway/config", "openapi", "web"},
@@ -26,6 +26,9 @@ var allowedImports = map[string][]string{
 	"gateway/fleet":            {"api/apiv1", "db", "gateway/canary", "gateway/config", "gateway/proxy"},
 	"gateway/canary":           {"api/apiv1", "gateway/config"},
 	"gateway/proxy":            {"api/apiv1", "gateway/affinity", "gateway/balance", "gateway/canary", "gateway/config", "gateway/health", "gateway/split"},
+	"gateway/proxy/front":      {"gateway/proxy", "gateway/proxy/fastfront", "gateway/proxy/httpfront"},
+	"gateway/proxy/fastfront":  {"api/apiv1", "gateway/proxy"},
+	"gateway/proxy/httpfront":  {"api/apiv1", "gateway/proxy"},
 	"gateway/health":           {"gateway/balance", "gateway/config"},
 	"gateway/balance":          {"gateway/config", "gateway/split"},
 	"gateway/config":           {"gateway/split"},
@@ -103,4 +106,54 @@ func trackedDirs(t *testing.T) map[string]bool {
 		dirs[path.Dir(strings.TrimSpace(f))] = true
 	}
 	return dirs
+}
+
+// serverLibraries are the HTTP server libraries: only the fronts
+// (gateway/proxy/fastfront, httpfront, front) import them.
+var serverLibraries = []string{"github.com/valyala/fasthttp", "net/http"}
+
+// TestCoreImportsNoServer checks that the forwarding core (gateway/proxy,
+// tests excluded) imports no HTTP server library (fasthttp, net/http or
+// any net/http/... package), and that node imports no fasthttp: it knows
+// the fronts only through gateway/proxy/front.
+func TestCoreImportsNoServer(t *testing.T) {
+	t.Parallel()
+	const module = "github.com/dwara/dwara/"
+	imports := func(pkg string) []string {
+		out, err := exec.CommandContext(t.Context(), "go", "list", "-f", `{{join .Imports " "}}`, module+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		return strings.Fields(string(out))
+	}
+	if bad := serverImports(imports("gateway/proxy"), serverLibraries); len(bad) > 0 {
+		t.Errorf("gateway/proxy imports %v; the core imports no HTTP server library", bad)
+	}
+	if bad := serverImports(imports("node"), serverLibraries[:1]); len(bad) > 0 {
+		t.Errorf("node imports %v; it knows the fronts only through gateway/proxy/front", bad)
+	}
+}
+
+// serverImports returns the imports that are one of libs or under one
+// of them (net/http/httputil is under net/http).
+func serverImports(imports, libs []string) []string {
+	var bad []string
+	for _, imp := range imports {
+		for _, lib := range libs {
+			if imp == lib || strings.HasPrefix(imp, lib+"/") {
+				bad = append(bad, imp)
+			}
+		}
+	}
+	return bad
+}
+
+// TestServerImports: serverImports finds a library and the packages under
+// it, and nothing else, so that TestCoreImportsNoServer can fail.
+func TestServerImports(t *testing.T) {
+	t.Parallel()
+	got := serverImports([]string{"net", "net/http/httputil", "net/http", "net/httpx", "github.com/valyala/fasthttp", "io"}, serverLibraries)
+	if want := []string{"net/http/httputil", "net/http", "github.com/valyala/fasthttp"}; !slices.Equal(got, want) {
+		t.Errorf("serverImports = %v, want %v", got, want)
+	}
 }

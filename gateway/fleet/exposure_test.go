@@ -22,6 +22,7 @@ import (
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/dwara/dwara/gateway/proxy/httpfront"
 )
 
 // runWriter runs w until the test ends.
@@ -95,7 +96,7 @@ func TestExposuresThroughTheAPI(t *testing.T) {
 	var written atomic.Int64
 	runWriter(t, &ExposureWriter{Store: store, Instance: "i-1", Queue: q, Interval: 20 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler), Flushed: func(n int) { written.Add(int64(n)) }})
-	front := httptest.NewServer(px)
+	front := httptest.NewServer(httpfront.Handler(px))
 	t.Cleanup(front.Close)
 
 	served := map[string]int{}

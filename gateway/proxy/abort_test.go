@@ -88,7 +88,7 @@ func TestAbortedAnswersLeaveStateBalanced(t *testing.T) {
 					}
 					for _, ep := range gone.endpoints {
 						if n := ep.state.Inflight(); n != 0 {
-							t.Errorf("endpoint %s: %d in flight after the aborted requests, want 0", ep.addr, n)
+							t.Errorf("endpoint %s: %d in flight after the aborted requests, want 0", ep.Addr, n)
 						}
 					}
 					for range 40 {

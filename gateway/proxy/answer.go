@@ -10,11 +10,11 @@ import (
 
 // An endpoint's answer, read the same way on every front: the head is
 // buffered whole in the connection's reader (bufferAnswerHead), parsed in
-// place into an answerHead (status, field lines as spans over the
+// place into an AnswerHead (status, field lines as spans over the
 // buffered bytes, framing, whether the connection may carry another
 // exchange), then its body is read through an answerBody, and the head
-// is copied to the client by copyAnswer into the front's own header
-// (an answerSink). Nothing here allocates once an answerHead's slices
+// is copied to the client by CopyAnswer into the front's own header
+// (an AnswerSink). Nothing here allocates once an AnswerHead's slices
 // have grown to an answer's size: a connection keeps its head and body
 // reader across the answers it carries.
 //
@@ -37,45 +37,45 @@ import (
 // "Connection: keep-alive", after "Connection: close", or after a body
 // that ran to the close.
 
-// answerField is one field line of an answer head or trailer section,
+// AnswerField is one field line of an answer head or trailer section,
 // its value without the whitespace around it. Both alias the bytes the
 // head was parsed from.
-type answerField struct{ name, value []byte }
+type AnswerField struct{ Name, Value []byte }
 
-// answerFraming is how an answer's body is delimited.
-type answerFraming uint8
+// Framing is how an answer's body is delimited.
+type Framing uint8
 
 const (
-	bodyNone    answerFraming = iota // no body (HEAD, 1xx, 204, 304)
-	bodyLength                       // Content-Length
-	bodyChunked                      // the chunked transfer coding
-	bodyToClose                      // until the endpoint closes
+	bodyNone    Framing = iota // no body (HEAD, 1xx, 204, 304)
+	BodyLength                 // Content-Length
+	BodyChunked                // the chunked transfer coding
+	bodyToClose                // until the endpoint closes
 )
 
-// answerHead is a parsed answer head. Its spans alias the bytes it was
+// AnswerHead is a parsed answer head. Its spans alias the bytes it was
 // parsed from: for an answer read from a connection, the connection's
-// buffer, so they are valid until its body is read (copyAnswer runs
+// buffer, so they are valid until its body is read (CopyAnswer runs
 // first); the trailers, read at the end of a chunked body, until the
 // connection is read again. The zero value is ready to use; it is reused
 // answer after answer.
-type answerHead struct {
+type AnswerHead struct {
 	minor  int // HTTP/1.minor
-	status int
-	fields []answerField
+	Status int
+	Fields []AnswerField
 	// conn holds the tokens of every Connection line, trailers the
 	// trailer section of a chunked body once it has been read.
 	conn     [][]byte
-	trailers []answerField
-	// length is the Content-Length, -1 when there is none (even when the
+	Trailers []AnswerField
+	// Length is the Content-Length, -1 when there is none (even when the
 	// framing is not bodyLength: a HEAD answer's length is its GET's).
-	length  int64
-	framing answerFraming
-	// close: the connection may not carry another exchange.
-	close bool
+	Length  int64
+	Framing Framing
+	// Close: the connection may not carry another exchange.
+	Close bool
 }
 
 // The ways an answer head is malformed; the callers answer 502 for any
-// (exchangeFailure).
+// (ExchangeFailure).
 var (
 	errAnswerStatusLine     = errors.New("malformed upstream answer: bad status line")
 	errAnswerFieldName      = errors.New("malformed upstream answer: field name is not a token")
@@ -90,7 +90,7 @@ var (
 )
 
 // answerFieldErrors is the error of each fault of an answer's field line
-// (splitField).
+// (SplitField).
 var answerFieldErrors = [...]error{
 	fieldObsFold:    errAnswerObsFold,
 	fieldNoColon:    errAnswerNoColon,
@@ -119,9 +119,9 @@ func nextLine(b []byte) (line, rest []byte) {
 
 // parse parses b, a whole answer head through its empty line, for a
 // request that was a HEAD when head is true.
-func (a *answerHead) parse(b []byte, head bool) error {
-	a.fields, a.conn, a.trailers = a.fields[:0], a.conn[:0], a.trailers[:0]
-	a.length, a.framing, a.close = -1, bodyNone, false
+func (a *AnswerHead) parse(b []byte, head bool) error {
+	a.Fields, a.conn, a.Trailers = a.Fields[:0], a.conn[:0], a.Trailers[:0]
+	a.Length, a.Framing, a.Close = -1, bodyNone, false
 	line, b := nextLine(b)
 	if len(line) < 12 || string(line[:7]) != "HTTP/1." || !isDigit(line[7]) || line[8] != ' ' ||
 		!isDigit(line[9]) || !isDigit(line[10]) || !isDigit(line[11]) ||
@@ -129,37 +129,37 @@ func (a *answerHead) parse(b []byte, head bool) error {
 		return errAnswerStatusLine
 	}
 	a.minor = int(line[7] - '0')
-	a.status = int(line[9]-'0')*100 + int(line[10]-'0')*10 + int(line[11]-'0')
+	a.Status = int(line[9]-'0')*100 + int(line[10]-'0')*10 + int(line[11]-'0')
 	var err error
-	if a.fields, err = parseFields(b, a.fields); err != nil {
+	if a.Fields, err = parseFields(b, a.Fields); err != nil {
 		return err
 	}
 	keepAlive, te, lastChunked := false, false, false
-	for _, f := range a.fields {
+	for _, f := range a.Fields {
 		switch {
-		case equalFoldASCII(f.name, "Content-Length"):
-			if err := a.addLength(f.value); err != nil {
+		case EqualFoldASCII(f.Name, "Content-Length"):
+			if err := a.addLength(f.Value); err != nil {
 				return err
 			}
-		case equalFoldASCII(f.name, "Transfer-Encoding"):
+		case EqualFoldASCII(f.Name, "Transfer-Encoding"):
 			te = true
-			for v := f.value; len(v) > 0; {
+			for v := f.Value; len(v) > 0; {
 				var c []byte
 				c, v = cutToken(v)
 				if len(c) > 0 {
-					lastChunked = equalFoldASCII(c, "chunked")
+					lastChunked = EqualFoldASCII(c, "chunked")
 				}
 			}
-		case equalFoldASCII(f.name, "Connection"):
-			for v := f.value; len(v) > 0; {
+		case EqualFoldASCII(f.Name, "Connection"):
+			for v := f.Value; len(v) > 0; {
 				var c []byte
 				c, v = cutToken(v)
 				switch {
 				case len(c) == 0:
 					continue
-				case equalFoldASCII(c, "close"):
-					a.close = true
-				case equalFoldASCII(c, "keep-alive"):
+				case EqualFoldASCII(c, "close"):
+					a.Close = true
+				case EqualFoldASCII(c, "keep-alive"):
 					keepAlive = true
 				}
 				a.conn = append(a.conn, c)
@@ -167,29 +167,29 @@ func (a *answerHead) parse(b []byte, head bool) error {
 		}
 	}
 	switch {
-	case head || a.status < 200 || a.status == 204 || a.status == 304:
-		a.framing = bodyNone
+	case head || a.Status < 200 || a.Status == 204 || a.Status == 304:
+		a.Framing = bodyNone
 	case te && lastChunked:
-		a.framing = bodyChunked
+		a.Framing = BodyChunked
 	case te:
-		a.framing = bodyToClose
-	case a.length >= 0:
-		a.framing = bodyLength
+		a.Framing = bodyToClose
+	case a.Length >= 0:
+		a.Framing = BodyLength
 	default:
-		a.framing = bodyToClose
+		a.Framing = bodyToClose
 	}
 	// Transfer-Encoding beside Content-Length: the former frames the body,
 	// but a peer may have framed it by the latter, so nothing more is
 	// trusted on the connection.
-	if te && a.length >= 0 || a.framing == bodyToClose || a.minor == 0 && !keepAlive {
-		a.close = true
+	if te && a.Length >= 0 || a.Framing == bodyToClose || a.minor == 0 && !keepAlive {
+		a.Close = true
 	}
 	return nil
 }
 
 // addLength adds the values of a Content-Length line: each must be the
 // same as every other.
-func (a *answerHead) addLength(v []byte) error {
+func (a *AnswerHead) addLength(v []byte) error {
 	if len(v) == 0 {
 		return errAnswerContentLength
 	}
@@ -197,10 +197,10 @@ func (a *answerHead) addLength(v []byte) error {
 		var c []byte
 		c, v = cutToken(v)
 		n, ok := parseLength(c)
-		if !ok || a.length >= 0 && n != a.length {
+		if !ok || a.Length >= 0 && n != a.Length {
 			return errAnswerContentLength
 		}
-		a.length = n
+		a.Length = n
 	}
 	return nil
 }
@@ -209,30 +209,30 @@ func (a *answerHead) addLength(v []byte) error {
 // v, without the whitespace around it, and the rest after its comma.
 func cutToken(v []byte) (tok, rest []byte) {
 	tok, rest, _ = bytes.Cut(v, []byte{','})
-	return trimOWS(tok), rest
+	return TrimOWS(tok), rest
 }
 
 // parseFields appends the field lines of b, through the empty line that
 // ends them (or the end of b), to fields.
-func parseFields(b []byte, fields []answerField) ([]answerField, error) {
+func parseFields(b []byte, fields []AnswerField) ([]AnswerField, error) {
 	for len(b) > 0 {
 		var line []byte
 		line, b = nextLine(b)
 		if len(line) == 0 {
 			break
 		}
-		name, value, fault := splitField(line)
-		if fault != fieldOK {
+		name, value, fault := SplitField(line)
+		if fault != FieldOK {
 			return fields, answerFieldErrors[fault]
 		}
-		fields = append(fields, answerField{name: name, value: value})
+		fields = append(fields, AnswerField{Name: name, Value: value})
 	}
 	return fields, nil
 }
 
-// named reports whether a Connection line of the answer names the field
+// Named reports whether a Connection line of the answer names the field
 // k, which makes it hop-by-hop.
-func (a *answerHead) named(k []byte) bool {
+func (a *AnswerHead) Named(k []byte) bool {
 	for _, c := range a.conn {
 		if bytes.EqualFold(c, k) {
 			return true
@@ -241,52 +241,52 @@ func (a *answerHead) named(k []byte) bool {
 	return false
 }
 
-// bodyLength is the Content-Length of a body framed by it, else -1.
-func (a *answerHead) bodyLength() int {
-	if a.framing != bodyLength {
+// BodyLength is the Content-Length of a body framed by it, else -1.
+func (a *AnswerHead) BodyLength() int {
+	if a.Framing != BodyLength {
 		return -1
 	}
-	return int(a.length)
+	return int(a.Length)
 }
 
-// readAnswer reads the final answer head of the exchange on c, under the
+// ReadAnswer reads the final answer head of the exchange on c, under the
 // read deadline c has, into c.head, skipping interim answers (at most
 // maxInterimAnswers), and makes c.answer read its body. head is true for
 // an answer to HEAD; upgrade for a request that asked to switch
 // protocols, the only one a 101 is taken for. The head is buffered whole
 // first (bufferAnswerHead: over 16 KiB is errAnswerHeadTooLarge,
 // counted in w).
-func (c *upConn) readAnswer(w *protocolWatch, head, upgrade bool) error {
-	a := &c.head
+func (c *Conn) ReadAnswer(w *protocolWatch, head, upgrade bool) error {
+	a := &c.Head
 	for n := 0; ; n++ {
-		size, err := bufferAnswerHead(c.br, w)
+		size, err := bufferAnswerHead(c.Reader, w)
 		if err != nil {
 			return err
 		}
-		b, _ := c.br.Peek(size)
+		b, _ := c.Reader.Peek(size)
 		err = a.parse(b, head)
-		_, _ = c.br.Discard(size)
+		_, _ = c.Reader.Discard(size)
 		if err != nil {
 			return err
 		}
-		if a.status >= 200 || a.status == 101 {
+		if a.Status >= 200 || a.Status == 101 {
 			break
 		}
 		if n >= maxInterimAnswers {
 			return errAnswerTooManyInterim
 		}
 	}
-	if a.status == 101 && !upgrade {
+	if a.Status == 101 && !upgrade {
 		return errAnswerUnaskedSwitch
 	}
-	c.answer.reset(c.br, a)
+	c.answer.reset(c.Reader, a)
 	return nil
 }
 
 // ReadTrailer reads the trailer section after a chunked body's last chunk
 // from br, through its empty line, into a.trailers: chunkedBody's
 // trailerReader.
-func (a *answerHead) ReadTrailer(br *bufio.Reader) error {
+func (a *AnswerHead) ReadTrailer(br *bufio.Reader) error {
 	n, full, err := bufferUntil(br, fieldsEnd)
 	switch {
 	case full:
@@ -295,12 +295,12 @@ func (a *answerHead) ReadTrailer(br *bufio.Reader) error {
 		return err
 	}
 	b, _ := br.Peek(n)
-	a.trailers, err = parseFields(b, a.trailers[:0])
+	a.Trailers, err = parseFields(b, a.Trailers[:0])
 	_, _ = br.Discard(n)
 	return err
 }
 
-// fieldsEnd is answerHeadEnd for a section of field lines with no start
+// fieldsEnd is AnswerHeadEnd for a section of field lines with no start
 // line, which may be only its empty line.
 func fieldsEnd(b []byte) int {
 	switch {
@@ -311,7 +311,7 @@ func fieldsEnd(b []byte) int {
 	case len(b) < 2:
 		return -1
 	}
-	return answerHeadEnd(b)
+	return AnswerHeadEnd(b)
 }
 
 // answerBody reads an answer's body from the connection as its head
@@ -320,22 +320,22 @@ func fieldsEnd(b []byte) int {
 // end. A connection keeps one, reset for each answer.
 type answerBody struct {
 	br      *bufio.Reader
-	framing answerFraming
+	framing Framing
 	left    int64 // of a Content-Length body
 	chunked chunkedBody
 }
 
 // reset makes b read the body a frames from br.
-func (b *answerBody) reset(br *bufio.Reader, a *answerHead) {
-	b.br, b.framing, b.left = br, a.framing, a.length
-	if a.framing == bodyChunked {
+func (b *answerBody) reset(br *bufio.Reader, a *AnswerHead) {
+	b.br, b.framing, b.left = br, a.Framing, a.Length
+	if a.Framing == BodyChunked {
 		b.chunked.reset(br, a)
 	}
 }
 
 func (b *answerBody) Read(p []byte) (int, error) {
 	switch b.framing {
-	case bodyChunked:
+	case BodyChunked:
 		return b.chunked.Read(p)
 	case bodyToClose:
 		return b.br.Read(p)
@@ -356,56 +356,56 @@ func (b *answerBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// answerStream is the body of c's last answer to stream, nil when it
+// AnswerStream is the body of c's last answer to stream, nil when it
 // has none.
-func (c *upConn) answerStream() io.Reader {
-	if c.head.framing == bodyNone {
+func (c *Conn) AnswerStream() io.Reader {
+	if c.Head.Framing == bodyNone {
 		return nil
 	}
 	return &c.answer
 }
 
-// answerSink is a front's header of the answer it writes to its client,
-// which copyAnswer fills in. Implementations are pointers, so that
+// AnswerSink is a front's header of the answer it writes to its client,
+// which CopyAnswer fills in. Implementations are pointers, so that
 // passing one allocates nothing.
-type answerSink interface {
-	// field adds a field line.
-	field(name, value []byte)
-	// trailer announces the trailer fields value lists.
-	trailer(value []byte)
-	// end ends the head: rid as X-Request-Id unless it is "" (the
+type AnswerSink interface {
+	// Field adds a field line.
+	Field(name, value []byte)
+	// Trailer announces the trailer fields value lists.
+	Trailer(value []byte)
+	// End ends the head: rid as X-Request-Id unless it is "" (the
 	// endpoint set one), then the status. It comes last, so a sink may
 	// write the head then.
-	end(code int, rid string)
+	End(code int, rid string)
 }
 
-// copyAnswer copies the head of the endpoint's answer a to out: every
+// CopyAnswer copies the head of the endpoint's answer a to out: every
 // field but the hop-by-hop ones and the framing (skipResponseHeader),
 // those named in any Connection line, and Trailer, whose values are
 // announced as the answer's trailers; then rid as X-Request-Id unless the
 // endpoint set one, then the status. A field the front set before (a
 // sticky session's Set-Cookie) stays first, the endpoint's come after.
-func copyAnswer(a *answerHead, out answerSink, rid string) {
+func CopyAnswer(a *AnswerHead, out AnswerSink, rid string) {
 	hasRID := false
-	for _, f := range a.fields {
-		k := f.name
+	for _, f := range a.Fields {
+		k := f.Name
 		switch {
-		case equalFoldASCII(k, "Trailer"):
-			if !a.named(k) {
-				out.trailer(f.value)
+		case EqualFoldASCII(k, "Trailer"):
+			if !a.Named(k) {
+				out.Trailer(f.Value)
 			}
 			continue
-		case skipResponseHeader(b2s(k)) || a.named(k):
+		case skipResponseHeader(UnsafeString(k)) || a.Named(k):
 			continue
-		case equalFoldASCII(k, "X-Request-Id"):
+		case EqualFoldASCII(k, "X-Request-Id"):
 			hasRID = true
 		}
-		out.field(k, f.value)
+		out.Field(k, f.Value)
 	}
 	if hasRID {
 		rid = ""
 	}
-	out.end(a.status, rid)
+	out.End(a.Status, rid)
 }
 
 // skipResponseHeader reports whether the endpoint's field k is not copied
@@ -432,15 +432,15 @@ func skipResponseHeader(k string) bool {
 	return false
 }
 
-// formatLength is n in decimal, for a Content-Length written anew.
-func formatLength(n int64) string { return strconv.FormatInt(n, 10) }
+// FormatLength is n in decimal, for a Content-Length written anew.
+func FormatLength(n int64) string { return strconv.FormatInt(n, 10) }
 
-// first is the value of the answer's first field name, nil when it has
+// First is the value of the answer's first field name, nil when it has
 // none.
-func (a *answerHead) first(name string) []byte {
-	for _, f := range a.fields {
-		if equalFoldASCII(f.name, name) {
-			return f.value
+func (a *AnswerHead) First(name string) []byte {
+	for _, f := range a.Fields {
+		if EqualFoldASCII(f.Name, name) {
+			return f.Value
 		}
 	}
 	return nil

@@ -27,7 +27,7 @@ func TestAnswerHeadParse(t *testing.T) {
 		status  int
 		minor   int
 		fields  int
-		framing answerFraming
+		framing Framing
 		length  int64
 		close   bool
 	}
@@ -37,24 +37,24 @@ func TestAnswerHeadParse(t *testing.T) {
 		want     want
 		err      error
 	}{
-		{name: "length", in: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", want: want{200, 1, 1, bodyLength, 2, false}},
-		{name: "no-reason", in: "HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n", want: want{200, 1, 1, bodyLength, 0, false}},
-		{name: "same-lengths", in: "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3, 3\r\n\r\n", want: want{200, 1, 2, bodyLength, 3, false}},
-		{name: "chunked", in: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", want: want{200, 1, 1, bodyChunked, -1, false}},
-		{name: "chunked-last", in: "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", want: want{200, 1, 2, bodyChunked, -1, false}},
-		{name: "te-with-length", in: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n", want: want{200, 1, 2, bodyChunked, 2, true}},
+		{name: "length", in: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", want: want{200, 1, 1, BodyLength, 2, false}},
+		{name: "no-reason", in: "HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n", want: want{200, 1, 1, BodyLength, 0, false}},
+		{name: "same-lengths", in: "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3, 3\r\n\r\n", want: want{200, 1, 2, BodyLength, 3, false}},
+		{name: "chunked", in: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", want: want{200, 1, 1, BodyChunked, -1, false}},
+		{name: "chunked-last", in: "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", want: want{200, 1, 2, BodyChunked, -1, false}},
+		{name: "te-with-length", in: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n", want: want{200, 1, 2, BodyChunked, 2, true}},
 		{name: "te-not-chunked", in: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", want: want{200, 1, 1, bodyToClose, -1, true}},
 		{name: "to-close", in: "HTTP/1.1 200 OK\r\n\r\n", want: want{200, 1, 0, bodyToClose, -1, true}},
 		{name: "204", in: "HTTP/1.1 204 No Content\r\n\r\n", want: want{204, 1, 0, bodyNone, -1, false}},
 		{name: "304-length", in: "HTTP/1.1 304 Not Modified\r\nContent-Length: 44\r\n\r\n", want: want{304, 1, 1, bodyNone, 44, false}},
 		{name: "head", in: "HTTP/1.1 200 OK\r\nContent-Length: 44\r\n\r\n", head: true, want: want{200, 1, 1, bodyNone, 44, false}},
 		{name: "interim", in: "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", want: want{103, 1, 1, bodyNone, -1, false}},
-		{name: "http10", in: "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n", want: want{200, 0, 1, bodyLength, 2, true}},
-		{name: "http10-keep-alive", in: "HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 2\r\n\r\n", want: want{200, 0, 2, bodyLength, 2, false}},
-		{name: "close", in: "HTTP/1.1 200 OK\r\nConnection: x, close\r\nContent-Length: 2\r\n\r\n", want: want{200, 1, 2, bodyLength, 2, true}},
-		{name: "bare-lf", in: "HTTP/1.1 200 OK\nContent-Length: 2\nX-A:  v \n\n", want: want{200, 1, 2, bodyLength, 2, false}},
-		{name: "obs-text", in: "HTTP/1.1 200 OK\r\nX-A: caf\xc3\xa9\t!\r\nContent-Length: 0\r\n\r\n", want: want{200, 1, 2, bodyLength, 0, false}},
-		{name: "five-connection", in: fiveConnection, want: want{200, 1, 12, bodyLength, 2, false}},
+		{name: "http10", in: "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n", want: want{200, 0, 1, BodyLength, 2, true}},
+		{name: "http10-keep-alive", in: "HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 2\r\n\r\n", want: want{200, 0, 2, BodyLength, 2, false}},
+		{name: "close", in: "HTTP/1.1 200 OK\r\nConnection: x, close\r\nContent-Length: 2\r\n\r\n", want: want{200, 1, 2, BodyLength, 2, true}},
+		{name: "bare-lf", in: "HTTP/1.1 200 OK\nContent-Length: 2\nX-A:  v \n\n", want: want{200, 1, 2, BodyLength, 2, false}},
+		{name: "obs-text", in: "HTTP/1.1 200 OK\r\nX-A: caf\xc3\xa9\t!\r\nContent-Length: 0\r\n\r\n", want: want{200, 1, 2, BodyLength, 0, false}},
+		{name: "five-connection", in: fiveConnection, want: want{200, 1, 12, BodyLength, 2, false}},
 
 		{name: "differing-lengths", in: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", err: errAnswerContentLength},
 		{name: "differing-list", in: "HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\n", err: errAnswerContentLength},
@@ -77,7 +77,7 @@ func TestAnswerHeadParse(t *testing.T) {
 		{name: "obs-fold", in: "HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\n\r\n", err: errAnswerObsFold},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var a answerHead
+			var a AnswerHead
 			err := a.parse([]byte(tc.in), tc.head)
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) {
@@ -88,7 +88,7 @@ func TestAnswerHeadParse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := want{a.status, a.minor, len(a.fields), a.framing, a.length, a.close}
+			got := want{a.Status, a.minor, len(a.Fields), a.Framing, a.Length, a.Close}
 			if got != tc.want {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
@@ -100,13 +100,13 @@ func TestAnswerHeadParse(t *testing.T) {
 // trimmed, and the tokens of every Connection line, not just the first.
 func TestAnswerHeadFields(t *testing.T) {
 	t.Parallel()
-	var a answerHead
+	var a AnswerHead
 	if err := a.parse([]byte("HTTP/1.1 200 OK\nX-A: \t v w \t\nx-b:\n\n"), false); err != nil {
 		t.Fatal(err)
 	}
-	if len(a.fields) != 2 || string(a.fields[0].name) != "X-A" || string(a.fields[0].value) != "v w" ||
-		string(a.fields[1].name) != "x-b" || string(a.fields[1].value) != "" {
-		t.Errorf("fields = %q", a.fields)
+	if len(a.Fields) != 2 || string(a.Fields[0].Name) != "X-A" || string(a.Fields[0].Value) != "v w" ||
+		string(a.Fields[1].Name) != "x-b" || string(a.Fields[1].Value) != "" {
+		t.Errorf("fields = %q", a.Fields)
 	}
 	if err := a.parse([]byte(fiveConnection), false); err != nil {
 		t.Fatal(err)
@@ -131,49 +131,49 @@ func TestReadAnswer(t *testing.T) {
 		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n2\r\nok\r\n0\r\nX-Sum: 42\r\n\r\n" +
 		"HTTP/1.1 204 No Content\r\n\r\n" +
 		"HTTP/1.1 200 OK\r\n\r\nto the close"
-	c := &upConn{br: bufio.NewReaderSize(strings.NewReader(stream), connBufferSize)}
+	c := &Conn{Reader: bufio.NewReaderSize(strings.NewReader(stream), ConnBufferSize)}
 	for i, want := range []struct {
 		status int
 		body   string
 		close  bool
 	}{{200, "hello", false}, {200, "ok", false}, {204, "", false}, {200, "to the close", true}} {
-		if err := c.readAnswer(nil, false, false); err != nil {
+		if err := c.ReadAnswer(nil, false, false); err != nil {
 			t.Fatalf("answer %d: %v", i, err)
 		}
 		var body []byte
-		if s := c.answerStream(); s != nil {
+		if s := c.AnswerStream(); s != nil {
 			var err error
 			if body, err = io.ReadAll(s); err != nil {
 				t.Fatalf("answer %d: body: %v", i, err)
 			}
 		}
-		if c.head.status != want.status || string(body) != want.body || c.head.close != want.close {
-			t.Errorf("answer %d: %d %q close=%v, want %d %q close=%v", i, c.head.status, body, c.head.close, want.status, want.body, want.close)
+		if c.Head.Status != want.status || string(body) != want.body || c.Head.Close != want.close {
+			t.Errorf("answer %d: %d %q close=%v, want %d %q close=%v", i, c.Head.Status, body, c.Head.Close, want.status, want.body, want.close)
 		}
-		if i == 1 && (len(c.head.trailers) != 1 || string(c.head.trailers[0].value) != "42") {
-			t.Errorf("trailers = %q, want X-Sum: 42", c.head.trailers)
+		if i == 1 && (len(c.Head.Trailers) != 1 || string(c.Head.Trailers[0].Value) != "42") {
+			t.Errorf("trailers = %q, want X-Sum: 42", c.Head.Trailers)
 		}
 	}
 
 	interim := strings.Repeat("HTTP/1.1 100 Continue\r\n\r\n", 9) + "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
-	c = &upConn{br: bufio.NewReader(strings.NewReader(interim))}
-	if err := c.readAnswer(nil, false, false); !errors.Is(err, errAnswerTooManyInterim) {
+	c = &Conn{Reader: bufio.NewReader(strings.NewReader(interim))}
+	if err := c.ReadAnswer(nil, false, false); !errors.Is(err, errAnswerTooManyInterim) {
 		t.Errorf("nine interim answers: err = %v, want %v", err, errAnswerTooManyInterim)
 	}
 	const switched = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
-	c = &upConn{br: bufio.NewReader(strings.NewReader(switched))}
-	if err := c.readAnswer(nil, false, false); !errors.Is(err, errAnswerUnaskedSwitch) {
+	c = &Conn{Reader: bufio.NewReader(strings.NewReader(switched))}
+	if err := c.ReadAnswer(nil, false, false); !errors.Is(err, errAnswerUnaskedSwitch) {
 		t.Errorf("101 without an upgrade: err = %v, want %v", err, errAnswerUnaskedSwitch)
 	}
-	c = &upConn{br: bufio.NewReader(strings.NewReader(switched))}
-	if err := c.readAnswer(nil, false, true); err != nil || c.head.status != 101 || c.answerStream() != nil {
-		t.Errorf("101 to an upgrade: %v, status %d", err, c.head.status)
+	c = &Conn{Reader: bufio.NewReader(strings.NewReader(switched))}
+	if err := c.ReadAnswer(nil, false, true); err != nil || c.Head.Status != 101 || c.AnswerStream() != nil {
+		t.Errorf("101 to an upgrade: %v, status %d", err, c.Head.Status)
 	}
-	c = &upConn{br: bufio.NewReader(strings.NewReader("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhel"))}
-	if err := c.readAnswer(nil, false, false); err != nil {
+	c = &Conn{Reader: bufio.NewReader(strings.NewReader("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhel"))}
+	if err := c.ReadAnswer(nil, false, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.ReadAll(c.answerStream()); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if _, err := io.ReadAll(c.AnswerStream()); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("cut body: err = %v, want %v", err, io.ErrUnexpectedEOF)
 	}
 }
@@ -183,15 +183,15 @@ func TestReadAnswer(t *testing.T) {
 func TestReadAnswerAllocs(t *testing.T) {
 	const answer = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nDate: x\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok"
 	var r strings.Reader
-	c := &upConn{br: bufio.NewReaderSize(&r, connBufferSize)}
+	c := &Conn{Reader: bufio.NewReaderSize(&r, ConnBufferSize)}
 	buf := make([]byte, 64)
 	read := func() {
 		r.Reset(answer)
-		c.br.Reset(&r)
-		if err := c.readAnswer(nil, false, false); err != nil {
+		c.Reader.Reset(&r)
+		if err := c.ReadAnswer(nil, false, false); err != nil {
 			t.Fatal(err)
 		}
-		if n, _ := io.ReadFull(c.answerStream(), buf[:2]); n != 2 {
+		if n, _ := io.ReadFull(c.AnswerStream(), buf[:2]); n != 2 {
 			t.Fatal("short body")
 		}
 	}
@@ -212,7 +212,7 @@ func TestCopyAnswer(t *testing.T) {
 		"X-A: 1\r\nX-B: 2\r\nX-C: 3\r\nX-D: 4\r\nX-E: 5\r\n" +
 		"Keep-Alive: timeout=5\r\nProxy-Connection: x\r\nUpgrade: h2\r\nTe: trailers\r\nTransfer-Encoding: chunked\r\n" +
 		"Trailer: X-Sum\r\nSet-Cookie: e=1\r\nX-Kept: yes\r\n\r\n"
-	var a answerHead
+	var a AnswerHead
 	if err := a.parse([]byte(in), false); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestCopyAnswer(t *testing.T) {
 	t.Run("fasthttp", func(t *testing.T) {
 		var out fasthttp.ResponseHeader
 		out.Add("Set-Cookie", "g=1")
-		copyAnswer(&a, (*fastAnswer)(&out), "rid-1")
+		CopyAnswer(&a, FastAnswerHook(&out), "rid-1")
 		if out.StatusCode() != 201 {
 			t.Errorf("status = %d", out.StatusCode())
 		}
@@ -250,7 +250,7 @@ func TestCopyAnswer(t *testing.T) {
 	t.Run("nethttp", func(t *testing.T) {
 		rec := httptest.NewRecorder()
 		rec.Header()["Set-Cookie"] = []string{"g=1"}
-		copyAnswer(&a, (*stdAnswer)(&statusWriter{ResponseWriter: rec}), "rid-1")
+		CopyAnswer(&a, StdAnswerHook(rec), "rid-1")
 		h := rec.Result().Header
 		if rec.Code != 201 {
 			t.Errorf("status = %d", rec.Code)
@@ -272,17 +272,17 @@ func TestCopyAnswer(t *testing.T) {
 	})
 
 	t.Run("endpoint-request-id", func(t *testing.T) {
-		var b answerHead
+		var b AnswerHead
 		if err := b.parse([]byte("HTTP/1.1 200 OK\r\nx-request-id: theirs\r\n\r\n"), false); err != nil {
 			t.Fatal(err)
 		}
 		var out fasthttp.ResponseHeader
-		copyAnswer(&b, (*fastAnswer)(&out), "ours")
+		CopyAnswer(&b, FastAnswerHook(&out), "ours")
 		if got := out.PeekAll("X-Request-Id"); len(got) != 1 || string(got[0]) != "theirs" {
 			t.Errorf("X-Request-Id = %q, want the endpoint's only", got)
 		}
-		w := &statusWriter{ResponseWriter: httptest.NewRecorder()}
-		copyAnswer(&b, (*stdAnswer)(w), "ours")
+		w := httptest.NewRecorder()
+		CopyAnswer(&b, StdAnswerHook(w), "ours")
 		if got := w.Header()["X-Request-Id"]; !slices.Equal(got, []string{"theirs"}) {
 			t.Errorf("net/http: X-Request-Id = %q, want the endpoint's only", got)
 		}

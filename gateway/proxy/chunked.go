@@ -5,11 +5,12 @@ import (
 	"errors"
 	"io"
 	"math"
+	"strconv"
 )
 
 // chunkedBody decodes an endpoint's chunked answer body from br as RFC
 // 9112 section 7.1 frames it: a chunk size in hex with any number of
-// leading zeros and extensions ignored (chunkSizeLine, which the request
+// leading zeros and extensions ignored (ChunkSizeLine, which the request
 // side's head check parses with too), a size line ended by CRLF or a bare
 // LF and chunk data by CRLF (as Go's HTTP client reads them, so that
 // every front frames an answer alike), and after the last chunk the
@@ -28,7 +29,7 @@ type chunkedBody struct {
 var errBadChunk = errors.New("malformed chunked answer body")
 
 // trailerReader reads a trailer section through its empty line, keeping
-// the fields (answerHead does, into its trailers).
+// the fields (AnswerHead does, into its trailers).
 type trailerReader interface {
 	ReadTrailer(*bufio.Reader) error
 }
@@ -116,25 +117,25 @@ func (b *chunkedBody) sizeLine() (int64, error) {
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
 	}
-	size, _, ok := chunkSizeLine(line)
+	size, _, ok := ChunkSizeLine(line)
 	if !ok {
 		return 0, errBadChunk
 	}
 	return size, nil
 }
 
-// chunkSizeLine parses a chunk-size line without its line end (RFC 9112
+// ChunkSizeLine parses a chunk-size line without its line end (RFC 9112
 // section 7.1): hex digits, then optional whitespace and extensions (from
 // a ';'), no control character but tab. It returns the size and how many
 // digits it had, leading zeros included (any number: the callers bound
 // them as their peers need), and false for anything else or a size that
 // overflows an int64.
-func chunkSizeLine(line []byte) (size int64, digits int, ok bool) {
-	for ; digits < len(line) && isHex(line[digits]); digits++ {
+func ChunkSizeLine(line []byte) (size int64, digits int, ok bool) {
+	for ; digits < len(line) && IsHex(line[digits]); digits++ {
 		if size > math.MaxInt64>>4 {
 			return 0, 0, false
 		}
-		size = size<<4 | int64(unhex(line[digits]))
+		size = size<<4 | int64(Unhex(line[digits]))
 	}
 	if digits == 0 {
 		return 0, 0, false
@@ -142,6 +143,23 @@ func chunkSizeLine(line []byte) (size int64, digits int, ok bool) {
 	if hasCTL(line[digits:]) {
 		return 0, 0, false
 	}
-	rest := trimOWS(line[digits:])
+	rest := TrimOWS(line[digits:])
 	return size, digits, len(rest) == 0 || rest[0] == ';'
+}
+
+// chunkWriter writes what it is given as chunks of a chunked body on w:
+// each Write one chunk (none for an empty one); the last chunk and the
+// trailer section are the caller's. Errors surface at w's Flush.
+type chunkWriter struct{ w *bufio.Writer }
+
+func (cw chunkWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var num [16]byte
+	cw.w.Write(strconv.AppendInt(num[:0], int64(len(p)), 16))
+	cw.w.WriteString("\r\n")
+	n, err := cw.w.Write(p)
+	cw.w.WriteString("\r\n")
+	return n, err
 }

@@ -76,7 +76,7 @@ func TestAnswerHeadEnd(t *testing.T) {
 		"":                                    -1,
 		"HTTP/1.1 204 No Content\n\nHTTP/1.1": 25,
 	} {
-		if got := answerHeadEnd([]byte(in)); got != want {
+		if got := AnswerHeadEnd([]byte(in)); got != want {
 			t.Errorf("answerHeadEnd(%q) = %d, want %d", in, got, want)
 		}
 	}

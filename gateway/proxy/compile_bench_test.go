@@ -82,10 +82,10 @@ func BenchmarkRoute(b *testing.B) {
 		{"new session", nil},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			v := &outbound{host: "example.test", path: "/x", cookies: bc.cookies, requestID: "req-1", clientIP: "127.0.0.1"}
+			v := &Request{Host: "example.test", Path: "/x", Cookies: bc.cookies, RequestID: "req-1", ClientIP: "127.0.0.1"}
 			b.ReportAllocs()
 			for b.Loop() {
-				if rt := p.route(t, v); rt.ep == nil {
+				if rt := p.Route(t, v); rt.Endpoint == nil {
 					b.Fatal("no endpoint")
 				}
 			}

@@ -34,7 +34,7 @@ func (p *Proxy) Endpoints() []apiv1.EndpointState {
 		for _, e := range t.upstreams[name].endpoints {
 			out = append(out, apiv1.EndpointState{
 				Upstream: name,
-				Endpoint: e.addr,
+				Endpoint: e.Addr,
 				Up:       e.state.Up(),
 				InFlight: e.state.Inflight(),
 			})

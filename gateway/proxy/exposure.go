@@ -180,12 +180,12 @@ func (x *exposures) sampled() bool {
 
 // expose records that key was assigned tg of svc, whose share is share, in
 // generation gen, for reason. It does not allocate.
-func (x *exposures) expose(gen int64, svc *service, tg *target, share float64, key string, reason ExposureReason) {
+func (x *exposures) expose(gen int64, svc *service, tg *Target, share float64, key string, reason ExposureReason) {
 	e := Exposure{
 		At:         time.Now().UnixNano(),
 		Generation: gen,
 		Service:    svc.name,
-		Branch:     tg.up.name,
+		Branch:     tg.Up.name,
 		Share:      share,
 		Reason:     reason,
 	}
@@ -208,7 +208,7 @@ func keyHash(key string) [8]byte {
 // exposeRoute records the assignment of a route that route picked by the
 // split: a sticky mint always, a request-keyed pick when sampled. ti is
 // the target's index in svc's split sp.
-func (p *Proxy) exposeRoute(t *table, svc *service, sp *split.Split, ti int, key string, minted bool) {
+func (p *Proxy) exposeRoute(t *Table, svc *service, sp *split.Split, ti int, key string, minted bool) {
 	x := p.exp
 	if x == nil {
 		return
@@ -225,7 +225,7 @@ func (p *Proxy) exposeRoute(t *table, svc *service, sp *split.Split, ti int, key
 
 // exposeForced records a forced pick of tg in svc; the key is the
 // request's valid sticky handle, else its request id.
-func (p *Proxy) exposeForced(t *table, svc *service, tg *target, requestID string, cookies []string) {
+func (p *Proxy) exposeForced(t *Table, svc *service, tg *Target, requestID string, cookies []string) {
 	x := p.exp
 	if x == nil || tg == nil {
 		return

@@ -242,7 +242,7 @@ func TestExposureNoAllocation(t *testing.T) {
 			t.Fatal(err)
 		}
 		tb := p.table.Load()
-		v := &outbound{method: "GET", host: "x", path: "/", requestID: "0123456789abcdef0123456789abcdef", clientIP: "127.0.0.1"}
+		v := &Request{Method: "GET", Host: "x", Path: "/", RequestID: "0123456789abcdef0123456789abcdef", ClientIP: "127.0.0.1"}
 		return testing.AllocsPerRun(1000, func() {
 			if q != nil {
 				select {
@@ -250,7 +250,7 @@ func TestExposureNoAllocation(t *testing.T) {
 				default:
 				}
 			}
-			if rt := p.route(tb, v); rt.tg == nil {
+			if rt := p.Route(tb, v); rt.Target == nil {
 				t.Fatal("no route")
 			}
 		})
@@ -320,7 +320,7 @@ func BenchmarkExposeEnqueue(b *testing.B) {
 	q := NewExposureQueue(0, nil)
 	x := &exposures{sink: q}
 	svc := &service{name: "web"}
-	tg := &target{up: &upstream{name: "a"}}
+	tg := &Target{Up: &upstream{name: "a"}}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		if i%DefaultExposureQueue == 0 {

@@ -106,7 +106,7 @@ func serveNetHTTP(t testing.TB, p *Proxy, configure func(*http.Server)) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: p}
+	srv := &http.Server{Handler: httpHandler(p)}
 	if configure != nil {
 		configure(srv)
 	}

@@ -267,7 +267,7 @@ func FuzzRouteOddPaths(f *testing.F) {
 						panic(v)
 					}
 				}()
-				p.ServeHTTP(w, r)
+				httpHandler(p).ServeHTTP(w, r)
 			}))
 			// Panics are caught above; the server's complaints about
 			// malformed requests are expected.
@@ -340,12 +340,12 @@ func FuzzRouteOddPaths(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, target, host string) {
 		// The seam: the input is the request's (decoded) path.
-		rt := p.route(p.table.Load(), &outbound{method: http.MethodGet, host: host, path: target, requestID: "fuzz-seam", clientIP: "127.0.0.1"})
+		rt := p.Route(p.table.Load(), &Request{Method: http.MethodGet, Host: host, Path: target, RequestID: "fuzz-seam", ClientIP: "127.0.0.1"})
 		switch {
-		case dotSegmentPath(target) && rt.status != http.StatusBadRequest:
-			t.Errorf("route(path %q, host %q): status %d, want 400 for a dot segment", target, host, rt.status)
-		case rt.status == 0:
-			name := rt.tg.hdrService[0]
+		case dotSegmentPath(target) && rt.Status != http.StatusBadRequest:
+			t.Errorf("route(path %q, host %q): status %d, want 400 for a dot segment", target, host, rt.Status)
+		case rt.Status == 0:
+			name := rt.Target.HdrService[0]
 			svc := fuzzServices[name]
 			if !underBase(target, svc.base) {
 				t.Errorf("route(path %q, host %q) chose service %s, whose base path %q it is not under", target, host, name, svc.base)
@@ -353,8 +353,8 @@ func FuzzRouteOddPaths(f *testing.F) {
 			if svc.host != "" && !strings.Contains(strings.ToLower(host), svc.host) {
 				t.Errorf("route(path %q, host %q) chose service %s of host %q", target, host, name, svc.host)
 			}
-		case rt.status != http.StatusBadRequest && rt.status != http.StatusNotFound:
-			t.Errorf("route(path %q, host %q): status %d %s, want 0, 400 or 404", target, host, rt.status, rt.title)
+		case rt.Status != http.StatusBadRequest && rt.Status != http.StatusNotFound:
+			t.Errorf("route(path %q, host %q): status %d %s, want 0, 400 or 404", target, host, rt.Status, rt.Title)
 		}
 
 		// The wire: one request on a connection of its own, on each front.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // Request-head validation, one for every front: a request head is checked
@@ -13,8 +14,8 @@ import (
 // and one that fails is answered 400 with what is wrong, and its connection
 // closed (what follows on it cannot be framed with confidence).
 //
-// Every front checks the header block (checkFields) and the target and
-// Host (checkTarget): the fasthttp front in fastRoute, from the header
+// Every front checks the header block (CheckFields) and the target and
+// Host (CheckTarget): the fasthttp front in fastRoute, from the header
 // block fasthttp keeps as it came, the net/http front in its connection (headConn, headconn.go), from
 // the bytes read, since net/http's parser repairs what it accepts
 // (obsolete line folding, bare LF line ends, a Content-Length beside
@@ -45,29 +46,29 @@ import (
 // They run on every request and allocate nothing, but a refusal's detail
 // (BenchmarkCheckHead, TestCheckHeadAllocs).
 
-// headFields is what checkFields learned of a header block.
-type headFields struct {
+// HeadFields is what CheckFields learned of a header block.
+type HeadFields struct {
 	// host is the Host field's value, without the surrounding whitespace;
 	// hasHost reports whether there was one.
 	host    []byte
 	hasHost bool
-	// contentLength is the Content-Length value, -1 when there is none;
+	// ContentLength is the Content-Length value, -1 when there is none;
 	// chunked reports Transfer-Encoding: chunked.
-	contentLength int64
-	chunked       bool
-	// upgrade reports an Upgrade field (whether Connection names it is for
+	ContentLength int64
+	Chunked       bool
+	// Upgrade reports an Upgrade field (whether Connection names it is for
 	// the caller to see).
-	upgrade bool
+	Upgrade bool
 }
 
-// checkRequestLine checks a request line without its line end and returns
+// CheckRequestLine checks a request line without its line end and returns
 // what is wrong with it, or "".
-func checkRequestLine(line []byte) string {
+func CheckRequestLine(line []byte) string {
 	method, rest, ok := bytes.Cut(line, []byte{' '})
 	if !ok {
 		return "the request line has no request target"
 	}
-	if !isToken(b2s(method)) {
+	if !isToken(UnsafeString(method)) {
 		return "the request method is not a token"
 	}
 	target, version, ok := bytes.Cut(rest, []byte{' '})
@@ -88,12 +89,12 @@ func checkRequestLine(line []byte) string {
 	return ""
 }
 
-// checkFields checks a header block as it came on the wire: the lines
+// CheckFields checks a header block as it came on the wire: the lines
 // after the request line, each ended by CRLF, through the empty line that
 // ends the head (or the end of raw). It returns what it learned, and what
 // is wrong, or "".
-func checkFields(raw []byte) (headFields, string) {
-	f := headFields{contentLength: -1}
+func CheckFields(raw []byte) (HeadFields, string) {
+	f := HeadFields{ContentLength: -1}
 	te := 0
 	for len(raw) > 0 {
 		line := raw
@@ -107,7 +108,7 @@ func checkFields(raw []byte) (headFields, string) {
 		if len(line) == 0 {
 			break // the end of the head
 		}
-		name, value, fault := splitField(line)
+		name, value, fault := SplitField(line)
 		switch fault {
 		case fieldObsFold:
 			return f, "obsolete line folding"
@@ -121,42 +122,42 @@ func checkFields(raw []byte) (headFields, string) {
 			return f, "the value of the header field " + quoteField(name) + " has a control character"
 		}
 		switch {
-		case equalFoldASCII(name, "Host"):
+		case EqualFoldASCII(name, "Host"):
 			if f.hasHost {
 				return f, "more than one Host field"
 			}
 			f.host, f.hasHost = value, true
-		case equalFoldASCII(name, "Content-Length"):
-			if f.contentLength >= 0 {
+		case EqualFoldASCII(name, "Content-Length"):
+			if f.ContentLength >= 0 {
 				return f, "more than one Content-Length field"
 			}
 			n, ok := parseLength(value)
 			if !ok {
 				return f, "the Content-Length is not a number"
 			}
-			f.contentLength = n
-		case equalFoldASCII(name, "Transfer-Encoding"):
+			f.ContentLength = n
+		case EqualFoldASCII(name, "Transfer-Encoding"):
 			te++
-			f.chunked = equalFoldASCII(value, "chunked")
-		case equalFoldASCII(name, "Upgrade"):
-			f.upgrade = true
+			f.Chunked = EqualFoldASCII(value, "chunked")
+		case EqualFoldASCII(name, "Upgrade"):
+			f.Upgrade = true
 		}
 	}
 	switch {
-	case te > 0 && f.contentLength >= 0:
+	case te > 0 && f.ContentLength >= 0:
 		return f, "both Transfer-Encoding and Content-Length"
-	case te > 1 || te == 1 && !f.chunked:
+	case te > 1 || te == 1 && !f.Chunked:
 		return f, "a Transfer-Encoding other than chunked"
 	}
 	return f, ""
 }
 
-// fieldFault is what is wrong with a header field line: fieldOK when
+// FieldFault is what is wrong with a header field line: FieldOK when
 // nothing.
-type fieldFault uint8
+type FieldFault uint8
 
 const (
-	fieldOK         fieldFault = iota
+	FieldOK         FieldFault = iota
 	fieldObsFold               // it starts with whitespace: obsolete line folding
 	fieldNoColon               // it has no colon
 	fieldSpaceColon            // whitespace between the name and its colon
@@ -164,14 +165,14 @@ const (
 	fieldCTL                   // the value has a control character
 )
 
-// splitField splits a field line of a head or a trailer section (not
+// SplitField splits a field line of a head or a trailer section (not
 // empty, without its line end) into its name and its value without the
 // whitespace around it, by the one grammar every front holds requests,
 // answers and trailers to (RFC 9112 section 5): a token, a colon, a value
 // with no control character but tab. On a fault, name is what stands
 // before the first colon (the whole line when there is none), for the
 // caller to say so.
-func splitField(line []byte) (name, value []byte, fault fieldFault) {
+func SplitField(line []byte) (name, value []byte, fault FieldFault) {
 	if line[0] == ' ' || line[0] == '\t' {
 		return nil, nil, fieldObsFold
 	}
@@ -190,17 +191,17 @@ func splitField(line []byte) (name, value []byte, fault fieldFault) {
 		}
 		return line[:end], nil, fieldNotToken
 	}
-	name, value = line[:colon], trimOWS(line[colon+1:])
+	name, value = line[:colon], TrimOWS(line[colon+1:])
 	if hasCTL(value) {
 		return name, value, fieldCTL
 	}
-	return name, value, fieldOK
+	return name, value, FieldOK
 }
 
-// checkTarget checks the request target (as it came) and the Host the
+// CheckTarget checks the request target (as it came) and the Host the
 // header block had, for a request of method in HTTP version proto
 // ("HTTP/1.1"), and returns what is wrong, or "".
-func checkTarget(method, target, proto []byte, f headFields) string {
+func CheckTarget(method, target, proto []byte, f HeadFields) string {
 	if f.hasHost && !validAuthority(f.host, true) {
 		return "the Host field is not a host with an optional port"
 	}
@@ -214,7 +215,7 @@ func checkTarget(method, target, proto []byte, f headFields) string {
 	if i < 0 {
 		return "" // not a path: fastRoutePath refuses it
 	}
-	if scheme := target[:i]; !equalFoldASCII(scheme, "http") && !equalFoldASCII(scheme, "https") {
+	if scheme := target[:i]; !EqualFoldASCII(scheme, "http") && !EqualFoldASCII(scheme, "https") {
 		return "the request target's scheme is not http or https"
 	}
 	rest := target[i+3:]
@@ -228,29 +229,29 @@ func checkTarget(method, target, proto []byte, f headFields) string {
 	return ""
 }
 
-// checkHead checks a whole request head as it came on the wire, from its
-// request line through the empty line that ends it: checkRequestLine,
-// checkFields and checkTarget. It returns what checkFields learned, and
+// CheckHead checks a whole request head as it came on the wire, from its
+// request line through the empty line that ends it: CheckRequestLine,
+// CheckFields and CheckTarget. It returns what CheckFields learned, and
 // what is wrong, or "".
-func checkHead(raw []byte) (headFields, string) {
+func CheckHead(raw []byte) (HeadFields, string) {
 	i := bytes.IndexByte(raw, '\n')
 	if i < 0 {
-		return headFields{}, "the request head is not complete"
+		return HeadFields{}, "the request head is not complete"
 	}
 	if i == 0 || raw[i-1] != '\r' {
-		return headFields{}, "the request line ends with a bare LF"
+		return HeadFields{}, "the request line ends with a bare LF"
 	}
 	line := raw[:i-1]
-	if why := checkRequestLine(line); why != "" {
-		return headFields{}, why
+	if why := CheckRequestLine(line); why != "" {
+		return HeadFields{}, why
 	}
-	f, why := checkFields(raw[i+1:])
+	f, why := CheckFields(raw[i+1:])
 	if why != "" {
 		return f, why
 	}
 	method, rest, _ := bytes.Cut(line, []byte{' '})
 	target, proto, _ := bytes.Cut(rest, []byte{' '})
-	return f, checkTarget(method, target, proto, f)
+	return f, CheckTarget(method, target, proto, f)
 }
 
 // validAuthority reports whether a is a host with an optional port: a
@@ -267,7 +268,7 @@ func validAuthority(a []byte, empty bool) bool {
 		if end < 0 {
 			return false
 		}
-		ip, err := netip.ParseAddr(b2s(a[1:end]))
+		ip, err := netip.ParseAddr(UnsafeString(a[1:end]))
 		if err != nil || !ip.Is6() || ip.Zone() != "" {
 			return false
 		}
@@ -340,9 +341,9 @@ func parseLength(v []byte) (int64, bool) {
 	return n, true
 }
 
-// trimOWS trims the optional whitespace (spaces and tabs) around a field
+// TrimOWS trims the optional whitespace (spaces and tabs) around a field
 // value.
-func trimOWS(v []byte) []byte {
+func TrimOWS(v []byte) []byte {
 	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
 		v = v[1:]
 	}
@@ -382,12 +383,12 @@ var tokenChar = func() (t [256]bool) {
 	return t
 }()
 
-// isH2CUpgrade reports whether an Upgrade field value offers h2c. Such an
+// IsH2CUpgrade reports whether an Upgrade field value offers h2c. Such an
 // upgrade is never honoured: the gateway does not speak HTTP/2 without
 // TLS to endpoints, so the request is forwarded as a plain HTTP/1.1
 // request without its Upgrade and HTTP2-Settings fields (as nginx does),
 // whatever else the field offers.
-func isH2CUpgrade(v string) bool {
+func IsH2CUpgrade(v string) bool {
 	for v != "" {
 		var tok string
 		tok, v, _ = strings.Cut(v, ",")
@@ -396,4 +397,49 @@ func isH2CUpgrade(v string) bool {
 		}
 	}
 	return false
+}
+
+// IsHex reports whether c is a hexadecimal digit.
+func IsHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// Unhex is the value of c, a hexadecimal digit (IsHex).
+func Unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
+// EqualFoldASCII reports whether b and s are equal, ASCII case aside.
+func EqualFoldASCII(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range b {
+		c, d := b[i], s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if 'A' <= d && d <= 'Z' {
+			d += 'a' - 'A'
+		}
+		if c != d {
+			return false
+		}
+	}
+	return true
+}
+
+// UnsafeString views b as a string without copying. The string must not outlive
+// the request that b belongs to, nor be used after b changes.
+func UnsafeString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }

@@ -73,7 +73,7 @@ func TestCheckHead(t *testing.T) {
 		{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n", "other than chunked"},
 		{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", "other than chunked"},
 	} {
-		_, why := checkHead([]byte(tc.head))
+		_, why := CheckHead([]byte(tc.head))
 		if tc.why == "" && why != "" || tc.why != "" && !strings.Contains(why, tc.why) {
 			t.Errorf("checkHead(%q) = %q; want %q", tc.head, why, tc.why)
 		}
@@ -85,10 +85,10 @@ func TestCheckHead(t *testing.T) {
 func TestCheckHeadAllocs(t *testing.T) {
 	head := []byte("GET http://a.example/x HTTP/1.1\r\nHost: [::1]:8080\r\nX-A: b\r\nContent-Length: 0\r\nUpgrade: h2c\r\n\r\n")
 	if n := testing.AllocsPerRun(100, func() {
-		if _, why := checkHead(head); why != "" {
+		if _, why := CheckHead(head); why != "" {
 			t.Fatal(why)
 		}
-		_ = isH2CUpgrade("websocket, h2c")
+		_ = IsH2CUpgrade("websocket, h2c")
 	}); n != 0 {
 		t.Errorf("%v allocations per head; want 0", n)
 	}
@@ -102,7 +102,7 @@ func BenchmarkCheckHead(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(head)))
 	for b.Loop() {
-		if _, why := checkHead(head); why != "" {
+		if _, why := CheckHead(head); why != "" {
 			b.Fatal(why)
 		}
 	}

@@ -31,7 +31,7 @@ func BenchmarkHealthOverhead(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			p := New(Options{Metrics: prometheus.NewRegistry()})
 			b.Cleanup(p.Close) // stops the checkers
-			srv := httptest.NewServer(p)
+			srv := httptest.NewServer(httpHandler(p))
 			b.Cleanup(srv.Close)
 			spec := spectest.SplitOver([]*demo.Pool{stable, canary}, 95, 5).Edit(func(s *config.Spec) {
 				for i := range s.Upstreams {

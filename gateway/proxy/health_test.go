@@ -74,7 +74,7 @@ func startHealthGateway(t *testing.T, interval time.Duration) (*gateway, <-chan 
 		Logger:         testlog.New(t, msgs),
 		healthInterval: func(config.HealthCheck) time.Duration { return interval },
 	})
-	srv := httptest.NewServer(p)
+	srv := httptest.NewServer(httpHandler(p))
 	t.Cleanup(srv.Close)
 	t.Cleanup(p.Close)
 	return &gateway{Proxy: p, URL: srv.URL, reg: reg}, msgs

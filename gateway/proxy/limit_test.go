@@ -16,7 +16,7 @@ func TestLimitListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := limit(inner, 2)
+	ln := LimitListener(inner, 2)
 	accepted := make(chan net.Conn, 3)
 	acceptDone := make(chan error, 1)
 	go func() {

@@ -139,7 +139,7 @@ func (p *Proxy) targetMetrics(service, upstream string) *targetMetrics {
 
 // retainTargetMetrics deletes the series of (service, upstream) pairs that
 // table t no longer has. Called under applyMu.
-func (p *Proxy) retainTargetMetrics(t *table) {
+func (p *Proxy) retainTargetMetrics(t *Table) {
 	keep := make(map[*targetMetrics]bool, len(p.children))
 	for _, svcs := range t.services() {
 		for _, tg := range svcs.targets {
@@ -197,7 +197,7 @@ func (c endpointCollector) Collect(ch chan<- prometheus.Metric) {
 			if e.state.Up() {
 				v = 1
 			}
-			ch <- prometheus.MustNewConstMetric(endpointUpDesc, prometheus.GaugeValue, v, name, e.addr)
+			ch <- prometheus.MustNewConstMetric(endpointUpDesc, prometheus.GaugeValue, v, name, e.Addr)
 		}
 	}
 }

@@ -8,14 +8,12 @@ import (
 	"io"
 	"math"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 
 	"github.com/dwara/dwara/gateway/affinity"
 	"github.com/dwara/dwara/gateway/config"
@@ -116,7 +114,7 @@ type mirrorRunner struct {
 
 // compileMirror compiles the mirror of service s of table t (under
 // applyMu) and starts the workers if they are not running.
-func (p *Proxy) compileMirror(s config.Service, t *table) (*mirror, error) {
+func (p *Proxy) compileMirror(s config.Service, t *Table) (*mirror, error) {
 	m := s.Mirror
 	u, ok := t.upstreams[m.Upstream]
 	if !ok {
@@ -165,12 +163,12 @@ func (p *Proxy) mirrorMetrics(service, upstream string) *mirrorMetrics {
 
 // retainMirrorMetrics deletes the series of the (service, upstream) mirror
 // pairs table t no longer has. Called under applyMu.
-func (p *Proxy) retainMirrorMetrics(t *table) {
+func (p *Proxy) retainMirrorMetrics(t *Table) {
 	keep := make(map[*mirrorMetrics]bool)
 	for _, svc := range t.services() {
 		for _, tg := range svc.targets {
-			if tg.mirror != nil {
-				keep[tg.mirror.mirrorMetrics] = true
+			if tg.Mirror != nil {
+				keep[tg.Mirror.mirrorMetrics] = true
 			}
 		}
 	}
@@ -270,10 +268,10 @@ func (m *mirror) key(setCookie string, cookies []string, rid string) string {
 	return rid
 }
 
-// mirrorBuf is a request body read once for the real request and its
+// MirrorBuf is a request body read once for the real request and its
 // copy: the real request reads it through Read, the copy sends b. It goes
 // back to the pool when both are done with it.
-type mirrorBuf struct {
+type MirrorBuf struct {
 	b    []byte
 	off  int
 	refs atomic.Int32
@@ -281,10 +279,10 @@ type mirrorBuf struct {
 
 var mirrorBufs sync.Pool
 
-func getMirrorBuf(n int) *mirrorBuf {
-	mb, _ := mirrorBufs.Get().(*mirrorBuf)
+func getMirrorBuf(n int) *MirrorBuf {
+	mb, _ := mirrorBufs.Get().(*MirrorBuf)
 	if mb == nil {
-		mb = new(mirrorBuf)
+		mb = new(MirrorBuf)
 	}
 	if cap(mb.b) < n {
 		mb.b = make([]byte, n, max(n, 4096))
@@ -293,7 +291,8 @@ func getMirrorBuf(n int) *mirrorBuf {
 	return mb
 }
 
-func (mb *mirrorBuf) Read(p []byte) (int, error) {
+// Read reads the body held, for the real request.
+func (mb *MirrorBuf) Read(p []byte) (int, error) {
 	if mb.off >= len(mb.b) {
 		return 0, io.EOF
 	}
@@ -302,9 +301,9 @@ func (mb *mirrorBuf) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// release lets go of one reference; nil is a no-op, so that a caller can
+// Release lets go of one reference; nil is a no-op, so that a caller can
 // defer the release of a copy that may not exist.
-func (mb *mirrorBuf) release() {
+func (mb *MirrorBuf) Release() {
 	if mb == nil || mb.refs.Add(-1) > 0 {
 		return
 	}
@@ -313,9 +312,9 @@ func (mb *mirrorBuf) release() {
 	}
 }
 
-// mirrorBody is a mirrorBuf as a request body: Close is the real
+// mirrorBody is a MirrorBuf as a request body: Close is the real
 // request's release, done by the front instead.
-type mirrorBody struct{ *mirrorBuf }
+type mirrorBody struct{ *MirrorBuf }
 
 func (mirrorBody) Close() error { return nil }
 
@@ -340,10 +339,10 @@ func (b *errBody) Close() error { return nil }
 // for it, and the body.
 type mirrorJob struct {
 	m    *mirror
-	ep   *endpoint
+	ep   *Endpoint
 	head bytes.Buffer
 	bw   *bufio.Writer
-	body *mirrorBuf // nil: no body
+	body *MirrorBuf // nil: no body
 	// isHead: the copy is a HEAD (its answer has no body); replay: it may
 	// be sent twice (a safe method without a body).
 	isHead, replay bool
@@ -355,7 +354,7 @@ var mirrorJobs = sync.Pool{New: func() any {
 	return j
 }}
 
-func newMirrorJob(m *mirror, ep *endpoint, head, replay bool) *mirrorJob {
+func newMirrorJob(m *mirror, ep *Endpoint, head, replay bool) *mirrorJob {
 	j := mirrorJobs.Get().(*mirrorJob)
 	j.m, j.ep = m, ep
 	j.head.Reset()
@@ -365,27 +364,27 @@ func newMirrorJob(m *mirror, ep *endpoint, head, replay bool) *mirrorJob {
 }
 
 func (j *mirrorJob) release() {
-	j.body.release()
+	j.body.Release()
 	j.m, j.ep, j.body = nil, nil, nil
 	if j.head.Cap() <= 64<<10 {
 		mirrorJobs.Put(j)
 	}
 }
 
-// mirrorTarget is the core's half of mirroring a request: whether the
+// MirrorTarget is the core's half of mirroring a request: whether the
 // request q, routed by rt to a target that mirrors (rt.tg.mirror not nil),
 // is copied, and to which endpoint of the mirror's upstream. It returns
 // nil, counting why, when it is not: not chosen by the mirror's share, an
 // upgrade, a body of unknown length or over max_body_bytes, the queue
 // full, no endpoint up. With a body it also returns the buffer to read it
-// into (mirrorBuf.fill); the front then hands the copy over (queueMirror).
-func (p *Proxy) mirrorTarget(q *outbound, rt route) (*endpoint, *mirrorBuf) {
-	m := rt.tg.mirror
-	key := m.key(rt.setCookie, q.cookies, q.requestID)
-	if !m.chosen(key) || q.upgrade != "" {
+// into (MirrorBuf.fill); the front then hands the copy over (QueueMirror).
+func (p *Proxy) MirrorTarget(q *Request, rt Route) (*Endpoint, *MirrorBuf) {
+	m := rt.Target.Mirror
+	key := m.key(rt.SetCookie, q.Cookies, q.RequestID)
+	if !m.chosen(key) || q.Upgrade != "" {
 		return nil, nil
 	}
-	if q.length < 0 || q.length > m.maxBody {
+	if q.Length < 0 || q.Length > m.maxBody {
 		m.bodyTooLarge.Inc()
 		return nil, nil
 	}
@@ -393,20 +392,20 @@ func (p *Proxy) mirrorTarget(q *outbound, rt route) (*endpoint, *mirrorBuf) {
 		m.dropped.Inc()
 		return nil, nil
 	}
-	ep := p.mirrorEndpoint(m, key, q.clientIP)
-	if ep == nil || q.length == 0 {
+	ep := p.mirrorEndpoint(m, key, q.ClientIP)
+	if ep == nil || q.Length == 0 {
 		return ep, nil
 	}
-	return ep, getMirrorBuf(int(q.length))
+	return ep, getMirrorBuf(int(q.Length))
 }
 
-// fill reads the request's body from body into mb, for the copy and for
+// Fill reads the request's body from body into mb, for the copy and for
 // the real request, which reads what it returns instead of body: mb itself
 // (then shared, so released by both), or, when the body could not be read
 // whole, what was read followed by the same failure (mb released: the
 // request is not mirrored, and meets the failure as it would have without
 // a mirror).
-func (mb *mirrorBuf) fill(body io.Reader) (rest io.ReadCloser, ok bool) {
+func (mb *MirrorBuf) Fill(body io.Reader) (rest io.ReadCloser, ok bool) {
 	got, err := io.ReadFull(body, mb.b)
 	if err != nil {
 		if err == io.ErrUnexpectedEOF {
@@ -414,21 +413,28 @@ func (mb *mirrorBuf) fill(body io.Reader) (rest io.ReadCloser, ok bool) {
 		}
 		rest = &errBody{r: bytes.NewReader(bytes.Clone(mb.b[:got])), err: err}
 		mb.refs.Store(1)
-		mb.release()
+		mb.Release()
 		return rest, false
 	}
 	mb.refs.Store(2)
 	return mirrorBody{mb}, true
 }
 
-// queueMirror queues the copy of the request q, routed by rt, for ep, with
+// CopyWhole copies b, a body the front holds whole already, into mb,
+// which the copy then owns alone.
+func (mb *MirrorBuf) CopyWhole(b []byte) {
+	copy(mb.b, b)
+	mb.refs.Store(1)
+}
+
+// QueueMirror queues the copy of the request q, routed by rt, for ep, with
 // its body mb (nil: none), and returns the buffer the real request still
 // reads (to release when it is done), or nil when the copy owns mb alone.
-func (p *Proxy) queueMirror(q *outbound, rt route, ep *endpoint, mb *mirrorBuf) *mirrorBuf {
-	m := rt.tg.mirror
-	j := newMirrorJob(m, ep, q.method == "HEAD", safeMethod(q.method) && mb == nil)
+func (p *Proxy) QueueMirror(q *Request, rt Route, ep *Endpoint, mb *MirrorBuf) *MirrorBuf {
+	m := rt.Target.Mirror
+	j := newMirrorJob(m, ep, q.Method == "HEAD", safeMethod(q.Method) && mb == nil)
 	j.body = mb
-	writeHead(j.bw, q, ep.hostHeader, rt.tg, m)
+	q.writeHead(j.bw, ep.HostHeader, rt.Target, m)
 	_ = j.bw.Flush()
 	if mb != nil && mb.refs.Load() == 1 {
 		mb = nil // the copy owns it alone
@@ -437,58 +443,11 @@ func (p *Proxy) queueMirror(q *outbound, rt route, ep *endpoint, mb *mirrorBuf) 
 	return mb
 }
 
-// mirrorHTTP is the net/http front's hand-over of a request routed by rt
-// to the service's mirror: mirrorTarget, the body read under the stall
-// timeout, queueMirror.
-func (p *Proxy) mirrorHTTP(w *statusWriter, r *http.Request, rt route) *mirrorBuf {
-	q := &w.out
-	ep, mb := p.mirrorTarget(q, rt)
-	if ep == nil {
-		return nil
-	}
-	if mb != nil {
-		body := io.Reader(r.Body)
-		if dl, ok := w.ResponseWriter.(deadliner); ok && p.stall > 0 {
-			// As forward reads a body: one that stalls ends the request.
-			body = &stallBody{r: r.Body, dl: dl, stall: p.stall}
-			defer func() { _ = dl.SetReadDeadline(time.Time{}) }()
-		}
-		var ok bool
-		if r.Body, ok = mb.fill(body); !ok {
-			return nil
-		}
-	}
-	return p.queueMirror(q, rt, ep, mb)
-}
-
-// mirrorFast is mirrorHTTP for the fasthttp front: a body fasthttp holds
-// whole already is copied, one it streams is read as forward reads it.
-func (p *Proxy) mirrorFast(ctx *fasthttp.RequestCtx, x *fastExchange, rt route) *mirrorBuf {
-	q := &x.req
-	ep, mb := p.mirrorTarget(q, rt)
-	if ep == nil {
-		return nil
-	}
-	if mb != nil {
-		if ctx.RequestBodyStream() == nil {
-			copy(mb.b, ctx.Request.Body())
-			mb.refs.Store(1)
-		} else {
-			rest, ok := mb.fill(x.requestBody(ctx))
-			ctx.Request.SetBodyStream(rest, int(q.length))
-			if !ok {
-				return nil
-			}
-		}
-	}
-	return p.queueMirror(q, rt, ep, mb)
-}
-
 // mirrorEndpoint picks the endpoint of m's upstream for a copy of a
 // request of key from clientIP, or counts the copy failed and returns nil
 // when none is up. The affinity key is route's: the sticky handle, else
 // the client address.
-func (p *Proxy) mirrorEndpoint(m *mirror, key, clientIP string) *endpoint {
+func (p *Proxy) mirrorEndpoint(m *mirror, key, clientIP string) *Endpoint {
 	if m.cookie != "" {
 		clientIP = key
 	}
@@ -512,7 +471,7 @@ func (p *Proxy) sendMirror(base context.Context, j *mirrorJob) {
 		m.sent.Inc()
 	case base.Err() != nil:
 		// Close cut it: not the mirror's outcome.
-	case errors.Is(err, errUpstreamTimeout) || errors.Is(err, context.DeadlineExceeded) || isNetTimeout(err):
+	case errors.Is(err, ErrUpstreamTimeout) || errors.Is(err, context.DeadlineExceeded) || isNetTimeout(err):
 		m.timeout.Inc()
 	default:
 		m.failed.Inc()
@@ -530,29 +489,29 @@ func isNetTimeout(err error) bool {
 // deadline. Nil means an answer came.
 func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 	deadline, _ := ctx.Deadline()
-	x, err := p.roundTrip(ctx, j.ep, func(c *upConn, ep *endpoint) (bool, error) {
-		_ = c.nc.SetWriteDeadline(deadline)
-		c.bw.Write(j.head.Bytes())
+	x, err := p.roundTrip(ctx, j.ep, nil, func(c *Conn, ep *Endpoint, _ *Target) (bool, error) {
+		_ = c.Net.SetWriteDeadline(deadline)
+		c.Writer.Write(j.head.Bytes())
 		if j.body != nil {
-			c.bw.Write(j.body.b)
+			c.Writer.Write(j.body.b)
 		}
-		if err := c.bw.Flush(); err != nil {
+		if err := c.Writer.Flush(); err != nil {
 			return false, err
 		}
 		rd := deadline
-		if d := ep.pool.responseHeaderTimeout(); d > 0 && time.Now().Add(d).Before(rd) {
+		if d := ep.Pool.ResponseHeaderTimeout(); d > 0 && time.Now().Add(d).Before(rd) {
 			rd = time.Now().Add(d)
 		}
-		c.setReadDeadline(rd)
-		if _, err := c.br.Peek(1); err != nil {
+		c.SetReadDeadline(rd)
+		if _, err := c.Reader.Peek(1); err != nil {
 			if isNetTimeout(err) {
-				return false, errUpstreamTimeout
+				return false, ErrUpstreamTimeout
 			}
-			return false, staleError{err}
+			return false, StaleError{err}
 		}
-		if err := c.readAnswer(ep.pool.watch, j.isHead, false); err != nil {
+		if err := c.ReadAnswer(ep.Pool.Watch, j.isHead, false); err != nil {
 			if isNetTimeout(err) {
-				err = errUpstreamTimeout
+				err = ErrUpstreamTimeout
 			}
 			return false, err
 		}
@@ -561,20 +520,20 @@ func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 	if err != nil {
 		return err
 	}
-	c := x.conn
-	stop := context.AfterFunc(ctx, c.cutNow)
-	c.setReadDeadline(deadline)
+	c := x.Conn
+	stop := context.AfterFunc(ctx, c.CutNow)
+	c.SetReadDeadline(deadline)
 	var rerr error
-	if body := c.answerStream(); body != nil {
+	if body := c.AnswerStream(); body != nil {
 		buf := p.buffers.Get()
 		_, rerr = io.CopyBuffer(io.Discard, body, buf)
 		p.buffers.Put(buf)
 	}
-	if stop() && rerr == nil && !c.head.close {
-		_ = c.nc.SetDeadline(time.Time{})
-		j.ep.pool.put(c)
+	if stop() && rerr == nil && !c.Head.Close {
+		_ = c.Net.SetDeadline(time.Time{})
+		j.ep.Pool.Put(c)
 	} else {
-		c.nc.Close()
+		c.Net.Close()
 	}
 	return nil
 }

@@ -110,7 +110,7 @@ func TestPanicsAreContained(t *testing.T) {
 				}
 				for _, ep := range g.table.Load().upstreams["a"].endpoints {
 					if n := ep.state.Inflight(); n != 0 {
-						t.Errorf("endpoint %s: %d in flight after the panics, want 0", ep.addr, n)
+						t.Errorf("endpoint %s: %d in flight after the panics, want 0", ep.Addr, n)
 					}
 				}
 			})

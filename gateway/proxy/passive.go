@@ -122,7 +122,7 @@ func (p *Proxy) upstreamShared(name string) *upstreamShared {
 
 // retainShared forgets the shared state and deletes the series of the
 // upstreams t no longer has. Called under applyMu.
-func (p *Proxy) retainShared(t *table) {
+func (p *Proxy) retainShared(t *Table) {
 	for name := range p.shared {
 		if _, ok := t.upstreams[name]; !ok {
 			delete(p.shared, name)
@@ -135,24 +135,24 @@ func (p *Proxy) retainShared(t *table) {
 
 // linkPeers sets every endpoint's peers: the upstreams of t that name its
 // address.
-func linkPeers(t *table) {
+func linkPeers(t *Table) {
 	peers := make(map[string][]*upstream)
 	for _, u := range t.upstreams {
 		for _, e := range u.endpoints {
-			peers[e.addr] = append(peers[e.addr], u)
+			peers[e.Addr] = append(peers[e.Addr], u)
 		}
 	}
 	for _, u := range t.upstreams {
 		for _, e := range u.endpoints {
-			e.peers = peers[e.addr]
+			e.peers = peers[e.Addr]
 		}
 	}
 }
 
-// answered records an answer header with status code from ep, an endpoint
+// Answered records an answer header with status code from ep, an endpoint
 // of u: a success, or with passive.consecutive_5xx set and a 5xx code, one
 // more 5xx in a row.
-func (p *Proxy) answered(u *upstream, ep *endpoint, code int) {
+func (p *Proxy) Answered(u *upstream, ep *Endpoint, code int) {
 	if code >= 500 && u.passive.fiveXX > 0 {
 		if n := ep.state.Passive5xx(); n >= u.passive.fiveXX {
 			p.eject(u, ep, n, "consecutive 5xx answers")
@@ -163,7 +163,7 @@ func (p *Proxy) answered(u *upstream, ep *endpoint, code int) {
 }
 
 // transportFailed records a transport failure err of ep, an endpoint of u.
-func (p *Proxy) transportFailed(u *upstream, ep *endpoint, err error) {
+func (p *Proxy) transportFailed(u *upstream, ep *Endpoint, err error) {
 	if n := ep.state.PassiveFailure(); n >= u.passive.failures {
 		p.eject(u, ep, n, err)
 	}
@@ -172,7 +172,7 @@ func (p *Proxy) transportFailed(u *upstream, ep *endpoint, err error) {
 // eject ejects ep after a streak of n failures (reason: the last error, or
 // what the streak was) unless it is ejected already or the cap forbids it,
 // and logs and counts the ejection.
-func (p *Proxy) eject(u *upstream, ep *endpoint, n int, reason any) {
+func (p *Proxy) eject(u *upstream, ep *Endpoint, n int, reason any) {
 	p.ejectMu.Lock()
 	ok := ep.mayEject()
 	var d time.Duration
@@ -184,7 +184,7 @@ func (p *Proxy) eject(u *upstream, ep *endpoint, n int, reason any) {
 		return
 	}
 	u.shared.ejections.Inc()
-	p.log.Warn("passive check: endpoint ejected", "upstream", u.name, "endpoint", ep.addr,
+	p.log.Warn("passive check: endpoint ejected", "upstream", u.name, "endpoint", ep.Addr,
 		"reason", reason, "failures", n, "for", d)
 }
 
@@ -192,7 +192,7 @@ func (p *Proxy) eject(u *upstream, ep *endpoint, n int, reason any) {
 // naming its address, another endpoint stays up, and at most
 // maxEjectionPercent of the endpoints would be ejected. Called under
 // ejectMu, which makes the check and the ejection one step.
-func (ep *endpoint) mayEject() bool {
+func (ep *Endpoint) mayEject() bool {
 	for _, u := range ep.peers {
 		ejected, othersUp := 0, false
 		for _, e := range u.endpoints {

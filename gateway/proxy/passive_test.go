@@ -269,7 +269,7 @@ func TestPassiveBookkeepingAllocs(t *testing.T) {
 	ep := u.endpoints[0]
 	allocs := testing.AllocsPerRun(1000, func() {
 		a := newAttempt(ep)
-		p.answered(u, a.ep, 200)
+		p.Answered(u, a.Endpoint, 200)
 		if next := u.untried(a.tried); next == nil {
 			t.Fatal("no endpoint to retry on")
 		}

@@ -18,9 +18,9 @@ const (
 	// maxIdlePerEndpoint bounds the idle connections a pool keeps; a
 	// connection returned to a full pool is closed.
 	maxIdlePerEndpoint = 512
-	// connBufferSize is the size of each upstream connection's read and
+	// ConnBufferSize is the size of each upstream connection's read and
 	// write buffers.
-	connBufferSize = 16 << 10
+	ConnBufferSize = 16 << 10
 )
 
 // connPool is the pool of persistent HTTP/1.1 connections to one endpoint,
@@ -50,21 +50,21 @@ type connPool struct {
 
 	// closed is set by close.
 	closed atomic.Bool
-	// watch counts and logs what the endpoint sends outside an answer's
+	// Watch counts and logs what the endpoint sends outside an answer's
 	// frame; nil in tests that build a pool alone.
-	watch *protocolWatch
+	Watch *protocolWatch
 
 	mu    sync.Mutex
-	idle  []*upConn
+	idle  []*Conn
 	timer *time.Timer // armed while idle is not empty
 }
 
-// upConn is one connection to an endpoint with its buffers. It belongs to
+// Conn is one connection to an endpoint with its buffers. It belongs to
 // one request at a time.
-type upConn struct {
-	nc       net.Conn
-	br       *bufio.Reader
-	bw       *bufio.Writer
+type Conn struct {
+	Net      net.Conn
+	Reader   *bufio.Reader
+	Writer   *bufio.Writer
 	idleFrom time.Time // when it was put back
 	// body reads the request body being sent (see writeBody).
 	body clientBody
@@ -72,10 +72,10 @@ type upConn struct {
 	// whether any of its request left (roundTrip): bw writes through
 	// Write.
 	written int64
-	// head is the head of the last answer read on the connection, answer
+	// Head is the head of the last answer read on the connection, answer
 	// the reader of its body (answer.go): kept with the connection, so
 	// that reading an answer allocates nothing.
-	head   answerHead
+	Head   AnswerHead
 	answer answerBody
 	// peeker looks at the socket of an idle connection (idle_unix.go):
 	// the TCP socket, under the TLS session of an https endpoint's.
@@ -88,28 +88,28 @@ type upConn struct {
 	cut atomic.Bool
 }
 
-// cutNow unblocks every read and write on c at once, for good: the
+// CutNow unblocks every read and write on c at once, for good: the
 // exchange on it is given up (its client went away, or its time is
 // over), and the connection is not reused. Safe to call from any
 // goroutine, at any time, as a context.AfterFunc does.
-func (c *upConn) cutNow() {
+func (c *Conn) CutNow() {
 	c.cut.Store(true)
-	_ = c.nc.SetDeadline(aLongTimeAgo)
+	_ = c.Net.SetDeadline(aLongTimeAgo)
 }
 
-// setReadDeadline sets c's read deadline to t, unless c was cut: a cut
+// SetReadDeadline sets c's read deadline to t, unless c was cut: a cut
 // that came first (a client gone between two steps of the exchange)
 // stays in force instead of being replaced by a deadline far off.
-func (c *upConn) setReadDeadline(t time.Time) {
-	_ = c.nc.SetReadDeadline(t)
+func (c *Conn) SetReadDeadline(t time.Time) {
+	_ = c.Net.SetReadDeadline(t)
 	if c.cut.Load() {
-		_ = c.nc.SetDeadline(aLongTimeAgo)
+		_ = c.Net.SetDeadline(aLongTimeAgo)
 	}
 }
 
 // Write writes b to the connection, counting what went out.
-func (c *upConn) Write(b []byte) (int, error) {
-	n, err := c.nc.Write(b)
+func (c *Conn) Write(b []byte) (int, error) {
+	n, err := c.Net.Write(b)
 	c.written += int64(n)
 	return n, err
 }
@@ -125,13 +125,13 @@ func (p *connPool) setTimeouts(connect, header, idle time.Duration) {
 	p.idleTimeout.Store(int64(idle))
 }
 
-func (p *connPool) responseHeaderTimeout() time.Duration {
+func (p *connPool) ResponseHeaderTimeout() time.Duration {
 	return time.Duration(p.headerTimeout.Load())
 }
 
 // get returns an idle connection (reused true) or dials a new one within
 // the connect timeout. ctx ends the dial early (the client went away).
-func (p *connPool) get(ctx context.Context) (c *upConn, reused bool, err error) {
+func (p *connPool) get(ctx context.Context) (c *Conn, reused bool, err error) {
 	if c := p.takeIdle(); c != nil {
 		return c, true, nil
 	}
@@ -143,7 +143,7 @@ func (p *connPool) get(ctx context.Context) (c *upConn, reused bool, err error) 
 // expired and is provably clean: the endpoint has neither closed it nor
 // sent anything on it since its last answer (idleState). The others met
 // on the way are closed, stray bytes counted as unsolicited.
-func (p *connPool) takeIdle() *upConn {
+func (p *connPool) takeIdle() *Conn {
 	maxIdle := time.Duration(p.idleTimeout.Load())
 	for {
 		p.mu.Lock()
@@ -157,7 +157,7 @@ func (p *connPool) takeIdle() *upConn {
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
 		if maxIdle > 0 && time.Since(c.idleFrom) >= maxIdle {
-			c.nc.Close()
+			c.Net.Close()
 			continue
 		}
 		switch c.idleState() {
@@ -169,10 +169,10 @@ func (p *connPool) takeIdle() *upConn {
 			// session ticket or key update. Not an unsolicited answer,
 			// but the connection is not provably clean either.
 			if !c.isTLS {
-				p.watch.report(reasonUnsolicited)
+				p.Watch.report(reasonUnsolicited)
 			}
 		}
-		c.nc.Close()
+		c.Net.Close()
 	}
 }
 
@@ -180,7 +180,7 @@ func (p *connPool) takeIdle() *upConn {
 // endpoint, does the TLS handshake within the connect timeout again. A
 // failed handshake is a failed connect: the request cannot have reached
 // the endpoint.
-func (p *connPool) dial(ctx context.Context) (*upConn, error) {
+func (p *connPool) dial(ctx context.Context) (*Conn, error) {
 	timeout := time.Duration(p.connectTimeout.Load())
 	d := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second,
 		Control: config.DialControl(p.allowLinkLocal.Load())}
@@ -243,9 +243,9 @@ func upstreamTLSConfig(base *tls.Config, host string) *tls.Config {
 // socket looked at when it is taken idle (for a TLS connection, the TCP
 // socket under it: the answers are read through the TLS connection, the
 // socket is only peeked at).
-func newUpConn(nc net.Conn) *upConn {
-	c := &upConn{nc: nc, br: bufio.NewReaderSize(nc, connBufferSize)}
-	c.bw = bufio.NewWriterSize(c, connBufferSize)
+func newUpConn(nc net.Conn) *Conn {
+	c := &Conn{Net: nc, Reader: bufio.NewReaderSize(nc, ConnBufferSize)}
+	c.Writer = bufio.NewWriterSize(c, ConnBufferSize)
 	raw := nc
 	if tc, ok := nc.(*tls.Conn); ok {
 		raw, c.isTLS = tc.NetConn(), true
@@ -254,21 +254,21 @@ func newUpConn(nc net.Conn) *upConn {
 	return c
 }
 
-// put returns a connection whose last exchange completed: its answer was
+// Put returns a connection whose last exchange completed: its answer was
 // read to the end of its frame. It is closed instead when anything is
 // buffered beyond that end (counted as extra_bytes: a later request must
 // never take it for its answer), or when the pool is full or closed.
-func (p *connPool) put(c *upConn) {
-	if c.br.Buffered() > 0 {
-		p.watch.report(reasonExtraBytes)
-		c.nc.Close()
+func (p *connPool) Put(c *Conn) {
+	if c.Reader.Buffered() > 0 {
+		p.Watch.report(reasonExtraBytes)
+		c.Net.Close()
 		return
 	}
 	c.idleFrom = time.Now()
 	p.mu.Lock()
 	if p.closed.Load() || len(p.idle) >= maxIdlePerEndpoint {
 		p.mu.Unlock()
-		c.nc.Close()
+		c.Net.Close()
 		return
 	}
 	p.idle = append(p.idle, c)
@@ -295,7 +295,7 @@ func (p *connPool) armLocked() {
 // timeout; it runs on the timer and re-arms while any remain.
 func (p *connPool) expire() {
 	maxIdle := time.Duration(p.idleTimeout.Load())
-	var stale []*upConn
+	var stale []*Conn
 	p.mu.Lock()
 	// The oldest are at the bottom of the stack.
 	n := 0
@@ -313,7 +313,7 @@ func (p *connPool) expire() {
 	}
 	p.mu.Unlock()
 	for _, c := range stale {
-		c.nc.Close()
+		c.Net.Close()
 	}
 }
 
@@ -330,7 +330,7 @@ func (p *connPool) close() {
 	}
 	p.mu.Unlock()
 	for _, c := range idle {
-		c.nc.Close()
+		c.Net.Close()
 	}
 }
 

@@ -55,7 +55,7 @@ func TestConnPoolReuseExpiryAndClose(t *testing.T) {
 		t.Fatalf("first get: reused %t, %v; want a fresh connection", reused, err)
 	}
 	testrun.Recv(t, accepted, "the first connection")
-	p.put(c1)
+	p.Put(c1)
 	if n := p.idleCount(); n != 1 {
 		t.Fatalf("%d idle after put, want 1", n)
 	}
@@ -66,20 +66,20 @@ func TestConnPoolReuseExpiryAndClose(t *testing.T) {
 
 	// An idle connection past the idle timeout is not handed out again.
 	p.setTimeouts(time.Second, time.Second, time.Nanosecond)
-	p.put(c2)
+	p.Put(c2)
 	c3, reused, err := p.get(ctx)
 	if err != nil || reused || c3 == c2 {
 		t.Fatalf("get after expiry: reused %t, %v; want a fresh connection", reused, err)
 	}
 	testrun.Recv(t, accepted, "the second connection")
-	if _, err := c2.nc.Write([]byte("x")); err == nil {
+	if _, err := c2.Net.Write([]byte("x")); err == nil {
 		t.Error("the expired connection is still open")
 	}
 
 	// A closed pool keeps nothing.
 	p.setTimeouts(time.Second, time.Second, time.Hour)
 	p.close()
-	p.put(c3)
+	p.Put(c3)
 	if n := p.idleCount(); n != 0 {
 		t.Errorf("%d idle in a closed pool, want 0", n)
 	}
@@ -122,11 +122,11 @@ func TestCutStaysCut(t *testing.T) {
 	defer peer.Close()
 	c := newUpConn(nc)
 	defer nc.Close()
-	c.cutNow()
-	c.setReadDeadline(time.Now().Add(time.Hour)) // the response-header timeout, say
+	c.CutNow()
+	c.SetReadDeadline(time.Now().Add(time.Hour)) // the response-header timeout, say
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.br.Peek(1)
+		_, err := c.Reader.Peek(1)
 		done <- err
 	}()
 	err = recvWithin(t, done, "the read on the cut connection")

@@ -1,4 +1,21 @@
-// Package proxy is the data plane's reverse proxy.
+// Package proxy is the data plane's forwarding core: everything of a
+// request's way to an endpoint and back that does not depend on the HTTP
+// server that parsed it. It imports no HTTP server library; the fronts
+// (gateway/proxy/fastfront for fasthttp, gateway/proxy/httpfront for
+// net/http, chosen once by gateway/proxy/front) are thin adapters over
+// it.
+//
+// A front's request goes through the core in a few steps, each a type:
+// the front fills a Request (the core's view of the client's request),
+// Proxy.Route routes it by the Table the front loaded (Proxy.Current),
+// Route.Begin starts its Attempt (the target and endpoint serving it,
+// followed through retries and failovers, and ended by Attempt.End in the
+// front's deferred bookkeeping), Proxy.ExchangeRetrying sends it over the
+// endpoints' connection pools with the front's sendFunc (which writes the
+// head with Request.WriteHead and the rest with Proxy.Transmit), and the
+// answer's head, parsed into the Conn's AnswerHead, is copied into the
+// front's AnswerSink by CopyAnswer; a failure before any answer is
+// answered as Proxy.ExchangeFailure decides (499, 502 or 504).
 //
 // A Proxy serves requests by the generation last given to Apply. Apply
 // compiles the spec into an immutable table — services matched by host and
@@ -22,7 +39,8 @@
 // endpoints whose requests fail, but never all of an upstream's; a request
 // that fails before any answer is retried on another endpoint of its
 // upstream when that is safe and the upstream's retry budget allows it
-// (retry.go).
+// (retry.go); one whose connection every endpoint up of its target refused
+// goes to the next target of the split at once (failover).
 package proxy
 
 import (
@@ -33,17 +51,14 @@ import (
 	"log"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/gateway/affinity"
 	"github.com/dwara/dwara/gateway/balance"
 	"github.com/dwara/dwara/gateway/config"
@@ -107,10 +122,10 @@ const DefaultClientStallTimeout = 60 * time.Second
 // Proxy is the data plane's reverse proxy. It is safe for concurrent use;
 // Apply may be called while requests are served. It must not be copied.
 type Proxy struct {
-	table    atomic.Pointer[table]
+	table    atomic.Pointer[Table]
 	reg      *balance.Registry
 	m        *metrics
-	buffers  *bufferPool
+	buffers  *BufferPool
 	log      *slog.Logger
 	errorLog *log.Logger
 	applyMu  sync.Mutex // serialises Apply; never taken by requests
@@ -230,14 +245,14 @@ func (p *Proxy) apply(spec *config.Spec, generation int64, onlyNewer bool) (bool
 
 // retainEndpoints forgets the states of endpoints no longer named and
 // closes the connection pools of endpoints no longer served.
-func (p *Proxy) retainEndpoints(t *table) {
+func (p *Proxy) retainEndpoints(t *Table) {
 	keep := make(map[string]struct{})
 	pools := make(map[*connPool]bool)
 	for _, u := range t.upstreams {
 		for _, e := range u.endpoints {
-			keep[e.addr] = struct{}{}
-			if e.pool != nil {
-				pools[e.pool] = true
+			keep[e.Addr] = struct{}{}
+			if e.Pool != nil {
+				pools[e.Pool] = true
 			}
 		}
 	}
@@ -252,7 +267,7 @@ func (p *Proxy) retainEndpoints(t *table) {
 
 // healthTargets lists the endpoints of t whose upstream declares
 // health_check in spec, with the states t's balancers read.
-func healthTargets(spec *config.Spec, t *table) []health.Target {
+func healthTargets(spec *config.Spec, t *Table) []health.Target {
 	var targets []health.Target
 	for _, u := range spec.Upstreams {
 		cu := t.upstreams[u.Name]
@@ -260,7 +275,7 @@ func healthTargets(spec *config.Spec, t *table) []health.Target {
 			continue
 		}
 		for _, e := range cu.endpoints {
-			targets = append(targets, health.Target{Upstream: u.Name, Endpoint: e.addr, State: e.state, Check: *u.HealthCheck, AllowLinkLocal: u.AllowLinkLocal})
+			targets = append(targets, health.Target{Upstream: u.Name, Endpoint: e.Addr, State: e.state, Check: *u.HealthCheck, AllowLinkLocal: u.AllowLinkLocal})
 		}
 	}
 	return targets
@@ -293,147 +308,131 @@ func (p *Proxy) Generation() int64 {
 // Registry returns the endpoint states the proxy uses.
 func (p *Proxy) Registry() *balance.Registry { return p.reg }
 
-// ServeHTTP routes and proxies one request.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	t := p.table.Load()
-	if t == nil {
-		w.Header().Set("X-Request-Id", requestID(r))
-		writeProblem(w, http.StatusServiceUnavailable, "No generation loaded", "the gateway has not applied a configuration generation yet")
-		return
-	}
-	sw := getStatusWriter(w)
-	q := &sw.out
-	httpOutbound(q, r)
-	rt := p.route(t, q)
-	// Remove every X-Dwara-* header the client sent (an override header
-	// was read by route): only the gateway speaks them upstream. Deleting
-	// during range is allowed by the language.
-	for k := range r.Header {
-		if len(k) > 8 && strings.EqualFold(k[:8], "X-Dwara-") {
-			delete(r.Header, k)
-		}
-	}
-	if rt.status != 0 {
-		w.Header()["X-Request-Id"] = r.Header["X-Request-Id"]
-		if rt.status == http.StatusMethodNotAllowed {
-			w.Header()["Allow"] = allowedMethods
-		}
-		writeProblem(w, rt.status, rt.title, rt.detail)
-		if p.access != nil {
-			p.logAccess(httpAccessLine(r), rt.status, nil, nil, start)
-		}
-		putStatusWriter(sw)
-		return
-	}
-	q.service = rt.tg.hdrService[0]
-	if rt.setCookie != "" {
-		w.Header().Add("Set-Cookie", rt.setCookie)
-	}
-	r.Header["X-Dwara-Service"] = rt.tg.hdrService
-	r.Header["X-Dwara-Upstream"] = rt.tg.hdrUpstream
-	r.Header["X-Dwara-Generation"] = rt.tg.hdrGeneration
-	if rt.tg.mirror != nil {
-		defer p.mirrorHTTP(sw, r, rt).release()
-	}
-	p.serveEndpoint(sw, r, rt.tg, rt.ep, start)
-}
-
-// route is where a request goes: its target and endpoint, and the cookie
+// Route is where a request goes: its target and endpoint, and the cookie
 // to set when a sticky session starts; or, when status is not 0, the
 // problem to answer instead.
-type route struct {
-	tg            *target
-	ep            *endpoint
-	setCookie     string
-	status        int
-	title, detail string
+type Route struct {
+	Target        *Target
+	Endpoint      *Endpoint
+	SetCookie     string
+	Status        int
+	Title, Detail string
+	// walk is how the split picked Target, for the failover of a request
+	// whose every endpoint there refused the connection (Attempt); its
+	// svc is nil for a forced target, which never fails over.
+	walk splitWalk
 }
 
-// route matches the service, works out the key (the sticky cookie, minted
+// splitWalk is where a request stands in the walk over its service's
+// split: the split it was picked by, the key's hash, the affinity key of
+// the endpoint balancers, the target it is on and the targets excluded
+// (marked down, or refusing connections).
+type splitWalk struct {
+	svc         *service
+	sp          *split.Split
+	hash        uint64
+	affinityKey string
+	ti          int
+	excluded    uint8
+}
+
+// Begin begins the exchange of the request routed by rt at its endpoint:
+// the Attempt that follows it from endpoint to endpoint (and target to
+// target), ended by its End.
+func (rt Route) Begin() Attempt {
+	a := newAttempt(rt.Endpoint)
+	a.Target, a.walk = rt.Target, rt.walk
+	return a
+}
+
+// Route matches the service, works out the key (the sticky cookie, minted
 // first for a new session, else the request id), picks the target by the
 // split and the endpoint by the upstream's balancer, failing over to the
 // next target with an endpoint up when every endpoint of the picked one is
 // marked down. It allocates only to mint a new session's cookie.
-func (p *Proxy) route(t *table, v *outbound) route {
-	if rt, refused := refuse(v); refused {
+func (p *Proxy) Route(t *Table, v *Request) Route {
+	if rt, refused := Refuse(v); refused {
 		return rt
 	}
-	svc := t.match(v.host, v.path)
+	svc := t.match(v.Host, v.Path)
 	if svc == nil {
-		return route{status: http.StatusNotFound, title: "No service matches", detail: "no service of the active generation matches this host and path"}
+		return Route{Status: statusNotFound, Title: "No service matches", Detail: "no service of the active generation matches this host and path"}
 	}
 	if svc.override != "" {
 		if name := v.get(svc.override); name != "" {
 			rt := p.forcedRoute(svc, v, name)
 			if p.exp != nil {
-				p.exposeForced(t, svc, rt.tg, v.requestID, v.cookies) // exposure.go
+				p.exposeForced(t, svc, rt.Target, v.RequestID, v.Cookies) // exposure.go
 			}
 			return rt
 		}
 	}
-	var rt route
-	key := v.requestID
+	var rt Route
+	key := v.RequestID
 	affinityKey := ""
 	if st := svc.sticky; st != nil {
-		c, ok := affinity.ReadCookieLines(v.cookies, st.cookie)
+		c, ok := affinity.ReadCookieLines(v.Cookies, st.cookie)
 		if !ok || !affinity.Valid(c) {
 			c = affinity.Mint()
-			rt.setCookie = st.cookie + "=" + c + st.attrs
-			if v.tls {
-				rt.setCookie += "; Secure"
+			rt.SetCookie = st.cookie + "=" + c + st.attrs
+			if v.TLS {
+				rt.SetCookie += "; Secure"
 			}
 			p.m.sticky.Inc()
 		}
 		key, affinityKey = c, c
 	}
 	if affinityKey == "" {
-		affinityKey = v.clientIP
+		affinityKey = v.ClientIP
 	}
 
 	h := split.Hash(key)
 	sp := svc.split.Load()
 	ti := sp.PickHash(h)
 	tg := svc.targets[ti]
-	ei := tg.up.balancer.Pick(affinityKey)
+	ei := tg.Up.balancer.Pick(affinityKey)
+	excluded := uint8(0)
 	if ei < 0 {
 		// Every endpoint of the picked target is marked down by its health
 		// checks: walk the remaining weights the same way, excluding each
 		// target with no endpoint up.
-		excluded := uint8(1) << ti
+		excluded = uint8(1) << ti
 		tg.failovers.Inc()
 		for ei < 0 {
 			ti = sp.PickExcluding(h, excluded)
 			if ti < 0 {
-				return route{status: http.StatusBadGateway, title: "No healthy upstream",
-					detail: "every endpoint of every target of service " + svc.name + " is down"}
+				return Route{Status: statusBadGateway, Title: "No healthy upstream",
+					Detail: "every endpoint of every target of service " + svc.name + " is down"}
 			}
 			tg = svc.targets[ti]
-			if ei = tg.up.balancer.Pick(affinityKey); ei < 0 {
+			if ei = tg.Up.balancer.Pick(affinityKey); ei < 0 {
 				excluded |= 1 << ti
 			}
 		}
 	}
 	tg.picks.Inc()
-	rt.tg, rt.ep = tg, tg.up.endpoints[ei]
+	rt.Target, rt.Endpoint = tg, tg.Up.endpoints[ei]
+	rt.walk = splitWalk{svc: svc, sp: sp, hash: h, affinityKey: affinityKey, ti: ti, excluded: excluded}
 	if p.exp != nil {
-		p.exposeRoute(t, svc, sp, ti, key, rt.setCookie != "") // exposure.go
+		p.exposeRoute(t, svc, sp, ti, key, rt.SetCookie != "") // exposure.go
 	}
 	return rt
 }
 
-// endRequest ends the bookkeeping of one request that reached tg, served
-// (after any retries) by a.ep since start, with code: the endpoint's
-// in-flight count and latency (a failure for a 5xx), the retry budget,
-// dwara_requests_total and the duration, and the canary recorder unless
-// the client went away (it is neither a request nor an error of the
-// version it reached). It is serveEndpoint's deferred bookkeeping.
-func (tg *target) endRequest(a *attempt, code int, start time.Time) {
-	a.end(tg.up, code >= 500)
+// End ends the bookkeeping of one request served (after any retries and
+// failovers) by a.Endpoint of a.Target since start, with code: the
+// endpoint's in-flight count and latency (a failure for a 5xx), the retry
+// budget, dwara_requests_total and the duration, and the canary recorder
+// unless the client went away (it is neither a request nor an error of the
+// version it reached). It is each front's deferred bookkeeping of a
+// forwarded request, called once.
+func (a *Attempt) End(code int, start time.Time) {
+	tg := a.Target
+	a.end(tg.Up, code >= 500)
 	tg.codes.inc(code)
 	d := time.Since(start)
 	tg.duration.Observe(d.Seconds())
-	if tg.rec != nil && code != statusClientGone {
+	if tg.rec != nil && code != StatusClientGone {
 		tg.rec.Observe(d, code >= 500)
 	}
 }
@@ -442,53 +441,53 @@ func (tg *target) endRequest(a *attempt, code int, start time.Time) {
 // header: that target serves it whatever its weight, with no failover to
 // another target and no sticky cookie minted; an existing valid cookie
 // still keys the endpoint balancer. A name that is not a target is 400.
-func (p *Proxy) forcedRoute(svc *service, v *outbound, name string) route {
+func (p *Proxy) forcedRoute(svc *service, v *Request, name string) Route {
 	for _, tg := range svc.targets {
-		if tg.up.name != name {
+		if tg.Up.name != name {
 			continue
 		}
-		affinityKey := v.clientIP
+		affinityKey := v.ClientIP
 		if st := svc.sticky; st != nil {
-			if c, ok := affinity.ReadCookieLines(v.cookies, st.cookie); ok && affinity.Valid(c) {
+			if c, ok := affinity.ReadCookieLines(v.Cookies, st.cookie); ok && affinity.Valid(c) {
 				affinityKey = c
 			}
 		}
-		ei := tg.up.balancer.Pick(affinityKey)
+		ei := tg.Up.balancer.Pick(affinityKey)
 		if ei < 0 {
-			return route{status: http.StatusBadGateway, title: "No healthy upstream",
-				detail: "every endpoint of the forced target " + name + " of service " + svc.name + " is down"}
+			return Route{Status: statusBadGateway, Title: "No healthy upstream",
+				Detail: "every endpoint of the forced target " + name + " of service " + svc.name + " is down"}
 		}
 		tg.forced.Inc()
-		return route{tg: tg, ep: tg.up.endpoints[ei]}
+		return Route{Target: tg, Endpoint: tg.Up.endpoints[ei]}
 	}
-	return route{status: http.StatusBadRequest, title: "Unknown branch",
-		detail: svc.override + " names " + strconv.Quote(name[:min(len(name), 64)]) + ", which is not a target of service " + svc.name + "; allowed: " + svc.branches}
+	return Route{Status: statusBadRequest, Title: "Unknown branch",
+		Detail: svc.override + " names " + strconv.Quote(name[:min(len(name), 64)]) + ", which is not a target of service " + svc.name + "; allowed: " + svc.branches}
 }
 
-// allowedMethods is the Allow field of a 405 answer.
-var allowedMethods = []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}
+// AllowedMethods is the Allow field of a 405 answer.
+var AllowedMethods = []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}
 
-// refuse answers what the gateway never forwards: CONNECT (it is not a
+// Refuse answers what the gateway never forwards: CONNECT (it is not a
 // forward proxy) and TRACE (it would reflect the gateway's own headers,
 // cookies included, to a script) with 405; PRI, HTTP/2's connection
 // preface sent to an HTTP/1.1 listener, with 501; and a path with a "." or
 // ".." segment (after percent-decoding, so /v1/%2e%2e/admin and
 // /v1%2f..%2fadmin too) with 400, since a base path must not be escaped
 // by a path the endpoint resolves elsewhere.
-func refuse(v *outbound) (route, bool) {
-	switch v.method {
-	case http.MethodConnect, http.MethodTrace:
-		return route{status: http.StatusMethodNotAllowed, title: "Method not allowed",
-			detail: "the gateway does not forward " + v.method + " requests"}, true
+func Refuse(v *Request) (Route, bool) {
+	switch v.Method {
+	case methodConnect, methodTrace:
+		return Route{Status: statusMethodNotAllowed, Title: "Method not allowed",
+			Detail: "the gateway does not forward " + v.Method + " requests"}, true
 	case "PRI":
-		return route{status: http.StatusNotImplemented, title: "Not implemented",
-			detail: "HTTP/2 without TLS is not served; use HTTP/1.1"}, true
+		return Route{Status: statusNotImplemented, Title: "Not implemented",
+			Detail: "HTTP/2 without TLS is not served; use HTTP/1.1"}, true
 	}
-	if hasDotSegment(v.path) {
-		return route{status: http.StatusBadRequest, title: "Bad path",
-			detail: "the path has a . or .. segment; send the resolved path"}, true
+	if hasDotSegment(v.Path) {
+		return Route{Status: statusBadRequest, Title: "Bad path",
+			Detail: "the path has a . or .. segment; send the resolved path"}, true
 	}
-	return route{}, false
+	return Route{}, false
 }
 
 // hasDotSegment reports whether path has a "." or ".." segment.
@@ -508,80 +507,42 @@ func hasDotSegment(path string) bool {
 	return false
 }
 
-// serveEndpoint forwards r to ep and does the bookkeeping of the exchange.
-// A request that fails before any answer may be retried on other
-// endpoints of tg's upstream (retry.go); the bookkeeping follows it from
-// endpoint to endpoint. It runs in a defer, so an aborted answer (the
-// panic http.ErrAbortHandler, from a cut upstream body) leaves the
-// in-flight counts, the retry budget and the metrics balanced. An answer
-// the client did not take to its end (it went away) is counted as 499 and
-// is not the endpoint's failure; an answer the endpoint cut is counted as
-// 502 and is. An upgraded tunnel is counted 101 when it ends, with its
-// whole duration.
-func (p *Proxy) serveEndpoint(sw *statusWriter, r *http.Request, tg *target, ep *endpoint, start time.Time) {
-	a := newAttempt(ep)
-	code := 0
-	completed := false
-	defer func() {
-		switch {
-		case !completed && r.Context().Err() != nil:
-			code = statusClientGone
-		case !completed:
-			code = http.StatusBadGateway
-		case code == 0:
-			code = sw.code
-		}
-		putStatusWriter(sw)
-		tg.endRequest(&a, code, start)
-		if p.access != nil {
-			p.logAccess(httpAccessLine(r), code, tg, a.ep, start)
-		}
-	}()
-	code = p.forward(sw, r, tg, &a)
-	completed = true
-}
-
-// accessLine is what an access log line tells of a request, whichever
+// AccessLine is what an access log line tells of a request, whichever
 // front parsed it.
-type accessLine struct {
-	requestID, method, host, path, client string
+type AccessLine struct {
+	RequestID, Method, Host, Path, Client string
 }
 
-// httpAccessLine is r's accessLine.
-func httpAccessLine(r *http.Request) accessLine {
-	return accessLine{requestID: r.Header.Get("X-Request-Id"), method: r.Method, host: r.Host, path: r.URL.Path, client: clientIP(r)}
-}
-
-// logAccess writes the access log line of the request l, answered with
+// LogAccess writes the access log line of the request l, answered with
 // status, by tg and ep when it was forwarded (nil when the gateway
 // answered itself). A panic of the access log's handler (the operator's
 // code) loses the line, logged as an error, never the answer.
-func (p *Proxy) logAccess(l accessLine, status int, tg *target, ep *endpoint, start time.Time) {
+func (p *Proxy) LogAccess(l AccessLine, status int, tg *Target, ep *Endpoint, start time.Time) {
 	defer func() {
 		if v := recover(); v != nil {
-			p.logPanic("panic writing an access log line", v, "request_id", l.requestID)
+			p.LogPanic("panic writing an access log line", v, "request_id", l.RequestID)
 		}
 	}()
 	attrs := []slog.Attr{
-		slog.String("request_id", l.requestID),
-		slog.String("method", l.method),
-		slog.String("host", l.host),
-		slog.String("path", l.path),
+		slog.String("request_id", l.RequestID),
+		slog.String("method", l.Method),
+		slog.String("host", l.Host),
+		slog.String("path", l.Path),
 		slog.Int("status", status),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-		slog.String("client", l.client),
+		slog.String("client", l.Client),
 	}
 	if tg != nil {
-		attrs = append(attrs, slog.String("service", tg.hdrService[0]), slog.String("upstream", tg.up.name), slog.String("endpoint", ep.addr))
+		attrs = append(attrs, slog.String("service", tg.HdrService[0]), slog.String("upstream", tg.Up.name), slog.String("endpoint", ep.Addr))
 	}
 	p.access.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
 }
 
-// logPanic logs v, a recovered panic, as an error with msg, args and the
+// LogPanic logs v, a recovered panic, as an error with msg, args and the
 // stack, and reports whether there was one (v not nil). Call it with
 // recover() from a deferred function; with args, only once v is known not
 // to be nil, since the args are built before the call.
-func (p *Proxy) logPanic(msg string, v any, args ...any) bool {
+func (p *Proxy) LogPanic(msg string, v any, args ...any) bool {
 	if v == nil {
 		return false
 	}
@@ -589,36 +550,40 @@ func (p *Proxy) logPanic(msg string, v any, args ...any) bool {
 	return true
 }
 
-// requestID returns the request's X-Request-Id when it is 1..128 characters
-// of [A-Za-z0-9._:-]; otherwise it sets a fresh random one and returns it.
-func requestID(r *http.Request) string {
-	if vs := r.Header["X-Request-Id"]; len(vs) == 1 && apiv1.ValidRequestID(vs[0]) {
-		return vs[0]
-	}
-	id := newRequestID()
-	r.Header["X-Request-Id"] = []string{id}
-	return id
-}
-
-// newRequestID returns a fresh random request id: 32 hex digits.
-func newRequestID() string {
+// NewRequestID returns a fresh random request id: 32 hex digits.
+func NewRequestID() string {
 	var b [32]byte
-	return string(appendRequestID(b[:0]))
+	return string(AppendRequestID(b[:0]))
 }
 
-// appendRequestID appends a fresh random request id to dst.
-func appendRequestID(dst []byte) []byte {
+// AppendRequestID appends a fresh random request id to dst.
+func AppendRequestID(dst []byte) []byte {
 	var raw [16]byte
 	binary.BigEndian.PutUint64(raw[:8], rand.Uint64())
 	binary.BigEndian.PutUint64(raw[8:], rand.Uint64())
 	return hex.AppendEncode(dst, raw[:])
 }
 
-// clientIP returns the host part of r.RemoteAddr: the peer, never a header.
-func clientIP(r *http.Request) string {
-	a := r.RemoteAddr
-	if i := strings.LastIndexByte(a, ':'); i >= 0 {
-		a = a[:i]
-	}
-	return strings.TrimSuffix(strings.TrimPrefix(a, "["), "]")
-}
+// Current returns the table of the generation being served, nil before
+// the first Apply: the one atomic load a front does per request, before
+// it routes the request by it (Route).
+func (p *Proxy) Current() *Table { return p.table.Load() }
+
+// AccessLog returns Options.AccessLog: nil when no access log is kept.
+func (p *Proxy) AccessLog() *slog.Logger { return p.access }
+
+// StallTimeout returns the client stall timeout (Options.ClientStallTimeout
+// with its default applied); 0 means none.
+func (p *Proxy) StallTimeout() time.Duration { return p.stall }
+
+// Logger returns the logger of upstream errors (Options.Logger, or
+// slog.Default()).
+func (p *Proxy) Logger() *slog.Logger { return p.log }
+
+// ErrorLog returns Logger as a *log.Logger at debug level, for the HTTP
+// servers' own error logs.
+func (p *Proxy) ErrorLog() *log.Logger { return p.errorLog }
+
+// Buffers returns the pool of copy buffers the proxy streams bodies
+// through.
+func (p *Proxy) Buffers() *BufferPool { return p.buffers }

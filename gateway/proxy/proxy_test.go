@@ -699,7 +699,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 		req.Header.Set("Cookie", "sid=0123456789abcdef01234567")
 		req.Header.Set("X-Request-Id", "bench-1")
 		w := httptest.NewRecorder()
-		g.ServeHTTP(w, req)
+		httpHandler(g.Proxy).ServeHTTP(w, req)
 		if w.Code != 200 {
 			b.Fatal(w.Code)
 		}
@@ -724,9 +724,9 @@ func TestRoutingAllocs(t *testing.T) {
 	// The whole routing step as ServeHTTP runs it: match, cookie, pick,
 	// balancer, bookkeeping of the pick.
 	allocs := testing.AllocsPerRun(1000, func() {
-		rt := g.route(tbl, &outbound{host: req.Host, path: req.URL.Path, cookies: req.Header["Cookie"],
-			requestID: "req-1", clientIP: clientIP(req)})
-		if rt.status != 0 || rt.ep == nil || rt.setCookie != "" {
+		rt := g.Route(tbl, &Request{Host: req.Host, Path: req.URL.Path, Cookies: req.Header["Cookie"],
+			RequestID: "req-1", ClientIP: "192.0.2.1"})
+		if rt.Status != 0 || rt.Endpoint == nil || rt.SetCookie != "" {
 			t.Fatalf("route = %+v, want an endpoint and no new cookie", rt)
 		}
 	})

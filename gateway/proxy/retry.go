@@ -1,7 +1,8 @@
 package proxy
 
 import (
-	"net/http"
+	"errors"
+	"syscall"
 	"time"
 )
 
@@ -49,33 +50,48 @@ const (
 	minRetryConcurrency = 10
 )
 
-// attempt is where one request is being served: the endpoint, when its
-// exchange began there, the endpoints tried so far and the retries it
-// holds of its upstream's budget. It lives on serveEndpoint's stack; its
-// bookkeeping ends in serveEndpoint's deferred function.
-type attempt struct {
-	ep    *endpoint
-	began time.Time
-	tried uint64 // bit i: the upstream's endpoints[i] was tried
-	held  int64  // retry attempts taken from the upstream's budget
+// Attempt is where one request is being served: the target and its
+// endpoint, when its exchange began there, the endpoints of the target's
+// upstream tried so far and the retries it holds of that upstream's
+// budget. A front begins it with Route.Begin and keeps it with its
+// request (on its stack, or in its pooled exchange); it ends with End,
+// in the front's deferred bookkeeping. The zero value is not usable.
+type Attempt struct {
+	// Target is the target serving the request: the routed one, or the
+	// one it failed over to (failover).
+	Target *Target
+	// Endpoint is the endpoint of Target serving the request, or the last
+	// one tried.
+	Endpoint *Endpoint
+	began    time.Time
+	tried    uint64 // bit i: the upstream's endpoints[i] was tried
+	held     int64  // retry attempts taken from the upstream's budget
+	// walk is the split's walk, for failover; its svc is nil for a
+	// request that does not fail over (a forced target).
+	walk splitWalk
+	// reached: a failure on Target may have reached one of its endpoints
+	// (it was not a refused or timed-out connect), so the request does not
+	// fail over to another target.
+	reached bool
 }
 
-func newAttempt(ep *endpoint) attempt {
-	return attempt{ep: ep, began: ep.state.Begin(), tried: 1 << ep.index}
+// newAttempt begins an exchange on ep, on no target: Route.Begin's start.
+func newAttempt(ep *Endpoint) Attempt {
+	return Attempt{Endpoint: ep, began: ep.state.Begin(), tried: 1 << ep.index}
 }
 
 // moveTo ends the failed exchange on a.ep (in flight, latency as a failure)
 // and begins one on next.
-func (a *attempt) moveTo(next *endpoint) {
-	a.ep.state.Done(a.began, true)
-	a.ep, a.began = next, next.state.Begin()
+func (a *Attempt) moveTo(next *Endpoint) {
+	a.Endpoint.state.Done(a.began, true)
+	a.Endpoint, a.began = next, next.state.Begin()
 	a.tried |= 1 << next.index
 }
 
 // end ends the exchange on a.ep, failed or not, and gives the retries it
 // holds back to u's budget.
-func (a *attempt) end(u *upstream, failed bool) {
-	a.ep.state.Done(a.began, failed)
+func (a *Attempt) end(u *upstream, failed bool) {
+	a.Endpoint.state.Done(a.began, failed)
 	if a.held > 0 {
 		u.shared.retries.Add(-a.held)
 		a.held = 0
@@ -86,8 +102,8 @@ func (a *attempt) end(u *upstream, failed bool) {
 // exchange x on a.ep failed with err, or nil when r is not to be retried
 // (see the rules above). A non-nil result has taken one retry from u's
 // budget, held by a until it ends, and is counted.
-func (p *Proxy) retryTarget(r *outbound, u *upstream, a *attempt, x exchange, err error) *endpoint {
-	if r.upgrade != "" || x.sent || x.mayHaveArrived() && !r.replayable() {
+func (p *Proxy) retryTarget(r *Request, u *upstream, a *Attempt, x Exchange, err error) *Endpoint {
+	if r.Upgrade != "" || x.sent || x.mayHaveArrived() && !r.replayable() {
 		return nil
 	}
 	next := u.untried(a.tried)
@@ -99,11 +115,69 @@ func (p *Proxy) retryTarget(r *outbound, u *upstream, a *attempt, x exchange, er
 	return next
 }
 
+// failover moves a, whose request q failed with no connection made on
+// every endpoint of a.Target's upstream that is up (each refused the
+// connection or did not accept it within the connect timeout, so the
+// request reached none of them), to the next target of the split by the
+// same walk as route's failover, excluding the targets already left; it
+// returns the endpoint to send q to there, or nil when q does not fail
+// over: a forced target, an upgrade, a failure that may have reached an
+// endpoint, an endpoint of the target that is up and untried (the retry
+// budget said no), no other target with an endpoint up, or that target's
+// upstream's retry budget spent. A move is counted in the failed target's
+// dwara_split_failovers_total and recorded as an error of its version
+// (its canary recorder, in a canary group: a dead canary is rolled back
+// as before, though its clients are served); the retries a held of the
+// old upstream's budget go back to it, and the move takes one of the new
+// upstream's.
+func (p *Proxy) failover(q *Request, a *Attempt) *Endpoint {
+	w := &a.walk
+	if w.svc == nil || a.reached || q.Upgrade != "" || a.Target.Up.untried(a.tried) != nil {
+		return nil
+	}
+	excluded := w.excluded | 1<<w.ti
+	for {
+		ti := w.sp.PickExcluding(w.hash, excluded)
+		if ti < 0 {
+			return nil
+		}
+		tg := w.svc.targets[ti]
+		ei := tg.Up.balancer.Pick(w.affinityKey)
+		if ei < 0 {
+			excluded |= 1 << ti
+			continue
+		}
+		if !tg.Up.takeRetry() {
+			return nil
+		}
+		a.Target.failovers.Inc()
+		if rec := a.Target.rec; rec != nil {
+			rec.Observe(time.Since(a.began), true)
+		}
+		if a.held > 0 {
+			a.Target.Up.shared.retries.Add(-a.held)
+		}
+		next := tg.Up.endpoints[ei]
+		a.Endpoint.state.Done(a.began, true)
+		a.Target, a.Endpoint, a.began = tg, next, next.state.Begin()
+		a.tried, a.held, a.reached = 1<<next.index, 1, false
+		w.ti, w.excluded = ti, excluded
+		return next
+	}
+}
+
+// connectFailed reports whether the exchange x failed with no connection
+// made: the connect was refused, or did not finish within the connect
+// timeout. Such a request reached nothing.
+func connectFailed(x Exchange, err error) bool {
+	return x.Conn == nil && (errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, ErrUpstreamTimeout))
+}
+
 // safeMethod reports whether method is safe (RFC 9110 section 9.2.1), and
 // so may be sent twice.
 func safeMethod(method string) bool {
 	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+	case methodGet, methodHead, methodOptions, methodTrace:
 		return true
 	}
 	return false
@@ -112,8 +186,8 @@ func safeMethod(method string) bool {
 // untried returns the endpoint of u not in tried that is up and has the
 // fewest requests in flight (the first such in spec order on a tie), or
 // nil.
-func (u *upstream) untried(tried uint64) *endpoint {
-	var best *endpoint
+func (u *upstream) untried(tried uint64) *Endpoint {
+	var best *Endpoint
 	var least int64
 	for i, e := range u.endpoints {
 		if tried&(1<<i) != 0 || !e.state.Up() {

@@ -42,7 +42,7 @@ func picks(p *Proxy, keys []string) []string {
 	sp := svc.split.Load()
 	out := make([]string, len(keys))
 	for i, k := range keys {
-		out[i] = svc.targets[sp.PickHash(split.Hash(k))].up.name
+		out[i] = svc.targets[sp.PickHash(split.Hash(k))].Up.name
 	}
 	return out
 }

@@ -3,7 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"net/http"
+	"net/textproto"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,9 +18,9 @@ import (
 	"github.com/dwara/dwara/gateway/split"
 )
 
-// table is one compiled generation: everything a request needs, resolved at
+// Table is one compiled generation: everything a request needs, resolved at
 // compile time. It is immutable once published through Proxy.table.
-type table struct {
+type Table struct {
 	generation int64
 	// byHost holds the services with a Host, hostless the others; both are
 	// sorted by base path length, longest first.
@@ -40,7 +40,7 @@ type service struct {
 	// split is the service's weighted split: the generation's, until the
 	// canary controller swaps in transient weights (SetCanaryWeight).
 	split   atomic.Pointer[split.Split]
-	targets []*target
+	targets []*Target
 	sticky  *sticky
 	// canary is the service's canary group; nil without canary_analysis.
 	canary *canaryGroup
@@ -66,27 +66,27 @@ type sticky struct {
 	attrs string
 }
 
-// target is a compiled config.Target: one weighted upstream of a service,
+// Target is a compiled config.Target: one weighted upstream of a service,
 // with its metric children resolved.
-type target struct {
-	up *upstream
+type Target struct {
+	Up *upstream
 	*targetMetrics
 	// rec records the target's answers for the canary analysis; nil when
 	// the service has none.
 	rec *canary.Recorder
 	// headers is the X-Dwara-* set sent upstream, values with len == cap so
 	// an append elsewhere never writes into the shared arrays.
-	hdrService, hdrUpstream, hdrGeneration []string
-	// mirror is the service's mirror (mirror.go), shared by its targets;
+	HdrService, HdrUpstream, HdrGeneration []string
+	// Mirror is the service's mirror (mirror.go), shared by its targets;
 	// nil when it has none.
-	mirror *mirror
+	Mirror *mirror
 }
 
 // upstream is a compiled config.Upstream: its balancer over its endpoints.
 type upstream struct {
 	name      string
 	balancer  balance.Balancer
-	endpoints []*endpoint
+	endpoints []*Endpoint
 	// passive is the upstream's passive-check settings, with the defaults
 	// filled in.
 	passive passiveSettings
@@ -95,9 +95,9 @@ type upstream struct {
 	shared *upstreamShared
 }
 
-// endpoint is one upstream endpoint with its connection pool.
-type endpoint struct {
-	addr  string
+// Endpoint is one upstream endpoint with its connection pool.
+type Endpoint struct {
+	Addr  string
 	state *balance.State
 	// index is the endpoint's position in its upstream's endpoints (the
 	// bit of a request's tried set; an upstream has at most 64).
@@ -106,22 +106,22 @@ type endpoint struct {
 	// address (its own among them): they share its state, so the cap on
 	// passive ejections is kept in each.
 	peers []*upstream
-	// pool carries every request to the endpoint, over TLS for an https
+	// Pool carries every request to the endpoint, over TLS for an https
 	// one.
-	pool *connPool
-	// hostHeader is the Host sent upstream: the endpoint's host:port.
-	hostHeader string
+	Pool *connPool
+	// HostHeader is the Host sent upstream: the endpoint's host:port.
+	HostHeader string
 }
 
 // compile turns a spec into a table. It does not validate spec (Apply's
 // caller did), but it refuses with an error, never a panic, whatever it cannot
 // compile: a nil spec, a bad endpoint or balancer, a service naming an
 // unknown upstream, or weights split.New refuses.
-func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
+func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 	if spec == nil {
 		return nil, errors.New("compile generation: nil spec")
 	}
-	t := &table{
+	t := &Table{
 		generation: generation,
 		byHost:     make(map[string][]*service),
 		upstreams:  make(map[string]*upstream, len(spec.Upstreams)),
@@ -147,12 +147,12 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 				return nil, fmt.Errorf("service %q: unknown upstream %q", s.Name, tg.Upstream)
 			}
 			weights[i] = tg.Weight
-			cs.targets = append(cs.targets, &target{
-				up:            u,
+			cs.targets = append(cs.targets, &Target{
+				Up:            u,
 				targetMetrics: p.targetMetrics(s.Name, u.name),
-				hdrService:    oneValue(s.Name),
-				hdrUpstream:   oneValue(u.name),
-				hdrGeneration: oneValue(gen),
+				HdrService:    oneValue(s.Name),
+				HdrUpstream:   oneValue(u.name),
+				HdrGeneration: oneValue(gen),
 			})
 		}
 		var sp *split.Split
@@ -187,10 +187,10 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 			}
 		}
 		if s.Override != nil {
-			cs.override = http.CanonicalHeaderKey(s.Override.Header)
+			cs.override = textproto.CanonicalMIMEHeaderKey(s.Override.Header)
 			names := make([]string, len(cs.targets))
 			for i, tg := range cs.targets {
-				names[i] = tg.up.name
+				names[i] = tg.Up.name
 			}
 			cs.branches = strings.Join(names, ", ")
 		}
@@ -200,7 +200,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*table, error) {
 				return nil, fmt.Errorf("service %q: %w", s.Name, err)
 			}
 			for _, tg := range cs.targets {
-				tg.mirror = m
+				tg.Mirror = m
 			}
 		}
 		if s.Host == "" {
@@ -240,17 +240,17 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 			return nil, fmt.Errorf("upstream %q: %w", u.Name, err)
 		}
 		states[i] = p.reg.Get(addr)
-		ep := &endpoint{
-			addr:       addr,
+		ep := &Endpoint{
+			Addr:       addr,
 			state:      states[i],
 			index:      i,
-			hostHeader: target.Host,
+			HostHeader: target.Host,
 		}
-		ep.pool = p.pool(u.Name, target.Scheme, target.Host)
-		ep.pool.setTimeouts(millis(u.ConnectTimeoutMS, config.DefaultConnectTimeoutMS),
+		ep.Pool = p.pool(u.Name, target.Scheme, target.Host)
+		ep.Pool.setTimeouts(millis(u.ConnectTimeoutMS, config.DefaultConnectTimeoutMS),
 			millis(u.ResponseHeaderTimeoutMS, config.DefaultResponseHeaderTimeoutMS),
 			millis(u.IdleTimeoutMS, config.DefaultIdleTimeoutMS))
-		ep.pool.allowLinkLocal.Store(u.AllowLinkLocal)
+		ep.Pool.allowLinkLocal.Store(u.AllowLinkLocal)
 		cu.endpoints = append(cu.endpoints, ep)
 	}
 	b, err := balance.New(u.Balancer, u.Endpoints, states)
@@ -282,7 +282,7 @@ func (p *Proxy) pool(upstream, scheme, host string) *connPool {
 		if scheme == "https" {
 			cp.tlsConfig = upstreamTLSConfig(p.upstreamTLS, host)
 		}
-		cp.watch = newProtocolWatch(p.um.protocol, p.log, upstream, host)
+		cp.Watch = newProtocolWatch(p.um.protocol, p.log, upstream, host)
 		p.pools[key] = cp
 	}
 	return cp
@@ -292,7 +292,7 @@ func (p *Proxy) pool(upstream, scheme, host string) *connPool {
 // or without port) and path: the longest base path on a segment boundary
 // among the services of that host, else among the hostless ones. nil when
 // none matches. It does not allocate.
-func (t *table) match(host, path string) *service {
+func (t *Table) match(host, path string) *service {
 	if len(t.byHost) > 0 {
 		host = stripPort(host)
 		var ss []*service
@@ -356,7 +356,7 @@ func hasUpper(s string) bool {
 
 // services returns every service of the table (for bookkeeping at apply
 // time, not for requests).
-func (t *table) services() []*service {
+func (t *Table) services() []*service {
 	all := append([]*service(nil), t.hostless...)
 	for _, ss := range t.byHost {
 		all = append(all, ss...)

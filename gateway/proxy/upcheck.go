@@ -40,7 +40,7 @@ const (
 var reasonNames = [numReasons]string{"extra_bytes", "unsolicited", "head_too_large"}
 
 // errAnswerHeadTooLarge is an answer head (status line and fields) that
-// does not fit an endpoint connection's read buffer (connBufferSize, 16
+// does not fit an endpoint connection's read buffer (ConnBufferSize, 16
 // KiB), which answer heads are parsed in: a 502, counted head_too_large.
 var errAnswerHeadTooLarge = errors.New("upstream answer head over 16 KiB")
 
@@ -87,17 +87,17 @@ const (
 // idleState looks at c, idle, without reading it (idle_unix.go): a
 // connection with anything buffered, or with bytes or an end of file
 // waiting on its socket, is not to be used.
-func (c *upConn) idleState() idleState {
-	if c.br.Buffered() > 0 {
+func (c *Conn) idleState() idleState {
+	if c.Reader.Buffered() > 0 {
 		return idleData
 	}
-	return c.peeker.state(c.nc)
+	return c.peeker.state(c.Net)
 }
 
-// answerHeadEnd returns the length of the answer head at the start of b,
+// AnswerHeadEnd returns the length of the answer head at the start of b,
 // through the empty line that ends it, or -1 when b does not hold all of
 // it. A line may end in a bare LF (RFC 9112 section 2.2).
-func answerHeadEnd(b []byte) int {
+func AnswerHeadEnd(b []byte) int {
 	for i := 0; ; {
 		j := bytes.IndexByte(b[i:], '\n')
 		if j < 0 {
@@ -118,7 +118,7 @@ func answerHeadEnd(b []byte) int {
 // does not fit br's buffer, or the read's error. Reads
 // happen under the connection's read deadline.
 func bufferAnswerHead(br *bufio.Reader, w *protocolWatch) (int, error) {
-	n, full, err := bufferUntil(br, answerHeadEnd)
+	n, full, err := bufferUntil(br, AnswerHeadEnd)
 	if full {
 		w.report(reasonHeadTooLarge)
 		return 0, errAnswerHeadTooLarge

@@ -487,8 +487,8 @@ func TestUpstreamTLSSlowAnswer(t *testing.T) {
 		t.Parallel()
 		up := startTLSUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			// A slow endpoint, not synchronisation: the answer comes after
-			// two slices of fastClientCheckInterval.
-			time.Sleep(3 * fastClientCheckInterval)
+			// two slices of FastClientCheckInterval.
+			time.Sleep(3 * FastClientCheckInterval)
 			fmt.Fprint(w, "late")
 		}))
 		g := startTLSGateway(t, front, up.trust())

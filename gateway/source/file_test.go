@@ -20,6 +20,7 @@ import (
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/dwara/dwara/gateway/proxy/httpfront"
 	"github.com/dwara/dwara/gateway/source"
 	"github.com/dwara/dwara/internal/testlog"
 )
@@ -80,7 +81,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	t.Cleanup(h.green.Close)
 	h.px = proxy.New(proxy.Options{Logger: slog.New(slog.DiscardHandler)})
-	srv := httptest.NewServer(h.px)
+	srv := httptest.NewServer(httpfront.Handler(h.px))
 	t.Cleanup(srv.Close)
 	t.Cleanup(h.client.CloseIdleConnections)
 	h.url = srv.URL + "/"

@@ -1,4 +1,4 @@
-package proxy
+package front
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/valyala/fasthttp"
+	"github.com/dwara/dwara/gateway/proxy"
 )
 
 // tlsFront is the fasthttp front with TLS. fasthttp speaks HTTP/1.1 only:
@@ -30,9 +30,9 @@ type tlsFront struct {
 	timeout  time.Duration // of each handshake; 0: none
 	maxConns int           // of the listener (limit)
 	log      *slog.Logger
-	fast     *fasthttp.Server
+	fast     fastServer
 	h2       *http.Server
-	gate     listenerGate
+	gate     proxy.ListenerGate
 	// ln is the listener Serve accepts from, capped by limit, set by Serve
 	// before its acceptor starts.
 	ln  net.Listener
@@ -47,12 +47,19 @@ type tlsFront struct {
 	handshakes sync.WaitGroup
 }
 
+// fastServer is what the TLS front needs of the fasthttp server
+// (*fasthttp.Server has it), so that this package names no fasthttp.
+type fastServer interface {
+	Serve(ln net.Listener) error
+	ShutdownWithContext(ctx context.Context) error
+}
+
 // newTLSFront returns the TLS front of the fasthttp server fast, with
 // config (which must offer "h2" and "http/1.1" by ALPN), each handshake
 // bounded by timeout and at most maxConns connections open (limit). h2
 // serves the connections that negotiate HTTP/2; it must serve HTTP/2 on a
 // listener of *tls.Conn (see newFastFront).
-func newTLSFront(config *tls.Config, timeout time.Duration, maxConns int, log *slog.Logger, fast *fasthttp.Server, h2 *http.Server) *tlsFront {
+func newTLSFront(config *tls.Config, timeout time.Duration, maxConns int, log *slog.Logger, fast fastServer, h2 *http.Server) *tlsFront {
 	return &tlsFront{
 		config: config, timeout: timeout, maxConns: maxConns, log: log, fast: fast, h2: h2,
 		// Their address is the listener's, known once Serve is called.
@@ -68,8 +75,8 @@ func newTLSFront(config *tls.Config, timeout time.Duration, maxConns int, log *s
 // first), else the error. Connections the servers already serve are
 // Shutdown's to end.
 func (f *tlsFront) Serve(ln net.Listener) error {
-	ln = limit(ln, f.maxConns)
-	if !f.gate.serve(ln) {
+	ln = proxy.LimitListener(ln, f.maxConns)
+	if !f.gate.Serve(ln) {
 		return nil
 	}
 	// Set before the servers that read them start; close reads neither.
@@ -167,7 +174,7 @@ func (f *tlsFront) track(c net.Conn, add bool) bool {
 // (which Serve then no longer serves, if it has not begun), and aborts the
 // handshakes under way. Calls after the first do nothing more.
 func (f *tlsFront) close() {
-	f.gate.close()
+	f.gate.Close()
 	_ = f.h1q.Close()
 	_ = f.h2q.Close()
 	f.mu.Lock()

@@ -150,7 +150,7 @@ func TestFastClientGoneBeforeAnswer(t *testing.T) {
 // see past it) are all served.
 func TestFastSlowAnswersStillServed(t *testing.T) {
 	t.Parallel()
-	const slow = 3 * fastClientCheckInterval
+	slow := 3 * FastClientCheckInterval
 	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		switch r.URL.Path {
@@ -260,12 +260,12 @@ func TestFastPeerGone(t *testing.T) {
 		t.Cleanup(func() { client.Close(); server.Close() })
 		return client, &unwrapConn{server}
 	}
-	// eventually waits, at most conformanceDeadline, for fastPeerGone(c) to
+	// eventually waits, at most conformanceDeadline, for PeerGone(c) to
 	// report want (a FIN takes its time to arrive, even on loopback).
 	eventually := func(c net.Conn, want bool, what string) {
 		t.Helper()
 		deadline := time.Now().Add(conformanceDeadline)
-		for fastPeerGone(c) != want {
+		for PeerGone(c) != want {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: fastPeerGone = %v, want %v", what, !want, want)
 			}
@@ -273,14 +273,14 @@ func TestFastPeerGone(t *testing.T) {
 		}
 	}
 	client, server := pair()
-	if fastPeerGone(server) {
+	if PeerGone(server) {
 		t.Fatal("a peer that is there is gone")
 	}
 	if _, err := client.Write([]byte("pipelined")); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 9)
-	if fastPeerGone(server) {
+	if PeerGone(server) {
 		t.Fatal("a peer that sent data is gone")
 	}
 	if _, err := io.ReadFull(server, buf); err != nil || string(buf) != "pipelined" {

@@ -1,4 +1,4 @@
-package proxy
+package fastfront
 
 import (
 	"bufio"
@@ -13,7 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
+
+	"github.com/dwara/dwara/gateway/proxy"
 
 	"github.com/valyala/fasthttp"
 
@@ -22,7 +23,7 @@ import (
 
 // The fasthttp front: an alternative HTTP/1.1 server side for the same
 // routing, pick and bookkeeping as ServeHTTP. It parses requests with
-// fasthttp (the server must be NewFastServer's, or have its settings:
+// fasthttp (the server must be NewServer's, or have its settings:
 // StreamRequestBody, the ConnState hook), builds the same view (the
 // method, and the path as it came, percent-decoded, so that route refuses
 // what it refuses on the net/http front: CONNECT, TRACE, PRI, dot
@@ -31,7 +32,7 @@ import (
 // response-header and idle timeouts apply alike. The answer is read as
 // on every front (answer.go) and streamed back to the client.
 //
-// Forwarding is shared with the net/http front through exchangeRetrying
+// Forwarding is shared with the net/http front through ExchangeRetrying
 // (forward.go): the same pools, timeouts, retries and their budget
 // (retry.go), and passive checks (passive.go). The bookkeeping is
 // serveEndpoint's (fastExchange, ended by target.endRequest: in-flight
@@ -57,10 +58,10 @@ import (
 // https endpoints take the same path: their pools dial TLS (pool.go).
 //
 // A client that goes away while the endpoint has not answered yet is
-// noticed within fastClientCheckInterval: the wait for the answer header
+// noticed within ClientCheckInterval: the wait for the answer header
 // is cut in slices of that length (no extra work for an answer that comes
 // within the first), and between two the client's socket is peeked at
-// without reading (fastPeerGone: an end of file or a reset is a client
+// without reading (PeerGone: an end of file or a reset is a client
 // gone, as for the net/http server; Linux and the BSDs only, elsewhere
 // such a client is noticed at the response-header timeout). Such a
 // request, and one whose client went away in the middle of its body, is
@@ -69,7 +70,7 @@ import (
 //
 // The client stall timeout (Options.ClientStallTimeout) applies as on the
 // net/http front: a request body read under a deadline moved at each read
-// (stallBody; 408 when it stalls), an answer written under fasthttp's
+// (StallBody; 408 when it stalls), an answer written under fasthttp's
 // per-answer write deadline, moved while a body streams (fastBody.Read;
 // 499 when the client takes nothing). The access log (Options.AccessLog)
 // gets the same line as from the net/http front, written when the
@@ -82,7 +83,7 @@ import (
 // while an answer's body is relayed is noticed at the next write to it,
 // so one whose endpoint sends nothing more of a body begun holds it until
 // the endpoint does or the stall timeout passes. A TLS client's clean
-// close (close_notify) is data to fastPeerGone, so before the answer only
+// close (close_notify) is data to PeerGone, so before the answer only
 // a reset shows such a client gone. fasthttp reads up to 8 KiB of a
 // request body before the handler runs, under the request-head timeout:
 // a client that goes away within those is no request (no count).
@@ -107,7 +108,7 @@ import (
 // request head, as the net/http front's ReadHeaderTimeout.
 const fastReadHeaderTimeout = 10 * time.Second
 
-// NewFastServer returns a fasthttp server that serves p with the settings
+// NewServer returns a fasthttp server that serves p with the settings
 // the fasthttp front relies on: request bodies streamed as they arrive, no
 // default Server or Content-Type fields (the endpoint's pass through; Date
 // is the gateway's), no multipart pre-parsing, problem+json answers to
@@ -116,9 +117,9 @@ const fastReadHeaderTimeout = 10 * time.Second
 // instead of handing it over (a caller that sets its own ConnState must
 // keep calling the one set here). idle bounds a keep-alive connection
 // between requests; 0 means fasthttp's default (none).
-func NewFastServer(p *Proxy, idle time.Duration) *fasthttp.Server {
+func NewServer(p *proxy.Proxy, idle time.Duration) *fasthttp.Server {
 	return &fasthttp.Server{
-		Handler:                      p.ServeFastHTTP,
+		Handler:                      server{p}.ServeFastHTTP,
 		Name:                         "dwara",
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
@@ -133,10 +134,10 @@ func NewFastServer(p *Proxy, idle time.Duration) *fasthttp.Server {
 		// The stall timeout bounds writing an answer: set before each
 		// answer is written, moved forward while its body streams
 		// (fastBody.Read).
-		WriteTimeout:    p.stall,
+		WriteTimeout:    p.StallTimeout(),
 		WriteBufferSize: 16 << 10,
 		CloseOnShutdown: true,
-		Logger:          p.errorLog,
+		Logger:          p.ErrorLog(),
 		ErrorHandler:    fastErrorHandler,
 		ConnState:       fastConnState,
 	}
@@ -144,8 +145,8 @@ func NewFastServer(p *Proxy, idle time.Duration) *fasthttp.Server {
 
 // ServeFastHTTP routes and proxies one request parsed by fasthttp. It is
 // the fasthttp counterpart of ServeHTTP and shares its routing and
-// bookkeeping; see NewFastServer for the server it expects.
-func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
+// bookkeeping; see NewServer for the server it expects.
+func (p server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	// x holds what the request's view needs (its id among them) and
 	// becomes its exchange when it is forwarded; the request id lives in
@@ -157,7 +158,7 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	// fastServeEndpoint's own deferred function, which runs first (and
 	// leaves x, and so rid, to the garbage collector).
 	defer p.fastRecover(ctx, rid)
-	t := p.table.Load()
+	t := p.Current()
 	if t == nil {
 		ctx.Response.Header.Set("X-Request-Id", rid)
 		fastProblem(ctx, http.StatusServiceUnavailable, "No generation loaded", "the gateway has not applied a configuration generation yet")
@@ -174,38 +175,38 @@ func (p *Proxy) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 // fastRoute checks and routes the request, with x's buffers for what the
 // routing needs of it. When the request is not to be forwarded it answers
 // it (and writes its access log line) and reports false.
-func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, rid string, start time.Time) (route, bool) {
+func (p server) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *proxy.Table, rid string, start time.Time) (proxy.Route, bool) {
 	h := &ctx.Request.Header
-	refuse := func(status int, title, detail string, closeConn bool) (route, bool) {
+	refuse := func(status int, title, detail string, closeConn bool) (proxy.Route, bool) {
 		if closeConn {
 			ctx.SetConnectionClose()
 		}
 		ctx.Response.Header.Set("X-Request-Id", rid)
 		if status == http.StatusMethodNotAllowed {
-			ctx.Response.Header.Set("Allow", allowedMethods[0])
+			ctx.Response.Header.Set("Allow", proxy.AllowedMethods[0])
 		}
 		fastProblem(ctx, status, title, detail)
-		if p.access != nil {
-			p.logAccess(fastAccessLine(ctx, rid), status, nil, nil, start)
+		if p.AccessLog() != nil {
+			p.LogAccess(fastAccessLine(ctx, rid), status, nil, nil, start)
 		}
-		return route{}, false
+		return proxy.Route{}, false
 	}
-	f, why := checkFields(h.RawHeaders())
+	f, why := proxy.CheckFields(h.RawHeaders())
 	if why == "" {
-		why = checkTarget(h.Method(), h.RequestURI(), h.Protocol(), f)
+		why = proxy.CheckTarget(h.Method(), h.RequestURI(), h.Protocol(), f)
 	}
 	if why != "" {
 		// A head this front will not guess at (head.go): refuse it and end
 		// the connection, since what follows on it cannot be trusted.
 		return refuse(http.StatusBadRequest, "Bad request head", why, true)
 	}
-	if proto := b2s(h.Protocol()); proto != "HTTP/1.1" && proto != "HTTP/1.0" {
+	if proto := proxy.UnsafeString(h.Protocol()); proto != "HTTP/1.1" && proto != "HTTP/1.0" {
 		// fasthttp serves any other version as HTTP/1.0; net/http refuses.
 		return refuse(http.StatusHTTPVersionNotSupported, "HTTP version not supported", "this front speaks HTTP/1.0 and HTTP/1.1", true)
 	}
-	if cl := h.ContentLength(); (cl > 0 || cl == -1) && p.stall <= 0 {
+	if cl := h.ContentLength(); (cl > 0 || cl == -1) && p.StallTimeout() <= 0 {
 		// The server's ReadTimeout bounds the request head (see
-		// NewFastServer); a body streams for as long as it takes, as on the
+		// NewServer); a body streams for as long as it takes, as on the
 		// net/http front. With a stall timeout, each read of the body moves
 		// the deadline instead (requestBody).
 		_ = ctx.Conn().SetReadDeadline(time.Time{})
@@ -220,30 +221,30 @@ func (p *Proxy) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *table, r
 	}
 	q := &x.req
 	fastOutbound(q, ctx, target, rid, ip)
-	q.path = path
-	rt := p.route(t, q)
-	if rt.status != 0 {
-		return refuse(rt.status, rt.title, rt.detail, false)
+	q.Path = path
+	rt := p.Route(t, q)
+	if rt.Status != 0 {
+		return refuse(rt.Status, rt.Title, rt.Detail, false)
 	}
-	q.service = rt.tg.hdrService[0]
+	q.Service = rt.Target.HdrService[0]
 	x.ip = ip
 	return rt, true
 }
 
 // fastServe forwards a routed request, mirroring it first when its target
 // mirrors; x becomes the request's exchange.
-func (p *Proxy) fastServe(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, start time.Time) {
+func (p server) fastServe(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.Route, rid string, start time.Time) {
 	var upgrade []byte
-	if x.req.upgrade != "" {
+	if x.req.Upgrade != "" {
 		upgrade = ctx.Request.Header.Peek(fasthttp.HeaderUpgrade)
 	}
 	// x comes zeroed from the pool, but for the view's buffers.
-	x.p, x.tg, x.a, x.start, x.ctx = p, rt.tg, newAttempt(rt.ep), start, ctx
-	if p.access != nil {
+	x.p, x.a, x.start, x.ctx = p.Proxy, rt.Begin(), start, ctx
+	if p.AccessLog() != nil {
 		x.line = fastAccessLine(ctx, rid)
 	}
-	if rt.tg.mirror != nil {
-		defer p.mirrorFast(ctx, x, rt).release()
+	if rt.Target.Mirror != nil {
+		defer p.mirrorFast(ctx, x, rt).Release()
 	}
 	p.fastServeEndpoint(ctx, x, rt, rid, x.ip, upgrade)
 }
@@ -252,12 +253,12 @@ func (p *Proxy) fastServe(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, r
 // into a logged error and a 502 answer on a connection then closed (an
 // answer begun cannot be, but the fasthttp front writes nothing before
 // the handler returns).
-func (p *Proxy) fastRecover(ctx *fasthttp.RequestCtx, rid string) {
+func (p server) fastRecover(ctx *fasthttp.RequestCtx, rid string) {
 	v := recover()
 	if v == nil {
 		return
 	}
-	p.logPanic("panic serving a request", v, "request_id", rid)
+	p.LogPanic("panic serving a request", v, "request_id", rid)
 	ctx.Response.Reset()
 	ctx.SetConnectionClose()
 	ctx.Response.Header.Set("X-Request-Id", rid)
@@ -266,15 +267,15 @@ func (p *Proxy) fastRecover(ctx *fasthttp.RequestCtx, rid string) {
 
 // fastAccessLine is the access log line's view of the request, copied out
 // of fasthttp's buffers (which the next request reuses).
-func fastAccessLine(ctx *fasthttp.RequestCtx, rid string) accessLine {
+func fastAccessLine(ctx *fasthttp.RequestCtx, rid string) proxy.AccessLine {
 	var ipBuf [64]byte
 	path, _ := fastRoutePath(fastTarget(&ctx.Request.Header))
-	return accessLine{
-		requestID: strings.Clone(rid),
-		method:    string(ctx.Method()),
-		host:      string(ctx.Host()),
-		path:      strings.Clone(path),
-		client:    string(peerIP(ipBuf[:0], ctx.RemoteAddr())),
+	return proxy.AccessLine{
+		RequestID: strings.Clone(rid),
+		Method:    string(ctx.Method()),
+		Host:      string(ctx.Host()),
+		Path:      strings.Clone(path),
+		Client:    string(peerIP(ipBuf[:0], ctx.RemoteAddr())),
 	}
 }
 
@@ -286,9 +287,8 @@ func fastAccessLine(ctx *fasthttp.RequestCtx, rid string) accessLine {
 //
 // It is also the context.Context the forwarding path runs under (see Err).
 type fastExchange struct {
-	p     *Proxy
-	tg    *target
-	a     attempt // the endpoint serving the request, retries included
+	p     *proxy.Proxy
+	a     proxy.Attempt // the target and endpoint serving the request, retries and failovers included
 	start time.Time
 	code  int
 	// ctx is the request's, while the handler runs.
@@ -298,7 +298,7 @@ type fastExchange struct {
 
 	// conn is the connection the answer comes on, with its parsed head
 	// (conn.head) and body reader.
-	conn *upConn
+	conn *proxy.Conn
 	body io.Reader // the endpoint's body stream
 	out  *fasthttp.ResponseHeader
 	// remaining is what a Content-Length body still owes; -1 when the body
@@ -312,7 +312,7 @@ type fastExchange struct {
 
 	// req is the core's view of the request (fastOutbound), its slices
 	// kept when the exchange is recycled.
-	req outbound
+	req proxy.Request
 	// ridBuf holds the request id.
 	ridBuf [128]byte
 	// ipBuf holds the client's address, ip, here so that the view of the
@@ -321,9 +321,9 @@ type fastExchange struct {
 	ip    []byte
 	// line is the access log's view of the request; set only with an
 	// access log.
-	line accessLine
-	// stallBody reads the client's request body under the stall timeout.
-	stallBody stallBody
+	line proxy.AccessLine
+	// StallBody reads the client's request body under the stall timeout.
+	stallBody proxy.StallBody
 }
 
 var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
@@ -331,11 +331,11 @@ var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
 // fastServeEndpoint forwards the request to rt.ep and does the bookkeeping
 // of serveEndpoint on x, begun by fastServe: finished in a defer unless
 // the response body or an upgraded tunnel took it over. A request takes
-// the forwarding path shared with the net/http front (exchangeRetrying:
+// the forwarding path shared with the net/http front (ExchangeRetrying:
 // the same pools, timeouts, retries and passive checks); an upgrade
 // (upgrade is the client's Upgrade value, nil for any other request) is
 // not retried and may become a tunnel (fastupgrade.go).
-func (p *Proxy) fastServeEndpoint(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, ip, upgrade []byte) {
+func (p server) fastServeEndpoint(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.Route, rid string, ip, upgrade []byte) {
 	handedOver, completed := false, false
 	defer func() {
 		if handedOver {
@@ -344,15 +344,15 @@ func (p *Proxy) fastServeEndpoint(ctx *fasthttp.RequestCtx, x *fastExchange, rt 
 		if !completed { // a panic: as serveEndpoint counts an aborted answer
 			x.code = http.StatusBadGateway
 			if x.gone {
-				x.code = statusClientGone
+				x.code = proxy.StatusClientGone
 			}
 			x.end(nil) // not recycled: fastRecover still logs its request id
 			return
 		}
 		x.finish(nil)
 	}()
-	if rt.setCookie != "" {
-		ctx.Response.Header.Add(fasthttp.HeaderSetCookie, rt.setCookie)
+	if rt.SetCookie != "" {
+		ctx.Response.Header.Add(fasthttp.HeaderSetCookie, rt.SetCookie)
 	}
 	if upgrade != nil {
 		handedOver = p.fastUpgrade(ctx, x, rt, rid, ip, upgrade)
@@ -364,27 +364,26 @@ func (p *Proxy) fastServeEndpoint(ctx *fasthttp.RequestCtx, x *fastExchange, rt 
 
 // fastForward forwards the request on the forwarding path and answers it,
 // reporting whether the answer's body took the exchange over.
-func (p *Proxy) fastForward(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, ip []byte) bool {
+func (p server) fastForward(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.Route, rid string, ip []byte) bool {
 	cl := ctx.Request.Header.ContentLength()
-	u := rt.tg.up
-	xc, err := p.exchangeRetrying(x, u, &x.a, &x.req, func(c *upConn, ep *endpoint) (bool, error) {
-		return p.fastSend(ctx, c, ep, x, rt.tg, rid, ip, cl, nil)
+	xc, err := p.ExchangeRetrying(x, &x.a, &x.req, func(c *proxy.Conn, ep *proxy.Endpoint, tg *proxy.Target) (bool, error) {
+		return p.fastSend(ctx, c, ep, x, tg, rid, ip, cl, nil)
 	})
 	if err != nil {
 		x.releaseUp()
-		rt.ep = x.a.ep
+		rt.Target, rt.Endpoint = x.a.Target, x.a.Endpoint
 		x.code = p.fastForwardError(ctx, x, rt, rid, err)
 		return false
 	}
-	x.conn = xc.conn
-	x.code = x.conn.head.status
-	p.answered(u, x.a.ep, x.code)
+	x.conn = xc.Conn
+	x.code = x.conn.Head.Status
+	p.Answered(x.a.Target.Up, x.a.Endpoint, x.code)
 	return x.respond(ctx, rid)
 }
 
 // The forwarding path runs under the exchange as its context. Its Err
 // reports the client gone once fastTransmit has seen it go, and the
-// shared path (exchangeRetrying, roundTrip) then gives up at once, without
+// shared path (ExchangeRetrying, roundTrip) then gives up at once, without
 // counting a failure against the endpoint or retrying. Its Done is nil:
 // nothing closes when the client goes, since the client is only looked at,
 // so Err may be non-nil while Done never closes, which the context
@@ -437,10 +436,10 @@ func (x *fastExchange) end(werr error) {
 	complete := x.done && werr == nil && !x.cut
 	relayed := x.conn != nil
 	if c := x.conn; c != nil {
-		if complete && !c.head.close {
-			x.a.ep.pool.put(c)
+		if complete && !c.Head.Close {
+			x.a.Endpoint.Pool.Put(c)
 		} else {
-			c.nc.Close()
+			c.Net.Close()
 		}
 	}
 	x.releaseUp()
@@ -449,11 +448,11 @@ func (x *fastExchange) end(werr error) {
 	case x.cut:
 		code = http.StatusBadGateway
 	case relayed && !complete:
-		code = statusClientGone
+		code = proxy.StatusClientGone
 	}
-	x.tg.endRequest(&x.a, code, x.start)
-	if x.p.access != nil {
-		x.p.logAccess(x.line, code, x.tg, x.a.ep, x.start)
+	x.a.End(code, x.start)
+	if x.p.AccessLog() != nil {
+		x.p.LogAccess(x.line, code, x.a.Target, x.a.Endpoint, x.start)
 	}
 }
 
@@ -461,7 +460,7 @@ func (x *fastExchange) end(werr error) {
 // request id in ridBuf included) may be used after.
 func (x *fastExchange) recycle() {
 	req := x.req
-	req.reset()
+	req.Reset()
 	*x = fastExchange{req: req}
 	fastExchanges.Put(x)
 }
@@ -471,9 +470,9 @@ func (x *fastExchange) recycle() {
 // into c.head (readAnswer). upgrade is the client's
 // Upgrade value for an upgrade request (nil otherwise): only then is a 101
 // answer taken.
-func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *fastExchange, tg *target, rid string, ip []byte, cl int, upgrade []byte) (sent bool, err error) {
+func (p server) fastSend(ctx *fasthttp.RequestCtx, c *proxy.Conn, ep *proxy.Endpoint, x *fastExchange, tg *proxy.Target, rid string, ip []byte, cl int, upgrade []byte) (sent bool, err error) {
 	x.releaseUp() // a failed earlier attempt's
-	writeHead(c.bw, &x.req, ep.hostHeader, tg, nil)
+	x.req.WriteHead(c.Writer, ep, tg)
 	var body io.Reader
 	if cl > 0 || cl == -1 {
 		body = x.requestBody(ctx)
@@ -491,13 +490,13 @@ func (p *Proxy) fastSend(ctx *fasthttp.RequestCtx, c *upConn, ep *endpoint, x *f
 
 // readAnswer reads the endpoint's answer header on c, under the read
 // deadline c has, into c.head (interim answers skipped, but a 101 to an
-// upgrade: upConn.readAnswer), and leaves its body to stream through
+// upgrade: Conn.readAnswer), and leaves its body to stream through
 // c.answer. upgrade is as for fastSend.
-func (x *fastExchange) readAnswer(ctx *fasthttp.RequestCtx, c *upConn, upgrade []byte) error {
-	err := c.readAnswer(x.a.ep.pool.watch, ctx.Request.Header.IsHead(), upgrade != nil)
+func (x *fastExchange) readAnswer(ctx *fasthttp.RequestCtx, c *proxy.Conn, upgrade []byte) error {
+	err := c.ReadAnswer(x.a.Endpoint.Pool.Watch, ctx.Request.Header.IsHead(), upgrade != nil)
 	if err != nil {
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-			err = errUpstreamTimeout
+			err = proxy.ErrUpstreamTimeout
 		}
 		return err
 	}
@@ -505,8 +504,8 @@ func (x *fastExchange) readAnswer(ctx *fasthttp.RequestCtx, c *upConn, upgrade [
 	// the whole body is buffered already, nothing more is read from the
 	// connection for this answer, so the deadline can stay: the next
 	// request on it sets its own before reading (fastTransmit, transmit).
-	if upgrade != nil || c.answerStream() != nil && !bodyBuffered(c.br, c.head.bodyLength()) {
-		c.setReadDeadline(time.Time{})
+	if upgrade != nil || c.AnswerStream() != nil && !bodyBuffered(c.Reader, c.Head.BodyLength()) {
+		c.SetReadDeadline(time.Time{})
 	}
 	return nil
 }
@@ -519,10 +518,10 @@ func (x *fastExchange) requestBody(ctx *fasthttp.RequestCtx) io.Reader {
 	if body == nil {
 		body = bytes.NewReader(ctx.Request.Body())
 	}
-	if x.p.stall <= 0 {
+	if x.p.StallTimeout() <= 0 {
 		return body
 	}
-	x.stallBody = stallBody{r: body, dl: ctx, stall: x.p.stall}
+	x.stallBody = proxy.StallBody{R: body, DL: ctx, Stall: x.p.StallTimeout()}
 	return &x.stallBody
 }
 
@@ -532,61 +531,61 @@ func bodyBuffered(br *bufio.Reader, cl int) bool {
 	return cl >= 0 && br.Buffered() >= cl
 }
 
-// fastClientCheckInterval is how long the wait for an answer header goes
+// ClientCheckInterval is how long the wait for an answer header goes
 // on between two looks at the client's connection (fastTransmit).
-const fastClientCheckInterval = 500 * time.Millisecond
+const ClientCheckInterval = 500 * time.Millisecond
 
 // errClientGone is a wait for an answer header given up because the
 // client went away.
 var errClientGone = errors.New("the client went away before the answer")
 
 // fastTransmit is transmit with the wait for the answer's first byte cut
-// in slices of fastClientCheckInterval: between two, the client's
-// connection is looked at (fastPeerGone), and a client gone ends the wait
+// in slices of ClientCheckInterval: between two, the client's
+// connection is looked at (PeerGone), and a client gone ends the wait
 // with errClientGone and x.gone set. The slices cost nothing more than
 // transmit's one deadline while the answer comes within the first; when
 // the whole head is not in yet at the end of a wait, the response-header
 // deadline is set again for the rest of it. The client's body has been
 // read to its end before the client is looked at, so the look never
 // competes with a read of the body.
-func (p *Proxy) fastTransmit(x *fastExchange, c *upConn, ep *endpoint, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
-	if sent, err = p.writeRest(c, body, length, trailer); err != nil {
+func (p server) fastTransmit(x *fastExchange, c *proxy.Conn, ep *proxy.Endpoint, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
+	if sent, err = p.WriteRest(c, body, length, trailer); err != nil {
 		return sent, err
 	}
-	d := ep.pool.responseHeaderTimeout()
+	d := ep.Pool.ResponseHeaderTimeout()
 	now := time.Now()
 	var end time.Time // the response-header deadline; zero: none
 	if d > 0 {
 		end = now.Add(d)
 	}
-	sliced := d <= 0 || d > fastClientCheckInterval
+	sliced := d <= 0 || d > ClientCheckInterval
 	for {
 		step := end
 		if sliced {
-			step = now.Add(fastClientCheckInterval)
+			step = now.Add(ClientCheckInterval)
 			if !end.IsZero() && end.Before(step) {
 				step = end
 			}
 		}
-		c.setReadDeadline(step)
-		_, err := c.br.Peek(1)
+		c.SetReadDeadline(step)
+		_, err := c.Reader.Peek(1)
 		if err == nil {
 			break
 		}
 		if ne, ok := errors.AsType[net.Error](err); !ok || !ne.Timeout() {
-			return sent, staleError{err}
+			return sent, proxy.StaleError{Err: err}
 		}
 		now = time.Now()
 		if !end.IsZero() && !now.Before(end) {
-			return sent, errUpstreamTimeout
+			return sent, proxy.ErrUpstreamTimeout
 		}
-		if fastPeerGone(x.ctx.Conn()) {
+		if proxy.PeerGone(x.ctx.Conn()) {
 			x.gone = true
 			return sent, errClientGone
 		}
 	}
-	if sliced && !fastHeadBuffered(c.br) {
-		c.setReadDeadline(end)
+	if sliced && !fastHeadBuffered(c.Reader) {
+		c.SetReadDeadline(end)
 	}
 	return sent, nil
 }
@@ -598,7 +597,7 @@ func fastHeadBuffered(br *bufio.Reader) bool {
 	if len(b) < 13 || b[9] == '1' { // "HTTP/1.1 1xx": more heads follow
 		return false
 	}
-	return answerHeadEnd(b) >= 0
+	return proxy.AnswerHeadEnd(b) >= 0
 }
 
 // respond copies the endpoint's answer to the client: its header without
@@ -608,23 +607,23 @@ func fastHeadBuffered(br *bufio.Reader) bool {
 func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 	c := x.conn
 	out := &ctx.Response.Header
-	copyAnswer(&c.head, (*fastAnswer)(out), rid)
-	body := c.answerStream()
+	proxy.CopyAnswer(&c.Head, (*fastAnswer)(out), rid)
+	body := c.AnswerStream()
 	if body == nil { // HEAD, 204, 304: no body to stream
-		if cl := c.head.length; cl >= 0 && ctx.IsHead() {
+		if cl := c.Head.Length; cl >= 0 && ctx.IsHead() {
 			out.SetContentLength(int(cl))
 		}
 		x.done = true
 		return false
 	}
-	cl := c.head.bodyLength()
-	if cl >= 0 && cl <= connBufferSize && bodyBuffered(c.br, cl) {
+	cl := c.Head.BodyLength()
+	if cl >= 0 && cl <= proxy.ConnBufferSize && bodyBuffered(c.Reader, cl) {
 		// The whole body is in the connection's buffer already (most small
 		// answers): it is copied into the answer, and the exchange ends
 		// with the handler, with no stream for fasthttp to read and close.
-		b, _ := c.br.Peek(cl)
+		b, _ := c.Reader.Peek(cl)
 		ctx.Response.SetBody(b)
-		_, _ = c.br.Discard(cl)
+		_, _ = c.Reader.Discard(cl)
 		x.done = true
 		return false
 	}
@@ -639,19 +638,19 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 	return true
 }
 
-// fastAnswer is the answerSink of the fasthttp front: the client's
+// fastAnswer is the AnswerSink of the fasthttp front: the client's
 // answer header.
 type fastAnswer fasthttp.ResponseHeader
 
-func (o *fastAnswer) field(name, value []byte) {
+func (o *fastAnswer) Field(name, value []byte) {
 	(*fasthttp.ResponseHeader)(o).AddBytesKV(name, value)
 }
 
-func (o *fastAnswer) trailer(value []byte) {
+func (o *fastAnswer) Trailer(value []byte) {
 	_ = (*fasthttp.ResponseHeader)(o).AddTrailerBytes(value)
 }
 
-func (o *fastAnswer) end(code int, rid string) {
+func (o *fastAnswer) End(code int, rid string) {
 	h := (*fasthttp.ResponseHeader)(o)
 	if rid != "" {
 		h.Set("X-Request-Id", rid)
@@ -667,14 +666,14 @@ type fastBody fastExchange
 // With a stall timeout, the client connection's write deadline moves
 // forward before the bytes a read returns are written, as on the net/http
 // front, but only where it matters: fasthttp sets the deadline (its
-// WriteTimeout, see NewFastServer) before it writes each answer, which
+// WriteTimeout, see NewServer) before it writes each answer, which
 // covers a first read that returns at once, so a small answer costs no
 // more; a read after the first, or one that may have waited on the
 // endpoint, moves it. A client that takes nothing for the stall timeout
 // is then cut (counted 499); a slow stream that keeps moving is not.
 func (b *fastBody) Read(p []byte) (n int, err error) {
 	defer func() {
-		if b.p.logPanic("panic relaying an answer", recover()) {
+		if b.p.LogPanic("panic relaying an answer", recover()) {
 			b.cut = true
 			n, err = 0, errRelayPanic
 		}
@@ -686,11 +685,11 @@ func (b *fastBody) Read(p []byte) (n int, err error) {
 	if b.remaining > 0 && int64(len(p)) > b.remaining {
 		p = p[:b.remaining]
 	}
-	waited := b.relayed || b.conn == nil || b.conn.br.Buffered() == 0
+	waited := b.relayed || b.conn == nil || b.conn.Reader.Buffered() == 0
 	n, err = b.body.Read(p)
 	if n > 0 {
-		if waited && b.p.stall > 0 {
-			_ = b.ctx.SetWriteDeadline(time.Now().Add(b.p.stall))
+		if waited && b.p.StallTimeout() > 0 {
+			_ = b.ctx.SetWriteDeadline(time.Now().Add(b.p.StallTimeout()))
 		}
 		b.relayed = true
 	}
@@ -718,13 +717,13 @@ func (b *fastBody) Read(p []byte) (n int, err error) {
 // the endpoint did not announce (the client's Trailer field is written
 // already; the values still follow the last chunk).
 func (b *fastBody) copyTrailers() {
-	for _, f := range b.conn.head.trailers {
-		if !slices.ContainsFunc(b.out.PeekTrailerKeys(), func(d []byte) bool { return bytes.EqualFold(d, f.name) }) {
-			if b.out.AddTrailerBytes(f.name) != nil {
+	for _, f := range b.conn.Head.Trailers {
+		if !slices.ContainsFunc(b.out.PeekTrailerKeys(), func(d []byte) bool { return bytes.EqualFold(d, f.Name) }) {
+			if b.out.AddTrailerBytes(f.Name) != nil {
 				continue
 			}
 		}
-		b.out.AddBytesKV(f.name, f.value)
+		b.out.AddBytesKV(f.Name, f.Value)
 	}
 }
 
@@ -737,32 +736,32 @@ var errRelayPanic = errors.New("relaying the answer failed")
 // logged: it runs on fasthttp's goroutine, where nothing else recovers it.
 func (b *fastBody) CloseWithError(err error) error {
 	p := b.p // finish gives b back to the pool
-	defer func() { p.logPanic("panic ending a request", recover()) }()
+	defer func() { p.LogPanic("panic ending a request", recover()) }()
 	(*fastExchange)(b).finish(err)
 	return nil
 }
 
 // fastForwardError answers a request whose exchange failed before anything
-// was written to the client, as exchangeFailure decides (the client gone:
+// was written to the client, as ExchangeFailure decides (the client gone:
 // x.gone, or its connection found ended), and returns the status counted:
 // for 499 the connection is closed without an answer.
-func (p *Proxy) fastForwardError(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, err error) int {
-	f := p.exchangeFailure(err, func() bool {
+func (p server) fastForwardError(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.Route, rid string, err error) int {
+	f := p.ExchangeFailure(err, func() bool {
 		if !x.gone {
-			x.gone = fastPeerGone(ctx.Conn())
+			x.gone = proxy.PeerGone(ctx.Conn())
 		}
 		return x.gone
-	}, rid, rt.tg.hdrService[0], rt.tg.hdrUpstream[0], rt.ep.addr)
-	if f.status == statusClientGone {
+	}, rid, rt.Target.HdrService[0], rt.Target.HdrUpstream[0], rt.Endpoint.Addr)
+	if f.Status == proxy.StatusClientGone {
 		fastHangUp(ctx)
-		return f.status
+		return f.Status
 	}
-	if f.close {
+	if f.Close {
 		ctx.SetConnectionClose()
 	}
 	ctx.Response.Header.Set("X-Request-Id", rid)
-	fastProblem(ctx, f.status, f.title, f.detail)
-	return f.status
+	fastProblem(ctx, f.Status, f.Title, f.Detail)
+	return f.Status
 }
 
 // fastHangUp closes the client's connection without an answer (nginx's
@@ -778,7 +777,7 @@ func fastProblem(ctx *fasthttp.RequestCtx, status int, title, detail string) {
 	ctx.Response.Header.SetContentType("application/problem+json")
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	ctx.Response.SetStatusCode(status)
-	ctx.Response.SetBodyString(problemJSON(status, title, detail))
+	ctx.Response.SetBodyString(proxy.ProblemJSON(status, title, detail))
 }
 
 // fastTarget returns the request target as it is forwarded: the client's,
@@ -812,34 +811,34 @@ func fastTarget(h *fasthttp.RequestHeader) []byte {
 // caller sets the routing path. The view's
 // strings are ctx's own bytes; reusing q's slices, it does not allocate
 // once warmed up.
-func fastOutbound(q *outbound, ctx *fasthttp.RequestCtx, target []byte, rid string, ip []byte) {
+func fastOutbound(q *proxy.Request, ctx *fasthttp.RequestCtx, target []byte, rid string, ip []byte) {
 	h := &ctx.Request.Header
-	q.reset()
-	q.method = b2s(h.Method())
-	q.target = b2s(target)
-	q.host = b2s(ctx.Host())
+	q.Reset()
+	q.Method = proxy.UnsafeString(h.Method())
+	q.Target = proxy.UnsafeString(target)
+	q.Host = proxy.UnsafeString(ctx.Host())
 	if c := h.Peek(fasthttp.HeaderCookie); len(c) > 0 {
-		q.cookieBuf[0] = b2s(c)
-		q.cookies = q.cookieBuf[:]
+		q.CookieBuf[0] = proxy.UnsafeString(c)
+		q.Cookies = q.CookieBuf[:]
 	}
 	for k, v := range h.All() {
-		q.addField(b2s(k), b2s(v))
+		q.AddField(proxy.UnsafeString(k), proxy.UnsafeString(v))
 	}
 	switch cl := h.ContentLength(); {
 	case cl > 0:
-		q.length = int64(cl)
+		q.Length = int64(cl)
 	case cl == -1:
-		q.length = -1
+		q.Length = -1
 		for _, k := range h.PeekTrailerKeys() {
-			q.trailers = append(q.trailers, b2s(k))
+			q.Trailers = append(q.Trailers, proxy.UnsafeString(k))
 		}
 	}
-	q.clientIP = b2s(ip)
-	q.tls = ctx.IsTLS()
+	q.ClientIP = proxy.UnsafeString(ip)
+	q.TLS = ctx.IsTLS()
 	if fastIsUpgrade(h) {
-		q.upgrade = b2s(h.Peek(fasthttp.HeaderUpgrade))
+		q.Upgrade = proxy.UnsafeString(h.Peek(fasthttp.HeaderUpgrade))
 	}
-	q.requestID = rid
+	q.RequestID = rid
 }
 
 // fastRoutePath returns the path a request with the target fastTarget
@@ -861,36 +860,22 @@ func fastRoutePath(target []byte) (string, bool) {
 	}
 	n := bytes.IndexByte(raw, '%')
 	if n < 0 {
-		return b2s(raw), true
+		return proxy.UnsafeString(raw), true
 	}
 	dst := make([]byte, n, len(raw))
 	copy(dst, raw[:n])
 	for i := n; i < len(raw); i++ {
 		c := raw[i]
 		if c == '%' {
-			if i+2 >= len(raw) || !isHex(raw[i+1]) || !isHex(raw[i+2]) {
+			if i+2 >= len(raw) || !proxy.IsHex(raw[i+1]) || !proxy.IsHex(raw[i+2]) {
 				return "", false
 			}
-			c = unhex(raw[i+1])<<4 | unhex(raw[i+2])
+			c = proxy.Unhex(raw[i+1])<<4 | proxy.Unhex(raw[i+2])
 			i += 2
 		}
 		dst = append(dst, c)
 	}
-	return b2s(dst), true
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c <= 'F':
-		return c - 'A' + 10
-	}
-	return c - 'a' + 10
+	return proxy.UnsafeString(dst), true
 }
 
 // fastErrorHandler answers a request fasthttp could not parse, with its
@@ -909,8 +894,8 @@ func fastErrorHandler(ctx *fasthttp.RequestCtx, err error) {
 	case errors.As(err, &op) && op.Timeout():
 		fastProblem(ctx, http.StatusRequestTimeout, "Request timeout", "the request head did not arrive in time")
 	case strings.Contains(err.Error(), `"PRI * HTTP/2.0`):
-		rt, _ := refuse(&outbound{method: "PRI"})
-		fastProblem(ctx, rt.status, rt.title, rt.detail)
+		rt, _ := proxy.Refuse(&proxy.Request{Method: "PRI"})
+		fastProblem(ctx, rt.Status, rt.Title, rt.Detail)
 	default:
 		fastProblem(ctx, http.StatusBadRequest, "Bad request", "the request could not be parsed")
 	}
@@ -920,17 +905,17 @@ func fastErrorHandler(ctx *fasthttp.RequestCtx, err error) {
 // and well-formed, else a fresh one, either held in buf (so the string is
 // valid while buf is unchanged).
 func fastRequestID(h *fasthttp.RequestHeader, buf *[128]byte) string {
-	if vs := h.PeekAll("X-Request-Id"); len(vs) == 1 && apiv1.ValidRequestID(b2s(vs[0])) {
-		return b2s(buf[:copy(buf[:], vs[0])])
+	if vs := h.PeekAll("X-Request-Id"); len(vs) == 1 && apiv1.ValidRequestID(proxy.UnsafeString(vs[0])) {
+		return proxy.UnsafeString(buf[:copy(buf[:], vs[0])])
 	}
-	return b2s(appendRequestID(buf[:0]))
+	return proxy.UnsafeString(proxy.AppendRequestID(buf[:0]))
 }
 
 // fastIsUpgrade reports whether the request asks to switch protocols, to
-// another protocol than h2c (isH2CUpgrade: such a request is forwarded as
+// another protocol than h2c (IsH2CUpgrade: such a request is forwarded as
 // a plain one).
 func fastIsUpgrade(h *fasthttp.RequestHeader) bool {
-	if up := h.Peek(fasthttp.HeaderUpgrade); len(up) == 0 || isH2CUpgrade(b2s(up)) {
+	if up := h.Peek(fasthttp.HeaderUpgrade); len(up) == 0 || proxy.IsH2CUpgrade(proxy.UnsafeString(up)) {
 		return false
 	}
 	return namedInBytes(h.PeekAll(fasthttp.HeaderConnection), "Upgrade")
@@ -950,40 +935,12 @@ func peerIP(dst []byte, a net.Addr) []byte {
 	return append(dst, s...)
 }
 
-// namedInBytes is namedIn over fasthttp's field values.
+// namedInBytes is NamedIn over fasthttp's field values.
 func namedInBytes(conn [][]byte, k string) bool {
 	for _, v := range conn {
-		if namedIn([]string{b2s(v)}, k) {
+		if proxy.NamedIn([]string{proxy.UnsafeString(v)}, k) {
 			return true
 		}
 	}
 	return false
-}
-
-func equalFoldASCII(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range b {
-		c, d := b[i], s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if 'A' <= d && d <= 'Z' {
-			d += 'a' - 'A'
-		}
-		if c != d {
-			return false
-		}
-	}
-	return true
-}
-
-// b2s views b as a string without copying. The string must not outlive
-// the request that b belongs to, nor be used after b changes.
-func b2s(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(&b[0], len(b))
 }

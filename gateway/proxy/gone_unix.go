@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// fastPeerGone reports whether the peer of c has gone away: its side of
+// PeerGone reports whether the peer of c has gone away: its side of
 // the connection has ended (an end of file: closed, or shut down for
 // writing, which the net/http server takes for gone as well) or was
 // reset. It peeks at the socket without waiting and without reading
@@ -18,7 +18,7 @@ import (
 // wrapped by a TLS connection or a type with an Unwrap method, as a
 // listener's connection limit wraps them) is not gone. The caller must
 // not be reading c meanwhile.
-func fastPeerGone(c net.Conn) bool {
+func PeerGone(c net.Conn) bool {
 	sc, ok := socketOf(c)
 	if !ok {
 		return false

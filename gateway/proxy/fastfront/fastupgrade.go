@@ -1,13 +1,13 @@
-package proxy
+package fastfront
 
 import (
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/dwara/dwara/gateway/proxy"
 
 	"github.com/valyala/fasthttp"
 )
@@ -22,7 +22,7 @@ import (
 // client asked for is relayed on the client's connection, which fasthttp
 // hands over (hijack) once the handler has returned, and a tunnel copies
 // bytes both ways until either side closes, then closes both
-// (relayTunnel, which the net/http front's tunnels run too).
+// (RelayTunnel, which the net/http front's tunnels run too).
 //
 // Bookkeeping, as the net/http front's (upgrade.go): an upgrade is not
 // retried, its transport failures count for the passive checks and its
@@ -36,100 +36,39 @@ import (
 // fastUpgrade serves an upgrade request and reports whether the tunnel,
 // or the body of an answer other than 101, took the exchange over.
 // upgrade is the client's Upgrade value.
-func (p *Proxy) fastUpgrade(ctx *fasthttp.RequestCtx, x *fastExchange, rt route, rid string, ip, upgrade []byte) bool {
+func (p server) fastUpgrade(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.Route, rid string, ip, upgrade []byte) bool {
 	cl := ctx.Request.Header.ContentLength()
-	u, ep := rt.tg.up, rt.ep
-	xc, err := p.exchangeRetrying(x, u, &x.a, &x.req, func(c *upConn, ep *endpoint) (bool, error) {
-		return p.fastSend(ctx, c, ep, x, rt.tg, rid, ip, cl, upgrade)
+	// An upgrade is neither retried nor failed over: x.a stays on rt's
+	// target and endpoint.
+	u, ep := rt.Target.Up, rt.Endpoint
+	xc, err := p.ExchangeRetrying(x, &x.a, &x.req, func(c *proxy.Conn, ep *proxy.Endpoint, tg *proxy.Target) (bool, error) {
+		return p.fastSend(ctx, c, ep, x, tg, rid, ip, cl, upgrade)
 	})
 	if err != nil {
 		x.releaseUp()
 		x.code = p.fastForwardError(ctx, x, rt, rid, err)
 		return false
 	}
-	uh := &xc.conn.head
-	x.code = uh.status
-	p.answered(u, ep, x.code)
+	uh := &xc.Conn.Head
+	x.code = uh.Status
+	p.Answered(u, ep, x.code)
 	if x.code != http.StatusSwitchingProtocols {
-		x.conn = xc.conn
+		x.conn = xc.Conn
 		return x.respond(ctx, rid)
 	}
-	if err := upgradeMismatch(b2s(upgrade), uh.named([]byte("Upgrade")), b2s(uh.first("Upgrade"))); err != nil {
-		xc.conn.nc.Close()
+	if err := proxy.UpgradeMismatch(proxy.UnsafeString(upgrade), uh.Named([]byte("Upgrade")), proxy.UnsafeString(uh.First("Upgrade"))); err != nil {
+		xc.Conn.Net.Close()
 		x.releaseUp()
 		x.code = p.fastForwardError(ctx, x, rt, rid, err)
 		return false
 	}
-	head := newTunnelHead(rt.setCookie)
-	for _, f := range uh.fields {
-		head.add(b2s(f.name), b2s(f.value))
+	head := proxy.NewTunnelHead(rt.SetCookie)
+	for _, f := range uh.Fields {
+		head.Add(proxy.UnsafeString(f.Name), proxy.UnsafeString(f.Value))
 	}
 	x.releaseUp()
-	fastStartTunnel(ctx, &fastTunnel{p: p, x: x, up: poolSide{xc.conn}, head: head.end(rid)})
+	fastStartTunnel(ctx, &fastTunnel{p: p.Proxy, x: x, up: proxy.PoolSide{Conn: xc.Conn}, head: head.End(rid)})
 	return true
-}
-
-// upgradeMismatch returns why a 101 answer cannot be relayed to a client
-// that asked to upgrade to reqType, or nil: the answer must name Upgrade
-// in its Connection field and switch to that protocol (case aside), as
-// Go's standard reverse proxy checks.
-func upgradeMismatch(reqType string, resNamesUpgrade bool, resUpgrade string) error {
-	resType := ""
-	if resNamesUpgrade {
-		resType = resUpgrade
-	}
-	for i := 0; i < len(resType); i++ {
-		if resType[i] < ' ' || resType[i] > '~' {
-			return fmt.Errorf("upstream tried to switch to an invalid protocol %q", resType)
-		}
-	}
-	if reqType == "" || !strings.EqualFold(reqType, resType) {
-		return fmt.Errorf("upstream tried to switch protocol %q when %q was requested", resType, reqType)
-	}
-	return nil
-}
-
-// tunnelHead builds the 101 answer head relayed to the client: the
-// gateway's Set-Cookie first, then the endpoint's fields as they came
-// (Connection and Upgrade among them) but for any framing, then the
-// request id unless the endpoint gave one.
-type tunnelHead struct {
-	b      []byte
-	hasRID bool
-}
-
-func newTunnelHead(setCookie string) *tunnelHead {
-	h := &tunnelHead{b: append(make([]byte, 0, 512), "HTTP/1.1 101 Switching Protocols\r\n"...)}
-	if setCookie != "" {
-		h.field("Set-Cookie", setCookie)
-	}
-	return h
-}
-
-// add adds the endpoint's field k: v, unless it is framing.
-func (h *tunnelHead) add(k, v string) {
-	if strings.EqualFold(k, "Content-Length") || strings.EqualFold(k, "Transfer-Encoding") {
-		return
-	}
-	if strings.EqualFold(k, "X-Request-Id") {
-		h.hasRID = true
-	}
-	h.field(k, v)
-}
-
-func (h *tunnelHead) field(k, v string) {
-	h.b = append(h.b, k...)
-	h.b = append(h.b, ": "...)
-	h.b = append(h.b, cleanValue(v)...)
-	h.b = append(h.b, "\r\n"...)
-}
-
-// end returns the head, ended.
-func (h *tunnelHead) end(rid string) []byte {
-	if !h.hasRID {
-		h.field("X-Request-Id", rid)
-	}
-	return append(h.b, "\r\n"...)
 }
 
 // fastTunnel is an upgraded connection between a client and an endpoint,
@@ -138,7 +77,7 @@ func (h *tunnelHead) end(rid string) []byte {
 // connection, or abandon, when fasthttp closed that connection instead;
 // whichever claims it first.
 type fastTunnel struct {
-	p    *Proxy
+	p    *proxy.Proxy
 	x    *fastExchange // counted 101 when the tunnel ends
 	up   io.ReadWriteCloser
 	head []byte // the 101 answer head for the client
@@ -175,7 +114,7 @@ func (t *fastTunnel) pend(client net.Conn) {
 	fastPending.n.Add(1)
 }
 
-// fastConnState is the fasthttp server's ConnState hook (NewFastServer): a
+// fastConnState is the fasthttp server's ConnState hook (NewServer): a
 // connection fasthttp closes while a tunnel waits for it was not handed
 // over, and never will be; the tunnel is abandoned.
 func fastConnState(c net.Conn, state fasthttp.ConnState) {
@@ -206,7 +145,7 @@ func (t *fastTunnel) abandon() {
 		return
 	}
 	_ = t.up.Close()
-	t.x.code = statusClientGone
+	t.x.code = proxy.StatusClientGone
 	t.x.finish(nil)
 }
 
@@ -228,29 +167,5 @@ func (t *fastTunnel) run(c net.Conn) {
 		_ = t.up.Close()
 		return
 	}
-	t.p.relayTunnel(c, c, t.up)
+	t.p.RelayTunnel(c, c, t.up)
 }
-
-// poolSide is a connection of an endpoint's pool as a tunnel's endpoint
-// side: it reads through the connection's buffer, which may hold the
-// first bytes after the 101 head.
-type poolSide struct{ c *upConn }
-
-// Read reads the endpoint's bytes, those buffered first.
-func (s poolSide) Read(p []byte) (int, error) { return s.c.br.Read(p) }
-
-// Write writes to the endpoint.
-func (s poolSide) Write(p []byte) (int, error) { return s.c.nc.Write(p) }
-
-// Close closes the connection (it never goes back to the pool), after
-// cutting a write still under way on it: a TLS connection's Close would
-// wait for that write, to send its close_notify after it.
-func (s poolSide) Close() error {
-	_ = s.c.nc.SetDeadline(aLongTimeAgo)
-	return s.c.nc.Close()
-}
-
-// onlyReader and onlyWriter hide a ReaderFrom or WriterTo, so that
-// io.CopyBuffer copies through the pooled buffer it is given.
-type onlyReader struct{ io.Reader }
-type onlyWriter struct{ io.Writer }

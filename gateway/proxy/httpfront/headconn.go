@@ -1,4 +1,4 @@
-package proxy
+package httpfront
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+
+	"github.com/dwara/dwara/gateway/proxy"
 )
 
 // The net/http front's request-head validation. Go's HTTP/1 server repairs
@@ -18,7 +20,7 @@ import (
 // such a request from a clean one, so the check is made on the bytes,
 // under the server: HeadCheckListener wraps each connection in a headConn,
 // which reads ahead of the server, holds each request head back until it
-// is whole and checked (checkHead, the one every front uses), and follows
+// is whole and checked (CheckHead, the one every front uses), and follows
 // the body's framing (Content-Length, or chunked to its last chunk and
 // trailer section) to know where the next head begins.
 //
@@ -46,7 +48,7 @@ import (
 
 // MaxHeadBytes bounds a request head on the net/http front
 // (HeadCheckListener), as the fasthttp front's read buffer
-// (NewFastServer's ReadBufferSize) bounds its own: 431 over it. A net/http server of the proxy sets it as its
+// (NewServer's ReadBufferSize) bounds its own: 431 over it. A net/http server of the proxy sets it as its
 // MaxHeaderBytes too, for the connections HeadCheckListener does not see
 // (TLS, HTTP/2).
 const MaxHeadBytes = 16 << 10
@@ -267,7 +269,7 @@ func (c *headConn) headLine(start int, line []byte) {
 			c.refuse(http.StatusBadRequest, "the request line ends with a bare LF")
 			return
 		}
-		if why := checkRequestLine(line[:len(line)-2]); why != "" {
+		if why := proxy.CheckRequestLine(line[:len(line)-2]); why != "" {
 			c.refuse(http.StatusBadRequest, why)
 			return
 		}
@@ -277,7 +279,7 @@ func (c *headConn) headLine(start int, line []byte) {
 		return
 	}
 	head := c.acc
-	f, why := checkHead(head)
+	f, why := proxy.CheckHead(head)
 	if why != "" {
 		c.refuse(http.StatusBadRequest, why)
 		return
@@ -285,13 +287,13 @@ func (c *headConn) headLine(start int, line []byte) {
 	// The server reads the head from acc; the next line is gathered only
 	// once it has (out is empty), so acc is reused.
 	c.acc, c.lineStart = c.acc[:0], 0
-	c.upgrade = f.upgrade && !isH2CUpgrade(headerValue(head, "Upgrade"))
+	c.upgrade = f.Upgrade && !proxy.IsH2CUpgrade(headerValue(head, "Upgrade"))
 	next := c.afterRequest()
 	switch {
-	case f.chunked:
+	case f.Chunked:
 		next = hsChunkSize
-	case f.contentLength > 0:
-		next, c.n = hsBody, f.contentLength
+	case f.ContentLength > 0:
+		next, c.n = hsBody, f.ContentLength
 	}
 	c.emit(head, next)
 }
@@ -311,7 +313,7 @@ func (c *headConn) refuse(status int, detail string) {
 	if status == http.StatusRequestHeaderFieldsTooLarge {
 		title = "Request header too large"
 	}
-	body := problemJSON(status, title, detail)
+	body := proxy.ProblemJSON(status, title, detail)
 	answer := "HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) +
 		"\r\nContent-Type: application/problem+json\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: " +
 		strconv.Itoa(len(body)) + "\r\n\r\n" + body
@@ -391,7 +393,7 @@ func chunkSize(line []byte) (int64, bool) {
 	if len(line) < 3 || line[len(line)-2] != '\r' {
 		return 0, false
 	}
-	n, digits, ok := chunkSizeLine(line[:len(line)-2])
+	n, digits, ok := proxy.ChunkSizeLine(line[:len(line)-2])
 	return n, ok && digits <= maxChunkDigits
 }
 
@@ -401,8 +403,8 @@ func goodTrailer(line []byte) bool {
 	if len(line) < 3 || line[len(line)-2] != '\r' {
 		return false
 	}
-	name, _, fault := splitField(line[:len(line)-2])
-	return fault == fieldOK && !badTrailer(name)
+	name, _, fault := proxy.SplitField(line[:len(line)-2])
+	return fault == proxy.FieldOK && !badTrailer(name)
 }
 
 // badTrailer reports whether a trailer field must not be passed on: the
@@ -416,7 +418,7 @@ func badTrailer(name []byte) bool {
 		"Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "Range", "Set-Cookie",
 		"TE", "Trailer", "Transfer-Encoding", "WWW-Authenticate",
 	} {
-		if equalFoldASCII(name, k) {
+		if proxy.EqualFoldASCII(name, k) {
 			return true
 		}
 	}
@@ -431,8 +433,8 @@ func headerValue(head []byte, name string) string {
 		line, r, _ := bytes.Cut(rest, []byte("\r\n"))
 		rest = r
 		k, v, ok := bytes.Cut(line, []byte{':'})
-		if ok && equalFoldASCII(k, name) {
-			return string(trimOWS(v))
+		if ok && proxy.EqualFoldASCII(k, name) {
+			return string(proxy.TrimOWS(v))
 		}
 	}
 	return ""

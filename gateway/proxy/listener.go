@@ -17,8 +17,8 @@ type limitListener struct {
 	closeOnce sync.Once
 }
 
-// limit returns ln capped at n open connections; n <= 0 returns ln as is.
-func limit(ln net.Listener, n int) net.Listener {
+// LimitListener returns ln capped at n open connections; n <= 0 returns ln as is.
+func LimitListener(ln net.Listener, n int) net.Listener {
 	if n <= 0 {
 		return ln
 	}
@@ -60,3 +60,36 @@ func (c *limitConn) Close() error {
 // Unwrap returns the connection under the slot, for code that needs the
 // concrete type (TCP options).
 func (c *limitConn) Unwrap() net.Conn { return c.Conn }
+
+// ListenerGate is the listener a front's Serve was given, for Shutdown to
+// close: so that a Serve that comes after Shutdown, or races it, returns
+// at once instead of serving a server already shut down. The zero value
+// is open. Safe for concurrent use.
+type ListenerGate struct {
+	mu     sync.Mutex
+	ln     net.Listener
+	closed bool
+}
+
+// Serve records ln as the listener served and reports true; once close
+// was called, it closes ln and reports false.
+func (g *ListenerGate) Serve(ln net.Listener) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		_ = ln.Close()
+		return false
+	}
+	g.ln = ln
+	return true
+}
+
+// Close closes the listener served, if any, and makes serve refuse.
+func (g *ListenerGate) Close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	if g.ln != nil {
+		_ = g.ln.Close()
+	}
+}

@@ -6,55 +6,55 @@ import (
 	"strings"
 )
 
-// outbound is the forwarding core's view of one client request on its way
+// Request is the forwarding core's view of one client request on its way
 // to an endpoint, whichever front parsed it: what the one request-head
-// writer (writeHead), the retry rules (retry.go) and the logs need, and
+// writer (WriteHead), the retry rules (retry.go) and the logs need, and
 // nothing else of the request. A front fills it from its server's request
-// (httpOutbound, fastOutbound); the strings may view the front's own
-// buffers, so an outbound is valid only while the front's request is
+// (httpfront's httpOutbound, fastfront's fastOutbound); the strings may view the front's own
+// buffers, so a Request is valid only while the front's request is
 // unchanged. Fronts keep one per exchange and reuse its slices, so filling
 // one does not allocate once warmed up.
-type outbound struct {
-	// method is the request method; "" is not checked by route (a front
+type Request struct {
+	// Method is the request method; "" is not checked by route (a front
 	// that refuses the methods of refuse itself).
-	method string
-	// target is the request target as forwarded: origin form ("/path?q"),
+	Method string
+	// Target is the request target as forwarded: origin form ("/path?q"),
 	// or "*".
-	target string
-	// host is the client's Host: what route matches, and the
+	Target string
+	// Host is the client's Host: what route matches, and the
 	// X-Forwarded-Host sent upstream.
-	host string
-	// path is the target's path, percent-decoded, that route matches and
+	Host string
+	// Path is the target's path, percent-decoded, that route matches and
 	// checks for dot segments.
-	path string
-	// cookies are the Cookie field lines, for the sticky session.
-	cookies []string
+	Path string
+	// Cookies are the Cookie field lines, for the sticky session.
+	Cookies []string
 	// fields are the client's header fields as its front parsed them,
 	// names in canonical form; the writer leaves out what is not forwarded.
 	fields []field
-	// length is the body's: its Content-Length when positive, -1 for a
+	// Length is the body's: its Content-Length when positive, -1 for a
 	// body of unknown length (sent chunked), 0 for none.
-	length int64
-	// trailers are the names of the trailer fields the client announced,
+	Length int64
+	// Trailers are the names of the trailer fields the client announced,
 	// for a body sent chunked.
-	trailers []string
-	// clientIP is the peer's address, never a header.
-	clientIP string
-	tls      bool
-	// upgrade is the client's Upgrade value for an upgrade request; ""
+	Trailers []string
+	// ClientIP is the peer's address, never a header.
+	ClientIP string
+	TLS      bool
+	// Upgrade is the client's Upgrade value for an upgrade request; ""
 	// for any other.
-	upgrade string
-	// requestID is well-formed: the client's, or a fresh one.
-	requestID string
-	// service is the routed service's name (set once routed), for the logs.
-	service string
-	// cookieBuf holds a front's one Cookie line, for cookies.
-	cookieBuf [1]string
+	Upgrade string
+	// RequestID is well-formed: the client's, or a fresh one.
+	RequestID string
+	// Service is the routed service's name (set once routed), for the logs.
+	Service string
+	// CookieBuf holds a front's one Cookie line, for cookies.
+	CookieBuf [1]string
 }
 
 // get returns the value of the first of r's fields named name (in any
 // case), "" when there is none: a service's override header.
-func (r *outbound) get(name string) string {
+func (r *Request) get(name string) string {
 	for _, f := range r.fields {
 		if len(f.name) == len(name) && strings.EqualFold(f.name, name) {
 			return f.value
@@ -68,24 +68,31 @@ type field struct{ name, value string }
 
 // replayable reports whether r may be sent again after it may have
 // reached the endpoint: a safe method without a body (retry.go).
-func (r *outbound) replayable() bool { return safeMethod(r.method) && r.length == 0 }
+func (r *Request) replayable() bool { return safeMethod(r.Method) && r.Length == 0 }
 
-// addField appends a field to r's fields.
-func (r *outbound) addField(name, value string) {
+// AddField appends a field to r's fields.
+func (r *Request) AddField(name, value string) {
 	r.fields = append(r.fields, field{name, value})
 }
 
-// reset empties r, keeping its slices for the next request.
-func (r *outbound) reset() {
+// Reset empties r, keeping its slices for the next request.
+func (r *Request) Reset() {
 	clear(r.fields)
-	clear(r.trailers)
-	*r = outbound{fields: r.fields[:0], trailers: r.trailers[:0], cookieBuf: r.cookieBuf}
-	r.cookieBuf[0] = ""
+	clear(r.Trailers)
+	*r = Request{fields: r.fields[:0], Trailers: r.Trailers[:0], CookieBuf: r.CookieBuf}
+	r.CookieBuf[0] = ""
 }
 
 // maxConnectionLines is how many Connection lines writeHead collects
 // without allocating; more are collected all the same.
 const maxConnectionLines = 8
+
+// WriteHead writes the request line and header of r for ep, an endpoint
+// of target tg, on bw: see writeHead. It is how a front writes the head of
+// each exchange (sendFunc).
+func (r *Request) WriteHead(bw *bufio.Writer, ep *Endpoint, tg *Target) {
+	r.writeHead(bw, ep.HostHeader, tg, nil)
+}
 
 // writeHead writes the request line and header of r for an endpoint whose
 // Host field is host, reached by target tg: the client's fields without
@@ -98,10 +105,10 @@ const maxConnectionLines = 8
 // mirror m (not nil) names m's upstream and carries X-Dwara-Mirror: 1.
 // It is the one writer of a request head to an endpoint, on every front
 // and for mirrors. Errors surface at Flush.
-func writeHead(bw *bufio.Writer, r *outbound, host string, tg *target, m *mirror) {
-	bw.WriteString(r.method)
+func (r *Request) writeHead(bw *bufio.Writer, host string, tg *Target, m *mirror) {
+	bw.WriteString(r.Method)
 	bw.WriteByte(' ')
-	bw.WriteString(r.target)
+	bw.WriteString(r.Target)
 	bw.WriteString(" HTTP/1.1\r\nHost: ")
 	bw.WriteString(host)
 	bw.WriteString("\r\n")
@@ -115,30 +122,30 @@ func writeHead(bw *bufio.Writer, r *outbound, host string, tg *target, m *mirror
 	for _, f := range r.fields {
 		// The gateway's own fields are written below; a client naming
 		// them in Connection does not take them away.
-		if skipRequestHeader(f.name) || gatewayField(f.name) || namedIn(conn, f.name) {
+		if skipRequestHeader(f.name) || gatewayField(f.name) || NamedIn(conn, f.name) {
 			continue
 		}
-		writeField(bw, f.name, f.value)
+		WriteField(bw, f.name, f.value)
 	}
-	upstream := tg.hdrUpstream[0]
+	upstream := tg.HdrUpstream[0]
 	if m != nil {
 		upstream = m.hdrUpstream[0]
 	}
 	bw.WriteString("X-Request-Id: ")
-	bw.WriteString(r.requestID)
+	bw.WriteString(r.RequestID)
 	bw.WriteString("\r\nX-Dwara-Service: ")
-	bw.WriteString(tg.hdrService[0])
+	bw.WriteString(tg.HdrService[0])
 	bw.WriteString("\r\nX-Dwara-Upstream: ")
 	bw.WriteString(upstream)
 	bw.WriteString("\r\nX-Dwara-Generation: ")
-	bw.WriteString(tg.hdrGeneration[0])
+	bw.WriteString(tg.HdrGeneration[0])
 	if m != nil {
 		bw.WriteString("\r\nX-Dwara-Mirror: 1")
 	}
 	// X-Forwarded-For: the client's list (unless the client made it
 	// hop-by-hop), then the peer.
 	bw.WriteString("\r\nX-Forwarded-For: ")
-	if !namedIn(conn, "X-Forwarded-For") {
+	if !NamedIn(conn, "X-Forwarded-For") {
 		for _, f := range r.fields {
 			if f.name == "X-Forwarded-For" {
 				bw.WriteString(cleanValue(f.value))
@@ -146,30 +153,30 @@ func writeHead(bw *bufio.Writer, r *outbound, host string, tg *target, m *mirror
 			}
 		}
 	}
-	bw.WriteString(r.clientIP)
+	bw.WriteString(r.ClientIP)
 	bw.WriteString("\r\nX-Forwarded-Host: ")
-	bw.WriteString(cleanValue(r.host))
-	if r.tls {
+	bw.WriteString(cleanValue(r.Host))
+	if r.TLS {
 		bw.WriteString("\r\nX-Forwarded-Proto: https\r\n")
 	} else {
 		bw.WriteString("\r\nX-Forwarded-Proto: http\r\n")
 	}
-	if r.upgrade != "" {
+	if r.Upgrade != "" {
 		bw.WriteString("Connection: Upgrade\r\nUpgrade: ")
-		bw.WriteString(cleanValue(r.upgrade))
+		bw.WriteString(cleanValue(r.Upgrade))
 		bw.WriteString("\r\n")
 	}
 	switch {
-	case r.length > 0:
+	case r.Length > 0:
 		var num [20]byte
 		bw.WriteString("Content-Length: ")
-		bw.Write(strconv.AppendInt(num[:0], r.length, 10))
+		bw.Write(strconv.AppendInt(num[:0], r.Length, 10))
 		bw.WriteString("\r\n")
-	case r.length < 0:
+	case r.Length < 0:
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
-		if len(r.trailers) > 0 {
+		if len(r.Trailers) > 0 {
 			bw.WriteString("Trailer: ")
-			for i, k := range r.trailers {
+			for i, k := range r.Trailers {
 				if i > 0 {
 					bw.WriteString(", ")
 				}
@@ -177,14 +184,14 @@ func writeHead(bw *bufio.Writer, r *outbound, host string, tg *target, m *mirror
 			}
 			bw.WriteString("\r\n")
 		}
-	case r.method == "POST" || r.method == "PUT" || r.method == "PATCH":
+	case r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH":
 		bw.WriteString("Content-Length: 0\r\n")
 	}
 	bw.WriteString("\r\n")
 }
 
-// writeField writes one header field line.
-func writeField(bw *bufio.Writer, k, v string) {
+// WriteField writes one header field line.
+func WriteField(bw *bufio.Writer, k, v string) {
 	bw.WriteString(k)
 	bw.WriteString(": ")
 	bw.WriteString(cleanValue(v))
@@ -225,9 +232,9 @@ func skipRequestHeader(k string) bool {
 	return false
 }
 
-// namedIn reports whether the Connection field values conn name the field
+// NamedIn reports whether the Connection field values conn name the field
 // k (case-insensitively), which makes k hop-by-hop. It does not allocate.
-func namedIn(conn []string, k string) bool {
+func NamedIn(conn []string, k string) bool {
 	for _, v := range conn {
 		for v != "" {
 			var tok string

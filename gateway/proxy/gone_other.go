@@ -4,8 +4,8 @@ package proxy
 
 import "net"
 
-// fastPeerGone reports whether the peer of c has gone away; on this
+// PeerGone reports whether the peer of c has gone away; on this
 // system it cannot tell without reading, and reports false: a client that
 // goes away before the answer header is noticed at the response-header
 // timeout.
-func fastPeerGone(net.Conn) bool { return false }
+func PeerGone(net.Conn) bool { return false }
