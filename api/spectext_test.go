@@ -2,6 +2,8 @@ package api
 
 import (
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dwara/dwara/gateway/config"
@@ -21,6 +23,8 @@ const fullSpec = `{
      "mirror": {"upstream": "b", "percent": 10, "max_body_bytes": 1024}},
     {"name": "two", "base_path": "/two",
      "split": {"targets": [{"upstream": "a", "weight": 90}, {"upstream": "b", "weight": 10}], "allocation": "hash",
+               "match": [{"name": "beta", "headers": {"X-Group": {"exact": "beta"}, "X-Region": {"prefix": "eu-"}, "User-Agent": {"regex": "Mobile"}},
+                          "cookies": {"plan": {"regex": "^pro"}, "tier": {"exact": "gold"}, "ab": {"prefix": "b"}}, "target": "b"}],
                "canary_analysis": {"enabled": true, "window_seconds": 60, "step": 10, "min_requests": 100, "cooldown_seconds": 60,
                                    "promote": {"metric": "error_rate", "threshold": 0.01},
                                    "rollback": {"metric": "latency_p99", "threshold": 500}}},
@@ -77,6 +81,9 @@ func stringFields(t reflect.Type, path string, fields map[string]bool) {
 		fields[path] = false
 	case reflect.Pointer, reflect.Slice, reflect.Array:
 		stringFields(t.Elem(), path, fields)
+	case reflect.Map:
+		stringFields(t.Key(), path+".key", fields)
+		stringFields(t.Elem(), path, fields)
 	case reflect.Struct:
 		for f := range t.Fields() {
 			if f.IsExported() {
@@ -106,6 +113,23 @@ func eachString(t *testing.T, v reflect.Value, path string) func(yield func(stri
 			case reflect.Struct:
 				for i := range v.NumField() {
 					if f := v.Type().Field(i); f.IsExported() && !walk(v.Field(i), path+"."+f.Name) {
+						return false
+					}
+				}
+			case reflect.Map:
+				// A map's keys and values are not settable: each is
+				// walked in a copy that is put back, under its new key.
+				keys := v.MapKeys()
+				slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
+				for _, k := range keys {
+					key := reflect.New(k.Type()).Elem()
+					key.Set(k)
+					elem := reflect.New(v.Type().Elem()).Elem()
+					elem.Set(v.MapIndex(k))
+					ok := yield(path+".key", key) && walk(elem, path)
+					v.SetMapIndex(k, reflect.Value{})
+					v.SetMapIndex(key, elem)
+					if !ok {
 						return false
 					}
 				}

@@ -25,7 +25,7 @@ var allowedImports = map[string][]string{
 	"gateway/source":           {"api/apiv1", "db", "gateway/config"},
 	"gateway/fleet":            {"api/apiv1", "db", "gateway/canary", "gateway/config", "gateway/proxy"},
 	"gateway/canary":           {"api/apiv1", "gateway/config"},
-	"gateway/proxy":            {"api/apiv1", "gateway/affinity", "gateway/balance", "gateway/canary", "gateway/config", "gateway/health", "gateway/split"},
+	"gateway/proxy":            {"api/apiv1", "gateway/affinity", "gateway/balance", "gateway/canary", "gateway/config", "gateway/health", "gateway/match", "gateway/split"},
 	"gateway/proxy/front":      {"gateway/proxy", "gateway/proxy/fastfront", "gateway/proxy/httpfront"},
 	"gateway/proxy/fastfront":  {"api/apiv1", "gateway/proxy"},
 	"gateway/proxy/httpfront":  {"api/apiv1", "gateway/proxy"},

@@ -1,7 +1,5 @@
 package config
 
-import "maps"
-
 // Default values that Defaults fills into zero fields.
 const (
 	DefaultBalancer = BalancerRoundRobin
@@ -124,10 +122,8 @@ func (s *Spec) Clone() *Spec {
 			if sp.Match != nil {
 				sp.Match = cloneSlice(sp.Match)
 				for j := range sp.Match {
-					// The conditions' *string values are never written
-					// through: sharing them is safe, the maps are not.
-					sp.Match[j].Headers = maps.Clone(sp.Match[j].Headers)
-					sp.Match[j].Cookies = maps.Clone(sp.Match[j].Cookies)
+					sp.Match[j].Headers = cloneMatches(sp.Match[j].Headers)
+					sp.Match[j].Cookies = cloneMatches(sp.Match[j].Cookies)
 				}
 			}
 			if sp.Slots != nil {
@@ -186,4 +182,16 @@ func (s *Spec) Upstream(name string) (*Upstream, int) {
 		}
 	}
 	return nil, -1
+}
+
+// cloneMatches returns a deep copy of a rule's conditions.
+func cloneMatches(m map[string]StringMatch) map[string]StringMatch {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]StringMatch, len(m))
+	for k, v := range m {
+		c[k] = StringMatch{Exact: clonePtr(v.Exact), Prefix: clonePtr(v.Prefix), Regex: clonePtr(v.Regex)}
+	}
+	return c
 }

@@ -133,6 +133,14 @@ func (v *validator) stringMatch(m StringMatch, path string) {
 		v.probs.add(p, "at most %d bytes, got %d", MaxMatchPattern, len(pattern))
 		return
 	}
+	if kind != "regex" && strings.IndexFunc(pattern, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) >= 0 {
+		v.probs.add(p, "must not hold control characters: no field value or cookie does")
+		return
+	}
+	if strings.IndexByte(pattern, 0) >= 0 {
+		v.probs.add(p, "must not hold a NUL character (write \\x00 in the pattern)")
+		return
+	}
 	switch kind {
 	case "regex":
 		if _, err := regexp.Compile(pattern); err != nil {

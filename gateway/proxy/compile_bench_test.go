@@ -92,3 +92,47 @@ func BenchmarkRoute(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRouteThreeRules is BenchmarkRoute's returning session on a split
+// with three match rules, none of which the request meets (each is
+// checked) and then one it meets (the last).
+func BenchmarkRouteThreeRules(b *testing.B) {
+	p := New(Options{})
+	defer p.Close()
+	beta, eu, mobile := "beta", "eu-", "(?i)mobile"
+	spec := spectest.New().
+		Upstream("stable", "127.0.0.1:9001", "127.0.0.1:9002").
+		Upstream("canary", "127.0.0.1:9101").
+		Split("web", "/", spectest.T("stable", 95), spectest.T("canary", 5)).Sticky("sid", 0).
+		Edit(func(s *config.Spec) {
+			s.Services[0].Split.Match = []config.MatchRule{
+				{Name: "testers", Headers: map[string]config.StringMatch{"X-User-Group": {Exact: &beta}}, Target: "canary"},
+				{Name: "eu", Headers: map[string]config.StringMatch{"X-Region": {Prefix: &eu}}, Target: "canary"},
+				{Name: "mobile", Headers: map[string]config.StringMatch{"User-Agent": {Regex: &mobile}}, Target: "canary"},
+			}
+		}).Parsed(b)
+	if err := p.Apply(spec, 1); err != nil {
+		b.Fatal(err)
+	}
+	t := p.table.Load()
+	for _, bc := range []struct {
+		name, agent, want string
+	}{
+		{"no rule met", "Mozilla/5.0 (X11; Linux x86_64)", ""},
+		{"third rule met", "Mozilla/5.0 (iPhone) Mobile/15E148", "canary"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			v := &Request{Host: "example.test", Path: "/x", Cookies: []string{"theme=dark; sid=0123456789abcdef01234567"}, RequestID: "req-1", ClientIP: "127.0.0.1"}
+			v.AddField("Accept", "*/*")
+			v.AddField("X-Region", "us-east")
+			v.AddField("User-Agent", bc.agent)
+			b.ReportAllocs()
+			for b.Loop() {
+				rt := p.Route(t, v)
+				if rt.Endpoint == nil || bc.want != "" && rt.Target.Up.name != bc.want {
+					b.Fatal("not routed as expected")
+				}
+			}
+		})
+	}
+}

@@ -23,6 +23,8 @@ type metrics struct {
 	canaryWeight *prometheus.GaugeVec
 	// mirrors counts the copies of mirrored requests by outcome.
 	mirrors *prometheus.CounterVec
+	// matches counts the requests each match rule served.
+	matches *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
@@ -59,10 +61,13 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 		mirrors: counterVec("dwara_mirror_requests_total",
 			"Copies of a service's requests for its mirror upstream, by outcome: sent (an answer came, any status), failed (transport error, or no endpoint up), timeout, dropped (queue full), body_too_large (body over max_body_bytes or of unknown length: not mirrored).",
 			"service", "upstream", "outcome"),
+		matches: counterVec("dwara_split_matches_total",
+			"Requests a match rule of the service's split sent to its target, without the weighted pick.",
+			"service", "rule", "upstream"),
 	}
 	if reg != nil {
 		reg.MustRegister(m.picks, m.forced, m.failovers, m.sticky, m.requests, m.duration,
-			m.generation, m.applySecs, m.canaryWeight, m.mirrors, endpointCollector{p})
+			m.generation, m.applySecs, m.canaryWeight, m.mirrors, m.matches, endpointCollector{p})
 	}
 	return m
 }
@@ -172,6 +177,35 @@ func (p *Proxy) retainTargetMetrics(t *Table) {
 		p.canaryGroups = append(p.canaryGroups, g)
 	}
 	p.retainMirrorMetrics(t)
+	p.retainMatchMetrics(t)
+}
+
+// matchCounter returns the dwara_split_matches_total child of a rule,
+// remembered for retainMatchMetrics. Called under applyMu.
+func (p *Proxy) matchCounter(service, rule, upstream string) prometheus.Counter {
+	if p.matchSeries == nil {
+		p.matchSeries = map[[3]string]bool{}
+	}
+	p.matchSeries[[3]string{service, rule, upstream}] = true
+	return p.m.matches.WithLabelValues(service, rule, upstream)
+}
+
+// retainMatchMetrics deletes the series of the match rules that table t
+// no longer has. Called under applyMu.
+func (p *Proxy) retainMatchMetrics(t *Table) {
+	keep := map[[3]string]bool{}
+	for _, svc := range t.services() {
+		for i := range svc.rules.Len() {
+			name, ti := svc.rules.Rule(i)
+			keep[[3]string{svc.name, name, svc.targets[ti].Up.name}] = true
+		}
+	}
+	for k := range p.matchSeries {
+		if !keep[k] {
+			p.m.matches.DeleteLabelValues(k[0], k[1], k[2])
+			delete(p.matchSeries, k)
+		}
+	}
 }
 
 // endpointUpDesc describes dwara_upstream_endpoint_up.

@@ -156,6 +156,9 @@ type Proxy struct {
 	// canaryGroups are the groups with a dwara_canary_weight series;
 	// guarded by applyMu.
 	canaryGroups []string
+	// matchSeries are the (service, rule, upstream) series of
+	// dwara_split_matches_total made so far. Under applyMu.
+	matchSeries map[[3]string]bool
 	// mirrors sends the copies of mirrored requests (mirror.go).
 	mirrors mirrorRunner
 	// exp records exposures (Options.Exposures); nil when none.
@@ -346,10 +349,11 @@ func (rt Route) Begin() Attempt {
 }
 
 // Route matches the service, works out the key (the sticky cookie, minted
-// first for a new session, else the request id), picks the target by the
-// split and the endpoint by the upstream's balancer, failing over to the
-// next target with an endpoint up when every endpoint of the picked one is
-// marked down. It allocates only to mint a new session's cookie.
+// first for a new session, else the request id), takes the target of the
+// first match rule the request meets or else picks it by the split, and
+// the endpoint by the upstream's balancer, failing over to the next target
+// with an endpoint up when every endpoint of that one is marked down. It
+// allocates only to mint a new session's cookie.
 func (p *Proxy) Route(t *Table, v *Request) Route {
 	if rt, refused := Refuse(v); refused {
 		return rt
@@ -388,7 +392,14 @@ func (p *Proxy) Route(t *Table, v *Request) Route {
 
 	h := split.Hash(key)
 	sp := svc.split.Load()
-	ti := sp.PickHash(h)
+	// A match rule, when one holds, names the target instead of the pick
+	// (a new session has its cookie all the same).
+	ti, rule := -1, svc.rules.Match(v)
+	if rule >= 0 {
+		_, ti = svc.rules.Rule(rule)
+	} else {
+		ti = sp.PickHash(h)
+	}
 	tg := svc.targets[ti]
 	ei := tg.Up.balancer.Pick(affinityKey)
 	excluded := uint8(0)
@@ -410,7 +421,11 @@ func (p *Proxy) Route(t *Table, v *Request) Route {
 			}
 		}
 	}
-	tg.picks.Inc()
+	if rule >= 0 && excluded == 0 {
+		svc.matched[rule].Inc()
+	} else {
+		tg.picks.Inc()
+	}
 	rt.Target, rt.Endpoint = tg, tg.Up.endpoints[ei]
 	rt.walk = splitWalk{svc: svc, sp: sp, hash: h, affinityKey: affinityKey, ti: ti, excluded: excluded}
 	if p.exp != nil {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"strconv"
 	"strings"
+
+	"github.com/dwara/dwara/gateway/affinity"
 )
 
 // Request is the forwarding core's view of one client request on its way
@@ -61,6 +63,24 @@ func (r *Request) get(name string) string {
 		}
 	}
 	return ""
+}
+
+// Header returns the value of the first of r's fields named lowerName (in
+// any case), and whether there is one: what a match rule reads
+// (match.Request). It does not allocate.
+func (r *Request) Header(lowerName string) (string, bool) {
+	for _, f := range r.fields {
+		if len(f.name) == len(lowerName) && strings.EqualFold(f.name, lowerName) {
+			return f.value, true
+		}
+	}
+	return "", false
+}
+
+// Cookie returns the value of the first cookie called name of r's Cookie
+// lines, and whether there is one (match.Request). It does not allocate.
+func (r *Request) Cookie(name string) (string, bool) {
+	return affinity.ReadCookieLines(r.Cookies, name)
 }
 
 // field is one header field line.

@@ -15,6 +15,7 @@ import (
 	"github.com/dwara/dwara/gateway/balance"
 	"github.com/dwara/dwara/gateway/canary"
 	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/match"
 	"github.com/dwara/dwara/gateway/split"
 )
 
@@ -50,6 +51,10 @@ type service struct {
 	// branches lists the targets' upstream names, for the 400 of an
 	// unknown forced branch.
 	branches string
+	// rules are the split's match rules, checked before the pick; nil
+	// without any. matched[i] counts the requests rule i served.
+	rules   *match.Rules
+	matched []prometheus.Counter
 }
 
 // canaryGroup is a compiled canary group: a 2-target split with canary
@@ -168,6 +173,13 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 			return nil, fmt.Errorf("service %q: %w", s.Name, err)
 		}
 		cs.split.Store(sp)
+		if cs.rules, err = match.Compile(s.Split); err != nil {
+			return nil, fmt.Errorf("service %q: %w", s.Name, err)
+		}
+		for i := range cs.rules.Len() {
+			name, ti := cs.rules.Rule(i)
+			cs.matched = append(cs.matched, p.matchCounter(s.Name, name, cs.targets[ti].Up.name))
+		}
 		if s.Split != nil && s.Split.CanaryAnalysis != nil && len(cs.targets) == 2 {
 			cs.canary = &canaryGroup{total: weights[0] + weights[1], weight: p.m.canaryWeight.WithLabelValues(s.Name)}
 			cs.canary.weight.Set(float64(weights[1]))
