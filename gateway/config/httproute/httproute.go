@@ -257,8 +257,51 @@ func exportService(spec *config.Spec, svc config.Service, o ExportOptions) (gate
 	if ov := svc.Override; ov != nil {
 		annotate(AnnotationOverrideHeader, ov.Header)
 	}
-	r.Spec.Rules = []gatewayv1.HTTPRouteRule{rule}
+	var rules []gatewayv1.HTTPRouteRule
+	if svc.Split != nil {
+		for _, mr := range svc.Split.Match {
+			hr, err := exportMatch(svc, mr, rule.Matches[0].Path, backend)
+			if err != nil {
+				return r, nil, err
+			}
+			rules = append(rules, hr)
+		}
+	}
+	r.Spec.Rules = append(rules, rule)
 	return r, used, nil
+}
+
+// exportMatch returns the HTTPRouteRule of match rule mr: its header
+// conditions as header matches on the service's path, its target as the
+// one backend. A condition an HTTPRoute cannot say (a cookie, a prefix) is
+// an error naming the rule.
+func exportMatch(svc config.Service, mr config.MatchRule, path *gatewayv1.HTTPPathMatch, backend func(string) (gatewayv1.BackendObjectReference, error)) (gatewayv1.HTTPRouteRule, error) {
+	var hr gatewayv1.HTTPRouteRule
+	if len(mr.Cookies) > 0 {
+		return hr, fmt.Errorf("service %q: match rule %q has cookie conditions, which an HTTPRoute cannot express", svc.Name, mr.Name)
+	}
+	name := gatewayv1.SectionName(mr.Name)
+	hr.Name = &name
+	m := gatewayv1.HTTPRouteMatch{Path: path}
+	for _, h := range slices.Sorted(maps.Keys(mr.Headers)) {
+		kind, pattern := mr.Headers[h].Pattern()
+		t := gatewayv1.HeaderMatchExact
+		switch kind {
+		case "exact":
+		case "regex":
+			t = gatewayv1.HeaderMatchRegularExpression
+		default:
+			return hr, fmt.Errorf("service %q: match rule %q: a %s condition on %s, which an HTTPRoute cannot express (Exact or RegularExpression)", svc.Name, mr.Name, kind, h)
+		}
+		m.Headers = append(m.Headers, gatewayv1.HTTPHeaderMatch{Type: &t, Name: gatewayv1.HTTPHeaderName(h), Value: pattern})
+	}
+	hr.Matches = []gatewayv1.HTTPRouteMatch{m}
+	ref, err := backend(mr.Target)
+	if err != nil {
+		return hr, err
+	}
+	hr.BackendRefs = []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: ref}}}
+	return hr, nil
 }
 
 // endpointPort returns the port of an endpoint ("host:port", or a URL
@@ -444,12 +487,15 @@ func (im *importer) route(i int, r *gatewayv1.HTTPRoute) (config.Service, bool) 
 	default:
 		bad("spec.hostnames", "%d hostnames: a Dwara service has one host at most (one HTTPRoute per host)", len(r.Spec.Hostnames))
 	}
-	if len(r.Spec.Rules) != 1 {
-		bad("spec.rules", "has %d rules: Dwara maps one rule per HTTPRoute (one service: a path prefix to weighted backends)", len(r.Spec.Rules))
+	if len(r.Spec.Rules) == 0 {
+		bad("spec.rules", "is required: Dwara maps an HTTPRoute's rules to one service")
 		return svc, false
 	}
-	rule := r.Spec.Rules[0]
-	const rp = "spec.rules[0]"
+	// The last rule is the service: a path prefix to weighted backends;
+	// the ones before it, with header matches, its split's match rules.
+	last := len(r.Spec.Rules) - 1
+	rule := r.Spec.Rules[last]
+	rp := fmt.Sprintf("spec.rules[%d]", last)
 	svc.BasePath = "/"
 	switch len(rule.Matches) {
 	case 0:
@@ -465,7 +511,7 @@ func (im *importer) route(i int, r *gatewayv1.HTTPRoute) (config.Service, bool) 
 			}
 		}
 		if len(m.Headers) > 0 {
-			bad(mp+".headers", "header matches are not supported yet (Dwara's match rules are not built)")
+			bad(mp+".headers", "the last rule is the service's weighted split and matches no header; put header matches in the rules before it")
 		}
 		if len(m.QueryParams) > 0 {
 			bad(mp+".queryParams", "query parameter matches are not supported")
@@ -482,7 +528,10 @@ func (im *importer) route(i int, r *gatewayv1.HTTPRoute) (config.Service, bool) 
 	if rule.Retry != nil {
 		bad(rp+".retry", "is not supported: Dwara retries idempotent requests on another endpoint of the same upstream by itself")
 	}
-	im.backends(&svc, rule, bad)
+	im.backends(&svc, rule, rp, bad)
+	for j := range last {
+		im.matchRule(&svc, r.Spec.Rules[j], fmt.Sprintf("spec.rules[%d]", j), j, bad)
+	}
 	for j, f := range rule.Filters {
 		fp := fmt.Sprintf("%s.filters[%d]", rp, j)
 		if f.Type != gatewayv1.HTTPRouteFilterRequestMirror {
@@ -526,8 +575,7 @@ func (im *importer) route(i int, r *gatewayv1.HTTPRoute) (config.Service, bool) 
 }
 
 // backends sets svc's upstream or split from rule's backendRefs.
-func (im *importer) backends(svc *config.Service, rule gatewayv1.HTTPRouteRule, bad func(string, string, ...any)) {
-	const rp = "spec.rules[0]"
+func (im *importer) backends(svc *config.Service, rule gatewayv1.HTTPRouteRule, rp string, bad func(string, string, ...any)) {
 	if len(rule.BackendRefs) == 0 {
 		bad(rp+".backendRefs", "is required: a Dwara service routes to at least one backend")
 		return
@@ -550,6 +598,63 @@ func (im *importer) backends(svc *config.Service, rule gatewayv1.HTTPRouteRule, 
 		return
 	}
 	svc.Split = &config.Split{Targets: targets}
+}
+
+// matchRule turns rule j, before the service's last one, into a match
+// rule of its split: header matches on the service's path, one backend
+// that is a target of the split.
+func (im *importer) matchRule(svc *config.Service, rule gatewayv1.HTTPRouteRule, rp string, j int, bad func(string, string, ...any)) {
+	mr := config.MatchRule{Name: fmt.Sprintf("rule-%d", j), Headers: map[string]config.StringMatch{}}
+	if rule.Name != nil {
+		mr.Name = string(*rule.Name)
+	}
+	if svc.Split == nil {
+		bad(rp, "a rule before the last needs the last to be a split (weighted backends) for its match to choose from")
+		return
+	}
+	if len(rule.Matches) != 1 {
+		bad(rp+".matches", "a match rule has exactly one match (header matches on the service's path)")
+		return
+	}
+	m := rule.Matches[0]
+	mp := rp + ".matches[0]"
+	if p := m.Path; p != nil && (p.Type != nil && *p.Type != gatewayv1.PathMatchPathPrefix || p.Value != nil && *p.Value != svc.BasePath) {
+		bad(mp+".path", "a match rule's path must be the service's (PathPrefix %s)", svc.BasePath)
+	}
+	if len(m.QueryParams) > 0 {
+		bad(mp+".queryParams", "query parameter matches are not supported")
+	}
+	if m.Method != nil {
+		bad(mp+".method", "method matches are not supported")
+	}
+	if len(m.Headers) == 0 {
+		bad(mp+".headers", "a rule before the last needs header matches: it is a match rule of the split")
+	}
+	for k, h := range m.Headers {
+		v := h.Value
+		switch {
+		case h.Type == nil || *h.Type == gatewayv1.HeaderMatchExact:
+			mr.Headers[string(h.Name)] = config.StringMatch{Exact: &v}
+		case *h.Type == gatewayv1.HeaderMatchRegularExpression:
+			mr.Headers[string(h.Name)] = config.StringMatch{Regex: &v}
+		default:
+			bad(fmt.Sprintf("%s.headers[%d].type", mp, k), "%s is not supported", *h.Type)
+		}
+	}
+	for _, f := range []struct {
+		set  bool
+		name string
+	}{{len(rule.Filters) > 0, "filters"}, {rule.Timeouts != nil, "timeouts"}, {rule.Retry != nil, "retry"}, {rule.SessionPersistence != nil, "sessionPersistence"}} {
+		if f.set {
+			bad(rp+"."+f.name, "is not supported on a match rule: the service's last rule has them")
+		}
+	}
+	if len(rule.BackendRefs) != 1 {
+		bad(rp+".backendRefs", "a match rule sends its requests to one backend, a target of the split")
+		return
+	}
+	mr.Target = im.backendName(rule.BackendRefs[0].BackendObjectReference, rp+".backendRefs[0]", bad)
+	svc.Split.Match = append(svc.Split.Match, mr)
 }
 
 // backendName checks a backend reference and returns its upstream name.

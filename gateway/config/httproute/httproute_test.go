@@ -37,6 +37,10 @@ services:
         cooldown_seconds: 10
         promote: {metric: error_rate, threshold: 0.01}
         rollback: {metric: error_rate, threshold: 0.05}
+      match:
+        - name: beta
+          headers: {X-User-Group: {exact: beta}, User-Agent: {regex: "(?i)mobile"}}
+          target: web-canary
     sticky: {cookie: dwara_affinity, ttl_s: 3600}
   - name: docs
     base_path: /docs
@@ -108,6 +112,16 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if got, want := canonical(t, back), canonical(t, parse(t, richSpec)); got != want {
 		t.Errorf("the round trip changed the spec:\n got %s\nwant %s", got, want)
+	}
+	if !strings.Contains(string(routes), "    name: beta\n") || !strings.Contains(string(routes), "type: RegularExpression") {
+		t.Errorf("the export lacks the match rule as a rule of header matches:\n%s", routes)
+	}
+	// A rule an HTTPRoute cannot say is an error naming it.
+	withCookie := parse(t, richSpec)
+	pro := "pro"
+	withCookie.Services[0].Split.Match[0].Cookies = map[string]config.StringMatch{"plan": {Exact: &pro}}
+	if _, _, err := Export(withCookie, nil, ExportOptions{}); err == nil || !strings.Contains(err.Error(), `match rule "beta" has cookie conditions`) {
+		t.Errorf("export of a cookie rule: %v", err)
 	}
 	// One service: only the upstreams it names.
 	routes, ups, err = Export(spec, []string{"docs"}, ExportOptions{})
