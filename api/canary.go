@@ -195,11 +195,12 @@ func (s *Server) adoptCanary(w http.ResponseWriter, r *http.Request) {
 			message = fmt.Sprintf("adopt canary weights %s of %s", ratio(ws), name)
 		}
 		gen, err := s.store.Publish(ctx, db.PublishParams{
-			Spec:    body,
-			Action:  apiv1.ActionAdopt,
-			Author:  actorFrom(ctx),
-			Message: message,
-			IfMatch: &cur.ID,
+			Spec:       body,
+			CanaryKeys: config.CanaryKeys(next),
+			Action:     apiv1.ActionAdopt,
+			Author:     actorFrom(ctx),
+			Message:    message,
+			IfMatch:    &cur.ID,
 		})
 		switch {
 		case err == nil:

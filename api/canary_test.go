@@ -185,9 +185,27 @@ func TestCanaryListStates(t *testing.T) {
 		t.Errorf("rolled-back: last event %+v", last)
 	}
 
-	// A new generation starts over from its configured weights; the hold
-	// lasts.
-	e.publish(b.Edit(func(s *config.Spec) { s.Services[0].BasePath = "/v2" }), "")
+	// A new generation that leaves the groups as they were carries their
+	// canaries over: the weights in force, a rollback, the last event.
+	e.publish(b.Edit(func(s *config.Spec) { s.Services[1].BasePath = "/web" }), "")
+	list = e.canaryList()
+	if got := group(t, list, "promoted"); !got.Transient || got.Weights != [2]int{85, 15} || got.State != apiv1.CanaryRunning ||
+		got.LastEvent == nil || got.LastEvent.ID != promoted.ID {
+		t.Errorf("promoted after an unrelated publish = %+v", got)
+	}
+	if got := group(t, list, "rolled-back"); got.Weights != [2]int{100, 0} || got.State != apiv1.CanaryRolledBack {
+		t.Errorf("rolled-back after an unrelated publish = %+v", got)
+	}
+	// One that changes a group's settings starts that canary afresh from
+	// its configured weights; the hold lasts.
+	e.publish(b.Edit(func(s *config.Spec) {
+		s.Services[1].BasePath = "/web"
+		for i := range s.Services {
+			if sp := s.Services[i].Split; sp != nil && sp.CanaryAnalysis != nil {
+				sp.CanaryAnalysis.MinRequests = 77
+			}
+		}
+	}), "")
 	list = e.canaryList()
 	if got := group(t, list, "promoted"); got.Transient || got.Weights != [2]int{90, 10} || got.State != apiv1.CanaryRunning || got.LastEvent != nil {
 		t.Errorf("promoted in the next generation = %+v", got)

@@ -123,14 +123,15 @@ func (s *Store) FlushCanaryWindows(ctx context.Context, instance string, rows []
 
 // CanaryWindow returns the fleet's totals of the baseline and the canary of
 // service in generation over the last window (by the database's clock),
+// the rows of the generations its canary was carried over from included,
 // and the database's time of the reading.
 func (s *Store) CanaryWindow(ctx context.Context, generation int64, service string, window time.Duration) (baseline, canary CanaryTotals, now time.Time, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
 		secs := window.Seconds()
 		rows, err := tx.Query(ctx, `
 			SELECT version, sum(requests), sum(errors), now()
-			FROM canary_windows
-			WHERE generation_id = $1 AND service = $2 AND second > now() - make_interval(secs => $3)
+			FROM canary_windows w
+			WHERE w.service = $2 AND `+inCanary("w", "$1", "$2")+` AND second > now() - make_interval(secs => $3)
 			GROUP BY version`, generation, service, secs)
 		if err != nil {
 			return err
@@ -155,8 +156,8 @@ func (s *Store) CanaryWindow(ctx context.Context, generation int64, service stri
 		}
 		rows, err = tx.Query(ctx, `
 			SELECT version, (p->>0)::bigint AS b, sum((p->>1)::bigint)
-			FROM canary_windows, jsonb_array_elements(latency) AS p
-			WHERE generation_id = $1 AND service = $2 AND second > now() - make_interval(secs => $3)
+			FROM canary_windows w, jsonb_array_elements(latency) AS p
+			WHERE w.service = $2 AND `+inCanary("w", "$1", "$2")+` AND second > now() - make_interval(secs => $3)
 			GROUP BY version, b
 			ORDER BY version, b`, generation, service, secs)
 		if err != nil {
@@ -200,18 +201,20 @@ func (s *Store) PruneCanaryWindows(ctx context.Context, retention time.Duration)
 }
 
 // CanaryState is what storage knows of one canary group in one generation.
+// "This canary" is the group's events in the generation and in the earlier
+// generations it was carried over from (canary_groups: same origin).
 type CanaryState struct {
 	// Transient is true when the controller changed the canary's weight
-	// in this generation; Weight is then the canary weight in force.
+	// in this canary; Weight is then the canary weight in force.
 	Transient bool
 	Weight    int
 	// LastAction is the time of the newest controller action on the group
-	// in this generation (the database's clock); zero when none.
+	// in this canary (the database's clock); zero when none.
 	LastAction time.Time
 	// Paused is true when the newest pause or resume of the service, in
 	// any generation, is a pause: a hold lasts until it is resumed.
 	Paused bool
-	// LastEvent is the newest event of the group in this generation; nil
+	// LastEvent is the newest event of the group in this canary; nil
 	// when none.
 	LastEvent *apiv1.CanaryEvent
 }
@@ -221,7 +224,7 @@ type CanaryState struct {
 const controllerActions = `('promote', 'rollback', 'severe_rollback')`
 
 // CanaryStates returns the state of every service of generation that has
-// canary events in it or a pause in force. A service missing from the map
+// canary events in its canary (carried over included) or a pause in force. A service missing from the map
 // has no transient weight, was never acted on and is not paused.
 func (s *Store) CanaryStates(ctx context.Context, generation int64) (map[string]CanaryState, error) {
 	return canaryStates(ctx, s.pool, generation)
@@ -231,7 +234,7 @@ func canaryStates(ctx context.Context, q querier, generation int64) (map[string]
 	states := make(map[string]CanaryState)
 	rows, err := q.Query(ctx, `
 		SELECT DISTINCT ON (service) `+canaryEventColumns+`
-		FROM canary_events WHERE generation_id = $1 AND action IN `+controllerActions+`
+		FROM canary_events e WHERE `+inCanary("e", "$1", "")+` AND action IN `+controllerActions+`
 		ORDER BY service, id DESC`, generation)
 	if err != nil {
 		return nil, fmt.Errorf("load canary weights of generation %d: %w", generation, err)
@@ -265,7 +268,7 @@ func canaryStates(ctx context.Context, q querier, generation int64) (map[string]
 	}
 	rows, err = q.Query(ctx, `
 		SELECT DISTINCT ON (service) `+canaryEventColumns+`
-		FROM canary_events WHERE generation_id = $1
+		FROM canary_events e WHERE `+inCanary("e", "$1", "")+`
 		ORDER BY service, id DESC`, generation)
 	if err != nil {
 		return nil, fmt.Errorf("load canary events of generation %d: %w", generation, err)
@@ -501,8 +504,8 @@ func (l *CanaryLock) States(ctx context.Context, generation int64) (map[string]C
 // Record stores a controller action and announces it on
 // CanaryNotifyChannel, in one transaction on the lock's session, only when
 // e.GenerationID is still the newest generation and e.FromWeight is the
-// canary weight in force (the newest action's ToWeight in that generation,
-// else configured): a compare-and-set, so an action judged on a state that
+// canary weight in force (the newest action's ToWeight in that
+// generation's canary, carried over included, else configured): a compare-and-set, so an action judged on a state that
 // changed is never recorded. It returns the stored event and whether it
 // was recorded.
 func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured int) (apiv1.CanaryEvent, bool, error) {
@@ -522,11 +525,18 @@ func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured
 	var stored apiv1.CanaryEvent
 	recorded := false
 	err = pgx.BeginFunc(ctx, l.conn, func(tx pgx.Tx) error {
+		// A publish in flight (which holds the publish lock) commits
+		// before this is judged against the newest generation, so an
+		// action is never recorded on a generation a new one already
+		// replaced and carried over without it.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, publishLockKey); err != nil {
+			return err
+		}
 		row := tx.QueryRow(ctx, `
 			WITH cur AS (
 				SELECT coalesce((
-					SELECT to_weight FROM canary_events
-					WHERE generation_id = $1 AND service = $2 AND action IN `+controllerActions+`
+					SELECT to_weight FROM canary_events e
+					WHERE e.service = $2 AND `+inCanary("e", "$1", "$2")+` AND action IN `+controllerActions+`
 					ORDER BY id DESC LIMIT 1), $11) AS w
 			)
 			INSERT INTO canary_events (generation_id, service, from_weight, to_weight, action, reason,

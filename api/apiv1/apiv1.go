@@ -227,6 +227,13 @@ type Diff struct {
 	Services []ServiceDiff `json:"services"`
 	// Upstreams lists every upstream of either side, in the same order.
 	Upstreams []UpstreamDiff `json:"upstreams"`
+	// CanaryReset names, in the new side's order, every canary group of
+	// both sides whose targets, weights, canary_analysis or target
+	// upstreams differ: publishing the new side over the old starts that
+	// canary afresh (at its configured weight, its hold and any rollback
+	// forgotten). A group of the other side only is not listed. Never
+	// null.
+	CanaryReset []string `json:"canary_reset"`
 }
 
 // ServiceDiff is what changed in one service.

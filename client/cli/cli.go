@@ -808,8 +808,8 @@ func printGeneration(w io.Writer, g apiv1.Generation) {
 }
 
 // printDiff prints a diff or a dry run's impact: every service with its
-// change, the share of keys that moves and the details, then the upstreams
-// that changed.
+// change, the share of keys that moves and the details, the canaries the
+// publish starts afresh, then the upstreams that changed.
 func printDiff(w io.Writer, d apiv1.Diff) {
 	side := func(id *int64, none string) string {
 		if id == nil {
@@ -824,6 +824,13 @@ func printDiff(w io.Writer, d apiv1.Diff) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", clean(s.Name), clean(s.Change), percent(s.MovedShare), clean(strings.Join(s.Details, "; ")))
 	}
 	tw.Flush()
+	if len(d.CanaryReset) > 0 {
+		names := make([]string, len(d.CanaryReset))
+		for i, n := range d.CanaryReset {
+			names[i] = clean(n)
+		}
+		fmt.Fprintf(w, "canary reset: %s (started afresh at the configured weights; the weight in force, hold and any rollback are dropped)\n", strings.Join(names, ", "))
+	}
 	var changed []apiv1.UpstreamDiff
 	for _, u := range d.Upstreams {
 		if u.Change != apiv1.ChangeUnchanged {

@@ -1,0 +1,141 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+		"net/http"
+	"slices"
+	"testing"
+
+	"github.com/dwara/dwara/api/apiv1"
+	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/config/spectest"
+)
+
+// shopSpec is web on "/" split 90/10 over pools a and b with no analysis,
+// and shop on /shop split shopStable/shopCanary over the same pools under
+// analysis ca: two services, one canary group (shop).
+func shopSpec(a, b *demo.Pool, shopStable, shopCanary int, ca config.CanaryAnalysis) *spectest.Builder {
+	return spectest.SplitOver([]*demo.Pool{a, b}, 90, 10).
+		Split("shop", "/shop", spectest.T(a.Name, shopStable), spectest.T(b.Name, shopCanary)).
+		Analysis(ca)
+}
+
+// groupWeightIs reports whether every process shows canary weight w of
+// group in dwara_canary_weight.
+func groupWeightIs(t *testing.T, group string, w float64, procs ...*proc) bool {
+	t.Helper()
+	for _, p := range procs {
+		if v, ok := scrape(t, metricsAddr(p), "dwara_canary_weight")["group="+group]; !ok || v != w {
+			return false
+		}
+	}
+	return true
+}
+
+// TestCanaryCarriedOverAnUnrelatedPublish is the case of a rollback undone
+// by a publish: shop's canary, failing, is rolled back to 0; the canary is
+// healed (so a canary put back at 10% would be promoted, not rolled back
+// again) and the unrelated service web is flipped. The flip's generation
+// keeps shop's canary at 0 on both proxies: every /shop request answered by
+// the baseline, shop's state carried over, no event recorded since, the
+// flip's diff naming no canary reset. A dry run and a publish that change
+// shop's weights name shop in canary_reset and start it afresh at its new
+// configured weight.
+func TestCanaryCarriedOverAnUnrelatedPublish(t *testing.T) {
+	t.Parallel()
+	url := dbtest.New(t)
+	store := openTestStore(t, url)
+	a, b := pools(t)
+	b.SetFailRate(0.3)
+	serve, replica := canaryProcs(t, "", url, nil)
+	ca := analysis(10, 100, 0)
+	g := publish(t, serve.Admin, shopSpec(a, b, 90, 10, ca).JSON())
+	serve.waitApplied(t, g.ID)
+	replica.waitApplied(t, g.ID)
+
+	next := ids(11)
+	events := func(gen int64) []apiv1.CanaryEvent {
+		es, err := store.ListCanaryEvents(t.Context(), "shop", gen, 500, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Reverse(es)
+		return es
+	}
+	deadline := 20000
+	for i := 0; len(events(g.ID)) == 0; i++ {
+		if i >= deadline {
+			t.Fatal("no rollback of shop recorded")
+		}
+		for range 20 {
+			sendAt(t, replica.Proxy, "/shop/", next())
+		}
+		i += 19
+	}
+	if es := events(g.ID); es[0].Action != apiv1.CanarySevereRollback || es[0].ToWeight != 0 {
+		t.Fatalf("events %+v, want a severe_rollback to 0", es)
+	}
+	waitUntil(t, "shop at weight 0 on both proxies", func() bool { return groupWeightIs(t, "shop", 0, serve, replica) }, ticks(t, canaryInterval))
+
+	b.SetFailRate(0)
+	var flipped apiv1.Generation
+	if resp := call(t, http.MethodPost, "http://"+serve.Admin+"/api/v1/services/web/flip", map[string]any{}, &flipped); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("flip web: status %d", resp.StatusCode)
+	}
+	serve.waitApplied(t, flipped.ID)
+	replica.waitApplied(t, flipped.ID)
+	for _, p := range []*proc{serve, replica} {
+		if !groupWeightIs(t, "shop", 0, p) {
+			t.Errorf("after the flip of web: %s serves shop's canary at %v, want 0", p.Proxy, scrape(t, metricsAddr(p), "dwara_canary_weight")["group=shop"])
+		}
+		got := map[string]int{}
+		for range 300 {
+			pool, status := sendAt(t, p.Proxy, "/shop/", next())
+			got[fmt.Sprintf("%s %d", pool, status)]++
+		}
+		if got["pool-a 200"] != 300 {
+			t.Errorf("after the flip of web: /shop answers %v through %s, want all 300 from pool-a", got, p.Proxy)
+		}
+	}
+	states, err := store.CanaryStates(t.Context(), flipped.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := states["shop"]; !st.Transient || st.Weight != 0 || st.LastEvent == nil || st.LastEvent.GenerationID != g.ID {
+		t.Errorf("shop's state in generation %d: %+v, want the weight 0 carried over from generation %d", flipped.ID, st, g.ID)
+	}
+	if es := events(flipped.ID); len(es) != 0 {
+		t.Errorf("events in the flip's generation: %+v, want none (a healed canary at 0 is not judged)", es)
+	}
+	var d apiv1.Diff
+	if resp := call(t, http.MethodGet, fmt.Sprintf("http://%s/api/v1/generations/%d/diff", serve.Admin, flipped.ID), nil, &d); resp.StatusCode != http.StatusOK {
+		t.Fatalf("diff: status %d", resp.StatusCode)
+	}
+	if d.CanaryReset == nil || len(d.CanaryReset) != 0 {
+		t.Errorf("the flip's diff: canary_reset %v, want []", d.CanaryReset)
+	}
+
+	// A publish that changes shop's weights starts its canary afresh, and
+	// a dry run says so first.
+	changed := shopSpec(a, b, 80, 20, analysis(10, 1_000_000, 0)).JSON()
+	var dry apiv1.DryRunResult
+	if resp := call(t, http.MethodPost, "http://"+serve.Admin+"/api/v1/generations?dry_run=true", map[string]any{"spec": json.RawMessage(changed)}, &dry); resp.StatusCode != http.StatusOK {
+		t.Fatalf("dry run: status %d", resp.StatusCode)
+	}
+	if !slices.Equal(dry.Impact.CanaryReset, []string{"shop"}) {
+		t.Errorf("dry run: canary_reset %v, want [shop]", dry.Impact.CanaryReset)
+	}
+	g3 := publish(t, serve.Admin, changed)
+	serve.waitApplied(t, g3.ID)
+	replica.waitApplied(t, g3.ID)
+	waitUntil(t, "shop afresh at weight 20 on both proxies", func() bool { return groupWeightIs(t, "shop", 20, serve, replica) }, ticks(t, canaryInterval))
+	if states, err = store.CanaryStates(t.Context(), g3.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := states["shop"]; ok && st.Transient {
+		t.Errorf("shop's state in generation %d: %+v, want none (afresh)", g3.ID, st)
+	}
+}
