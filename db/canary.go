@@ -214,6 +214,14 @@ type CanaryState struct {
 	// Paused is true when the newest pause or resume of the service, in
 	// any generation, is a pause: a hold lasts until it is resumed.
 	Paused bool
+	// HoldSince is the time of the hold event that started the hold
+	// running at the weight in force; zero when none runs (none since the
+	// newest weight change, or broken by a hold_reset since, or a gate
+	// waits).
+	HoldSince time.Time
+	// Gate is true when a gate event waits at the weight in force: no
+	// weight change since it.
+	Gate bool
 	// LastEvent is the newest event of the group in this canary; nil
 	// when none.
 	LastEvent *apiv1.CanaryEvent
@@ -222,6 +230,9 @@ type CanaryState struct {
 // controllerActions is the SQL list of the controller's own actions: the
 // ones that change weights.
 const controllerActions = `('promote', 'rollback', 'severe_rollback')`
+
+// waitActions is the SQL list of the waits of a schedule.
+const waitActions = `('hold', 'hold_reset', 'gate')`
 
 // CanaryStates returns the state of every service of generation that has
 // canary events in its canary (carried over included) or a pause in force. A service missing from the map
@@ -243,8 +254,47 @@ func canaryStates(ctx context.Context, q querier, generation int64) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("load canary weights of generation %d: %w", generation, err)
 	}
+	changed := make(map[string]int64, len(actions))
 	for _, e := range actions {
 		states[e.Service] = CanaryState{Transient: true, Weight: e.ToWeight, LastAction: e.CreatedAt}
+		changed[e.Service] = e.ID
+	}
+	rows, err = q.Query(ctx, `
+		SELECT DISTINCT ON (service, action = 'gate') id, service, action, created_at
+		FROM canary_events e WHERE `+inCanary("e", "$1", "")+` AND action IN `+waitActions+`
+		ORDER BY service, action = 'gate', id DESC`, generation)
+	if err != nil {
+		return nil, fmt.Errorf("load canary waits of generation %d: %w", generation, err)
+	}
+	var (
+		id       int64
+		service  string
+		action   string
+		at       time.Time
+		holdFrom = map[string]time.Time{}
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &service, &action, &at}, func() error {
+		if id < changed[service] {
+			return nil // before the newest weight change: over
+		}
+		st := states[service]
+		switch action {
+		case apiv1.CanaryGate:
+			st.Gate = true
+		case apiv1.CanaryHold:
+			holdFrom[service] = at
+		}
+		states[service] = st
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load canary waits of generation %d: %w", generation, err)
+	}
+	for service, at := range holdFrom {
+		if st := states[service]; !st.Gate {
+			st.HoldSince = at
+			states[service] = st
+		}
 	}
 	rows, err = q.Query(ctx, `
 		SELECT DISTINCT ON (service) service, action = 'pause'
@@ -253,7 +303,6 @@ func canaryStates(ctx context.Context, q querier, generation int64) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("load canary holds: %w", err)
 	}
-	var service string
 	var paused bool
 	_, err = pgx.ForEachRow(rows, []any{&service, &paused}, func() error {
 		if paused {
@@ -511,6 +560,10 @@ func (l *CanaryLock) States(ctx context.Context, generation int64) (map[string]C
 func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured int) (apiv1.CanaryEvent, bool, error) {
 	switch e.Action {
 	case apiv1.CanaryPromote, apiv1.CanaryRollback, apiv1.CanarySevereRollback:
+	case apiv1.CanaryHold, apiv1.CanaryHoldReset, apiv1.CanaryGate:
+		if e.FromWeight != e.ToWeight {
+			return apiv1.CanaryEvent{}, false, fmt.Errorf("record canary %s: a wait changes no weight (%d -> %d)", e.Action, e.FromWeight, e.ToWeight)
+		}
 	default:
 		return apiv1.CanaryEvent{}, false, fmt.Errorf("record canary event: %q is not a controller action", e.Action)
 	}
@@ -562,6 +615,63 @@ func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured
 		return apiv1.CanaryEvent{}, false, fmt.Errorf("record canary %s of %q: %w", e.Action, e.Service, err)
 	}
 	return stored, recorded, nil
+}
+
+// ErrNoGate is returned by PassCanaryGate when no gate waits at the weight
+// in force; nothing was recorded.
+var ErrNoGate = errors.New("no gate waiting")
+
+// PassCanaryGate records an operator's promote of the canary group of
+// service in generation through the gate that waits at weight from (the
+// canary weight in force; configured is the generation's, for a canary
+// the controller never moved) to weight to, by actor with reason, and
+// announces it on CanaryNotifyChannel. It gives ErrPreconditionFailed when
+// generation is not the newest, and ErrNoGate when no gate event waits
+// there (none since the newest weight change, or the weight in force is
+// not from).
+func (s *Store) PassCanaryGate(ctx context.Context, generation int64, service string, from, to, configured int, actor, reason string) (apiv1.CanaryEvent, error) {
+	var e apiv1.CanaryEvent
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, publishLockKey); err != nil {
+			return err
+		}
+		var newest int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM generations`).Scan(&newest); err != nil {
+			return err
+		}
+		if newest != generation {
+			return ErrPreconditionFailed
+		}
+		row := tx.QueryRow(ctx, `
+			WITH w AS (
+				SELECT id, to_weight FROM canary_events e
+				WHERE e.service = $2 AND `+inCanary("e", "$1", "$2")+` AND action IN `+controllerActions+`
+				ORDER BY id DESC LIMIT 1
+			), g AS (
+				SELECT id FROM canary_events e
+				WHERE e.service = $2 AND `+inCanary("e", "$1", "$2")+` AND action = 'gate'
+				ORDER BY id DESC LIMIT 1
+			)
+			INSERT INTO canary_events (generation_id, service, from_weight, to_weight, action, reason, actor)
+			SELECT $1, $2, $3, $4, 'promote', $5, $6
+			WHERE (SELECT id FROM g) > coalesce((SELECT id FROM w), 0)
+			  AND coalesce((SELECT to_weight FROM w), $7) = $3
+			RETURNING `+canaryEventColumns, generation, service, from, to, reason, actor, configured)
+		var err error
+		if e, err = scanCanaryEvent(row); errors.Is(err, pgx.ErrNoRows) {
+			return ErrNoGate
+		} else if err != nil {
+			return err
+		}
+		return notifyCanary(ctx, tx, e)
+	})
+	if errors.Is(err, ErrNoGate) || errors.Is(err, ErrPreconditionFailed) {
+		return apiv1.CanaryEvent{}, err
+	}
+	if err != nil {
+		return apiv1.CanaryEvent{}, fmt.Errorf("pass the canary gate of %q: %w", service, err)
+	}
+	return e, nil
 }
 
 func figuresJSON(f *apiv1.CanaryFigures) ([]byte, error) {

@@ -3,9 +3,11 @@ package node
 import (
 	"encoding/json"
 	"fmt"
-		"net/http"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db/dbtest"
@@ -137,5 +139,89 @@ func TestCanaryCarriedOverAnUnrelatedPublish(t *testing.T) {
 	}
 	if st, ok := states["shop"]; ok && st.Transient {
 		t.Errorf("shop's state in generation %d: %+v, want none (afresh)", g3.ID, st)
+	}
+}
+
+// TestCanaryScheduleHoldsAndGate runs the schedule 10 -> 25 -> 50 -> 100
+// with a 2 s hold at each step (after a 1 s cooldown) and a gate before
+// 100 on healthy traffic:
+// the events, as the database recorded them, are hold, promote, hold,
+// promote, hold, gate, in that order, each promote at least hold_seconds
+// after the hold before it; the gate waits (more traffic moves nothing,
+// GET /api/v1/canary shows it waiting) until POST .../canary/promote,
+// which is refused with 409 while no gate waits; the operator's promote is
+// recorded with its actor and takes both proxies to 100.
+func TestCanaryScheduleHoldsAndGate(t *testing.T) {
+	t.Parallel()
+	url := dbtest.New(t)
+	store := openTestStore(t, url)
+	a, b := pools(t)
+	serve, replica := canaryProcs(t, "", url, nil)
+	const hold = 2
+	ca := analysis(0, 50, 1)
+	ca.Steps, ca.HoldSeconds, ca.Gate = []int{10, 25, 50, 100}, hold, config.GateFinal
+	g := publish(t, serve.Admin, canarySpec(a, b, ca))
+	serve.waitApplied(t, g.ID)
+	replica.waitApplied(t, g.ID)
+	promoteURL := "http://" + serve.Admin + "/api/v1/services/web/canary/promote"
+	if resp := call(t, http.MethodPost, promoteURL, map[string]any{}, nil); resp.StatusCode != http.StatusConflict {
+		t.Fatalf("promote with no gate waiting: status %d, want 409", resp.StatusCode)
+	}
+
+	next := ids(12)
+	waiting := func() bool {
+		es := canaryEvents(t, store, g.ID)
+		return len(es) > 0 && es[len(es)-1].Action == apiv1.CanaryGate
+	}
+	sendUntil(t, replica.Proxy, next, 100000, "a gate waiting", waiting)
+	var got []string
+	var holdAt time.Time
+	for i, e := range canaryEvents(t, store, g.ID) {
+		switch e.Action {
+		case apiv1.CanaryHoldReset:
+			continue // a clean run broken (too few requests at first): the next hold restarts it
+		case apiv1.CanaryHold:
+			holdAt = e.CreatedAt
+		case apiv1.CanaryPromote:
+			if d := e.CreatedAt.Sub(holdAt); holdAt.IsZero() || d < hold*time.Second {
+				t.Errorf("event %d: promote %d -> %d %v after its hold started, want at least %ds", i, e.FromWeight, e.ToWeight, d, hold)
+			}
+		}
+		if e.Reason == "" {
+			t.Errorf("event %d (%s) has no reason", i, e.Action)
+		}
+		got = append(got, fmt.Sprintf("%s %d->%d", e.Action, e.FromWeight, e.ToWeight))
+	}
+	want := []string{"hold 10->10", "promote 10->25", "hold 25->25", "promote 25->50", "hold 50->50", "gate 50->50"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+
+	// The gate waits: more clean traffic moves nothing.
+	waitWeight(t, 50, serve, replica)
+	shares(t, 300, next, replica)
+	var list apiv1.CanaryList
+	call(t, http.MethodGet, "http://"+serve.Admin+"/api/v1/canary", nil, &list)
+	if len(list.Items) != 1 || !list.Items[0].GateWaiting || list.Items[0].Weights != [2]int{50, 50} {
+		t.Fatalf("canary groups %+v, want web waiting at its gate at 50/50", list.Items)
+	}
+	if es := canaryEvents(t, store, g.ID); len(es) != len(want) {
+		t.Fatalf("with the gate waiting, %d events, want %d: %+v", len(es), len(want), es[len(want):])
+	}
+
+	var after apiv1.CanaryGroup
+	if resp := call(t, http.MethodPost, promoteURL, map[string]any{"message": "looks good"}, &after); resp.StatusCode != http.StatusOK {
+		t.Fatalf("promote through the gate: status %d", resp.StatusCode)
+	}
+	if after.Weights != [2]int{0, 100} || after.GateWaiting || after.State != apiv1.CanaryComplete {
+		t.Errorf("after the promote: %+v, want complete at 0/100", after)
+	}
+	es := canaryEvents(t, store, g.ID)
+	if e := es[len(es)-1]; e.Action != apiv1.CanaryPromote || e.FromWeight != 50 || e.ToWeight != 100 || e.Actor == "" || !strings.Contains(e.Reason, "looks good") {
+		t.Errorf("the gate's event: %+v, want a promote 50 -> 100 with its actor and message", e)
+	}
+	waitWeight(t, 100, serve, replica)
+	if resp := call(t, http.MethodPost, promoteURL, map[string]any{}, nil); resp.StatusCode != http.StatusConflict {
+		t.Errorf("a second promote: status %d, want 409", resp.StatusCode)
 	}
 }

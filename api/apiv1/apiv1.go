@@ -342,14 +342,21 @@ func ValidRequestID(v string) bool {
 }
 
 // Canary event actions (CanaryEvent.Action). The controller writes
-// promote, rollback and severe_rollback; an operator's pause and resume of
-// a group are recorded as events too, with equal from and to weights.
+// promote, rollback and severe_rollback (weight changes), and the waits of
+// a schedule: hold (a hold of hold_seconds starts at the weight in force),
+// hold_reset (an evaluation that was not clean broke it) and gate (a step
+// up waits for an operator's promote, which is recorded as a promote with
+// its actor). An operator's pause and resume of a group are recorded as
+// events too. A wait, a pause and a resume have equal from and to weights.
 const (
 	CanaryPromote        = "promote"
 	CanaryRollback       = "rollback"
 	CanarySevereRollback = "severe_rollback"
 	CanaryPause          = "pause"
 	CanaryResume         = "resume"
+	CanaryHold           = "hold"
+	CanaryHoldReset      = "hold_reset"
+	CanaryGate           = "gate"
 )
 
 // Canary group states (CanaryGroup.State).
@@ -433,9 +440,15 @@ type CanaryGroup struct {
 	WindowSeconds  int           `json:"window_seconds"`
 	BaselineWindow CanaryFigures `json:"baseline_window"`
 	CanaryWindow   CanaryFigures `json:"canary_window"`
-	// LastEvent is the group's newest event of this generation; nil when
-	// none.
+	// LastEvent is the group's newest event of this canary (this
+	// generation, or the ones it was carried over from); nil when none.
 	LastEvent *CanaryEvent `json:"last_event"`
+	// HoldSince is when the hold running at the weight in force started
+	// (canary_analysis.hold_seconds); nil when none runs.
+	HoldSince *time.Time `json:"hold_since"`
+	// GateWaiting is true while a step up waits for POST
+	// /api/v1/services/{name}/canary/promote.
+	GateWaiting bool `json:"gate_waiting"`
 }
 
 // CanaryList is every canary group of the active generation.

@@ -48,13 +48,14 @@ const Usage = `Client verbs (they call the REST API of a running "dwara serve"):
                                                                    changed, and the share of keys it moves
   dwara canary [SERVICE]                                           canary groups: state, weights, the window's
                                                                    figures, and the last 10 canary events
+  dwara canary promote SERVICE [-m MESSAGE]                        pass the gate SERVICE's canary waits at
   dwara adopt SERVICE [-m MESSAGE]                                 publish the canary weights in force as configured
   dwara pause SERVICE [-m MESSAGE]                                 hold the canary controller off a group
   dwara resume SERVICE [-m MESSAGE]                                let the canary controller act on it again
   dwara probe SERVICE [--branch NAME] [--count N] [--proxy URL]    forced requests to each branch, through a gateway
   Flags of every client verb: --api URL (default $DWARA_API_URL, else ` + client.DefaultURL + `),
   --json (print the API's JSON answer), --timeout 30s; of the verbs that change something (all but
-  history, diff and canary): --actor NAME (default $USER). The bearer token is read from DWARA_ADMIN_TOKEN.
+  history, diff and a plain canary): --actor NAME (default $USER). The bearer token is read from DWARA_ADMIN_TOKEN.
 `
 
 // clientVerb is one client verb: its argument synopsis, what it does, whether
@@ -83,8 +84,8 @@ var clientVerbs = map[string]clientVerb{
 		"List the generations, newest first, a page at a time.", false, setupHistory},
 	"diff": {"[ID] [--against ID]",
 		"Show what generation ID (default: the active one) changed, and the share of keys it moves.", false, setupDiff},
-	"canary": {"[SERVICE]",
-		"Show the canary groups (or SERVICE's) and the last 10 canary events.", false, setupCanary},
+	"canary": {"[SERVICE] | promote SERVICE [-m MESSAGE]",
+		"Show the canary groups (or SERVICE's) and the last 10 canary events; promote passes the gate SERVICE's canary waits at.", true, setupCanary},
 	"adopt": {"SERVICE [-m MESSAGE] [--if-match ID]",
 		"Publish the canary weights in force for SERVICE as a generation.", true, setupAdopt},
 	"pause": {"SERVICE [-m MESSAGE]",
@@ -610,7 +611,24 @@ func setupDiff(fs *flag.FlagSet) func(context.Context, *clientCall, []string) er
 const canaryEvents = 10
 
 func setupCanary(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+	message := fs.String("m", "", "with promote: why, recorded with the promote event")
 	return func(ctx context.Context, cc *clientCall, args []string) error {
+		if len(args) > 0 && args[0] == "promote" {
+			if len(args) != 2 {
+				return usagef("give exactly one SERVICE to promote")
+			}
+			g, err := cc.c.PromoteCanary(ctx, args[1], *message)
+			if err != nil {
+				return err
+			}
+			if !cc.printJSON() {
+				fmt.Fprintf(cc.io.Out, "canary group %s: gate passed, %s at %s (generation %d)\n", clean(g.Service), clean(g.State), weightPair(g.Weights), g.GenerationID)
+			}
+			return nil
+		}
+		if *message != "" {
+			return usagef("-m goes with promote")
+		}
 		var service string
 		switch len(args) {
 		case 0:
@@ -665,7 +683,14 @@ func printCanaryGroups(w io.Writer, groups []apiv1.CanaryGroup) {
 		if g.Transient || g.Weights != g.Configured {
 			weights += " -> " + weightPair(g.Weights)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%ds\t%s\t%s\n", clean(g.Service), clean(g.State), weights, g.WindowSeconds,
+		state := clean(g.State)
+		switch {
+		case g.GateWaiting:
+			state += " (gate waiting)"
+		case g.HoldSince != nil:
+			state += " (holding since " + g.HoldSince.Local().Format("15:04:05") + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%ds\t%s\t%s\n", clean(g.Service), state, weights, g.WindowSeconds,
 			figuresText(g.BaselineWindow), figuresText(g.CanaryWindow))
 	}
 	tw.Flush()

@@ -9,8 +9,8 @@ import (
 )
 
 // State is what the controller keeps of one group between evaluations. The
-// zero value is a canary at weight 0 that never acted and is not paused. A
-// State is a plain value.
+// zero value is a canary at weight 0 that never acted, holds nothing and is
+// not paused. A State is a plain value.
 type State struct {
 	// CanaryWeight is the canary's weight in force, in [0, Total].
 	CanaryWeight int
@@ -19,6 +19,12 @@ type State struct {
 	LastAction time.Time
 	// Paused is set while an operator holds the group.
 	Paused bool
+	// HoldSince is when the hold at the weight in force started (the
+	// first of an unbroken run of clean evaluations); zero when no hold
+	// runs.
+	HoldSince time.Time
+	// Gate is set while a step up waits for an operator's promote.
+	Gate bool
 }
 
 // Window is the figures of a group's two versions over the sliding window
@@ -29,21 +35,20 @@ type Window struct {
 	Canary   Stats
 }
 
-// Action is one weight change decided by Evaluate. The zero value is no
-// action. An Action is a plain value.
+// Action is one decision of Evaluate: a weight change (promote, rollback,
+// severe_rollback) or a wait (hold, hold_reset, gate: From equals To). The
+// zero value is no action. An Action is a plain value.
 type Action struct {
 	// Service is the group's service.
 	Service string
-	// Kind is apiv1.CanaryPromote, apiv1.CanaryRollback or
-	// apiv1.CanarySevereRollback.
+	// Kind is one of the apiv1.Canary* actions the controller writes.
 	Kind string
 	// From and To are the canary's weights before and after; the baseline
 	// holds the rest of the total (Group.Weights).
 	From int
 	To   int
-	// Reason says in plain words which metric of the canary crossed which
-	// threshold, e.g. "canary error_rate 0.2000 > 2 x rollback threshold
-	// 0.05 (severe)".
+	// Reason says in plain words what decided, e.g. "canary error_rate
+	// 0.2000 > 2 x rollback threshold 0.05 (severe)".
 	Reason string
 	// Baseline and Canary are the window's figures the decision was made
 	// on.
@@ -54,6 +59,12 @@ type Action struct {
 	PValue float64
 }
 
+// Changes reports whether a is a weight change (promote, rollback or
+// severe_rollback) rather than a wait.
+func (a Action) Changes() bool {
+	return a.From != a.To
+}
+
 // Evaluate decides what the controller does with group g in state s at
 // time now, given the window's figures w. The rules, in order:
 //
@@ -62,16 +73,21 @@ type Action struct {
 //     canary at weight 0 (rolled back, or parked by the operator): it gets
 //     no new traffic, so nothing is judged and it is never promoted back
 //     on what is left in the window: an operator restarts the rollout;
-//  3. fewer than MinRequests requests of both versions together: nothing;
-//  4. no canary requests: nothing (nothing to judge);
-//  5. less than CooldownSeconds since s.LastAction (unless it is zero):
+//  3. less than CooldownSeconds since s.LastAction (unless it is zero):
 //     nothing;
-//  6. the canary's rollback metric above twice its threshold: a
-//     severe_rollback to weight 0; else above its threshold: a rollback of
-//     one Step, not below 0;
-//  7. else the canary's promote metric below its threshold: a promote of
-//     one Step, not above the total;
-//  8. else nothing.
+//  4. fewer than MinRequests requests of both versions together, or no
+//     canary requests: not judged, which breaks a running hold
+//     (hold_reset);
+//  5. the canary's rollback metric above twice its threshold: a
+//     severe_rollback to weight 0; else above its threshold: a rollback to
+//     the step below the weight in force (Group.Below), not below 0;
+//  6. else the canary's promote metric below its threshold (clean):
+//     nothing while a gate waits (s.Gate); with HoldSeconds, a hold starts
+//     (hold) and nothing moves until it has run HoldSeconds; then the step
+//     up (Group.Above) is a promote, or a gate when Gate makes it wait for
+//     an operator (GateManual: every step; GateFinal: the step to the
+//     total);
+//  7. else (neither): a running hold breaks (hold_reset); else nothing.
 //
 // Comparisons are strict: a metric equal to its threshold does nothing.
 // The metrics are error_rate (errors / requests) and latency_p99 (the p99
@@ -86,64 +102,87 @@ func Evaluate(now time.Time, g Group, s State, w *Window) (Action, bool) {
 	if s.CanaryWeight >= g.Total || s.CanaryWeight <= 0 {
 		return Action{}, false
 	}
-	if w.Baseline.Requests+w.Canary.Requests < uint64(max(a.MinRequests, 0)) {
-		return Action{}, false
-	}
-	if w.Canary.Requests == 0 {
-		return Action{}, false
-	}
 	cooldown := time.Duration(a.CooldownSeconds) * time.Second
 	if !s.LastAction.IsZero() && now.Sub(s.LastAction) < cooldown {
 		return Action{}, false
 	}
-
-	bf, cf := w.Baseline.Figures(), w.Canary.Figures()
 	from := s.CanaryWeight
-	var to int
-	var kind, reason string
+	act := Action{
+		Service:  g.Service,
+		From:     from,
+		To:       from,
+		Baseline: w.Baseline.Figures(),
+		Canary:   w.Canary.Figures(),
+		PValue:   PValue(w.Canary.Errors, w.Canary.Requests, w.Baseline.Errors, w.Baseline.Requests),
+	}
+	if n := w.Baseline.Requests + w.Canary.Requests; n < uint64(max(a.MinRequests, 0)) || w.Canary.Requests == 0 {
+		return holdBroken(act, s, fmt.Sprintf("not judged: %d requests (%d of the canary), min_requests %d", n, w.Canary.Requests, a.MinRequests))
+	}
 
-	mr, ok := metricValue(a.Rollback.Metric, cf)
+	mr, ok := metricValue(a.Rollback.Metric, act.Canary)
 	if !ok {
 		return Action{}, false
 	}
 	rt := a.Rollback.Threshold
 	switch {
 	case mr > 2*rt:
-		if from <= 0 {
-			return Action{}, false
-		}
-		to, kind = 0, apiv1.CanarySevereRollback
-		reason = fmt.Sprintf("canary %s %s > 2 x rollback threshold %s (severe)",
+		act.To, act.Kind = 0, apiv1.CanarySevereRollback
+		act.Reason = fmt.Sprintf("canary %s %s > 2 x rollback threshold %s (severe)",
 			a.Rollback.Metric, formatValue(a.Rollback.Metric, mr), formatThreshold(a.Rollback.Metric, rt))
+		return act, true
 	case mr > rt:
-		if from <= 0 {
-			return Action{}, false
-		}
-		to, kind = max(0, from-a.Step), apiv1.CanaryRollback
-		reason = fmt.Sprintf("canary %s %s > rollback threshold %s",
+		act.To, act.Kind = g.Below(from), apiv1.CanaryRollback
+		act.Reason = fmt.Sprintf("canary %s %s > rollback threshold %s",
 			a.Rollback.Metric, formatValue(a.Rollback.Metric, mr), formatThreshold(a.Rollback.Metric, rt))
-	default:
-		mp, ok := metricValue(a.Promote.Metric, cf)
-		if !ok || !(mp < a.Promote.Threshold) {
-			return Action{}, false
-		}
-		to, kind = min(g.Total, from+a.Step), apiv1.CanaryPromote
-		reason = fmt.Sprintf("canary %s %s < promote threshold %s",
-			a.Promote.Metric, formatValue(a.Promote.Metric, mp), formatThreshold(a.Promote.Metric, a.Promote.Threshold))
+		return act, act.To != from
 	}
+	mp, ok := metricValue(a.Promote.Metric, act.Canary)
+	if !ok {
+		return Action{}, false
+	}
+	clean := fmt.Sprintf("canary %s %s < promote threshold %s",
+		a.Promote.Metric, formatValue(a.Promote.Metric, mp), formatThreshold(a.Promote.Metric, a.Promote.Threshold))
+	if !(mp < a.Promote.Threshold) {
+		return holdBroken(act, s, fmt.Sprintf("canary %s %s not < promote threshold %s",
+			a.Promote.Metric, formatValue(a.Promote.Metric, mp), formatThreshold(a.Promote.Metric, a.Promote.Threshold)))
+	}
+	if s.Gate {
+		return Action{}, false
+	}
+	to := g.Above(from)
 	if to == from {
 		return Action{}, false
 	}
-	return Action{
-		Service:  g.Service,
-		Kind:     kind,
-		From:     from,
-		To:       to,
-		Reason:   reason,
-		Baseline: bf,
-		Canary:   cf,
-		PValue:   PValue(w.Canary.Errors, w.Canary.Requests, w.Baseline.Errors, w.Baseline.Requests),
-	}, true
+	hold := time.Duration(a.HoldSeconds) * time.Second
+	switch {
+	case hold > 0 && s.HoldSince.IsZero():
+		act.Kind = apiv1.CanaryHold
+		act.Reason = fmt.Sprintf("%s: hold %d s at weight %d before the step to %d", clean, a.HoldSeconds, from, to)
+		return act, true
+	case hold > 0 && now.Sub(s.HoldSince) < hold:
+		return Action{}, false
+	case g.Gated(to):
+		act.Kind = apiv1.CanaryGate
+		act.Reason = fmt.Sprintf("%s: the step %d -> %d waits for an operator (gate %s): POST /api/v1/services/%s/canary/promote",
+			clean, from, to, a.Gate, g.Service)
+		return act, true
+	}
+	act.To, act.Kind, act.Reason = to, apiv1.CanaryPromote, clean
+	if hold > 0 {
+		act.Reason += fmt.Sprintf(", held %d s", a.HoldSeconds)
+	}
+	return act, true
+}
+
+// holdBroken is the hold_reset of act when s has a hold running, saying
+// why (reason); else no action.
+func holdBroken(act Action, s State, reason string) (Action, bool) {
+	if s.HoldSince.IsZero() {
+		return Action{}, false
+	}
+	act.Kind = apiv1.CanaryHoldReset
+	act.Reason = "hold at weight " + fmt.Sprint(act.From) + " restarts: " + reason
+	return act, true
 }
 
 // metricValue returns the value of the named metric in f, and false for an

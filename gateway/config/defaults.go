@@ -119,6 +119,9 @@ func (s *Spec) Clone() *Spec {
 			sp := *svc.Split
 			sp.Targets = cloneSlice(sp.Targets)
 			sp.CanaryAnalysis = clonePtr(sp.CanaryAnalysis)
+			if sp.CanaryAnalysis != nil {
+				sp.CanaryAnalysis.Steps = cloneSlice(sp.CanaryAnalysis.Steps)
+			}
 			if sp.Slots != nil {
 				runs := make([][]int, len(sp.Slots))
 				for i, r := range sp.Slots {

@@ -193,13 +193,41 @@ type Target struct {
 // CanaryAnalysis configures the auto-canary controller for a 2-target split:
 // Targets[0] is the baseline and Targets[1] the canary.
 type CanaryAnalysis struct {
-	Enabled         bool      `json:"enabled"`
-	WindowSeconds   int       `json:"window_seconds"`
-	Step            int       `json:"step"`
-	MinRequests     int       `json:"min_requests"`
-	CooldownSeconds int       `json:"cooldown_seconds"`
-	Promote         Threshold `json:"promote"`
-	Rollback        Threshold `json:"rollback"`
+	Enabled       bool `json:"enabled"`
+	WindowSeconds int  `json:"window_seconds"`
+	// Step is the weight each promotion or rollback moves when Steps is
+	// empty.
+	Step            int `json:"step"`
+	MinRequests     int `json:"min_requests"`
+	CooldownSeconds int `json:"cooldown_seconds"`
+	// Steps, when not empty, is the schedule of the canary's share in
+	// percent of the total, strictly increasing, ending at 100; it
+	// replaces Step. Each share is the weight round(total * share / 100).
+	Steps []int `json:"steps,omitempty"`
+	// HoldSeconds is how long every evaluation at a step must judge the
+	// canary clean before the next step; 0 means no hold.
+	HoldSeconds int `json:"hold_seconds,omitempty"`
+	// Gate is GateAuto ("" means auto), GateManual or GateFinal.
+	Gate     string    `json:"gate,omitempty"`
+	Promote  Threshold `json:"promote"`
+	Rollback Threshold `json:"rollback"`
+}
+
+// Gates of CanaryAnalysis.Gate: which steps up wait for an operator's
+// POST /api/v1/services/{name}/canary/promote.
+const (
+	// GateAuto: none; the controller promotes on its own.
+	GateAuto = "auto"
+	// GateManual: every step up waits.
+	GateManual = "manual"
+	// GateFinal: only the step to the whole total (100%) waits.
+	GateFinal = "final"
+)
+
+// StepWeight returns the canary weight of a share of percent (0..100) of
+// total: round(total * percent / 100), halves up.
+func StepWeight(total, percent int) int {
+	return (total*percent*2 + 100) / 200
 }
 
 // Threshold compares one canary metric against a bound. latency_p99 is in

@@ -564,22 +564,77 @@ func (v *validator) canary(ca *CanaryAnalysis, path string, n, total int) {
 		v.probs.add(path, "needs exactly 2 targets (baseline, canary), got %d", n)
 	}
 	v.between(member(path, "window_seconds"), ca.WindowSeconds, 1, MaxWindowSeconds)
-	if total > 0 {
+	switch {
+	case ca.Steps != nil:
+		// steps replaces step (checked there).
+	case total > 0:
 		if ca.Step < 1 || ca.Step > total {
 			v.probs.add(member(path, "step"), "must be 1..%d (the total weight), got %d", total, ca.Step)
 		}
-	} else if ca.Step < 1 {
+	case ca.Step < 1:
 		v.probs.add(member(path, "step"), "must be at least 1, got %d", ca.Step)
 	}
 	if ca.MinRequests < 1 {
 		v.probs.add(member(path, "min_requests"), "must be at least 1, got %d", ca.MinRequests)
 	}
 	v.between(member(path, "cooldown_seconds"), ca.CooldownSeconds, 0, MaxCooldownS)
+	v.steps(ca, path, total)
+	v.between(member(path, "hold_seconds"), ca.HoldSeconds, 0, MaxCooldownS)
+	if ca.Gate != "" && !slices.Contains(gates, ca.Gate) {
+		v.probs.add(member(path, "gate"), "unknown gate %s; allowed: %s", quote(ca.Gate), strings.Join(gates, ", "))
+	}
 	promoteOK := v.threshold(ca.Promote, member(path, "promote"))
 	rollbackOK := v.threshold(ca.Rollback, member(path, "rollback"))
 	if promoteOK && rollbackOK && ca.Promote.Metric == ca.Rollback.Metric && ca.Promote.Threshold >= ca.Rollback.Threshold {
 		v.probs.add(member(path, "promote.threshold"), "must be below rollback.threshold (%g) when both use %s, got %g",
 			ca.Rollback.Threshold, ca.Promote.Metric, ca.Promote.Threshold)
+	}
+}
+
+var gates = []string{GateAuto, GateManual, GateFinal}
+
+// MaxCanarySteps is the most entries canary_analysis.steps may have.
+const MaxCanarySteps = 20
+
+// steps checks the schedule of ca (total is the split's total weight, 0
+// when unknown): 1..MaxCanarySteps shares in percent, strictly increasing
+// within 1..100, ending at 100, each a distinct weight of the total, and
+// no step beside it.
+func (v *validator) steps(ca *CanaryAnalysis, path string, total int) {
+	if ca.Steps == nil {
+		return
+	}
+	sp := member(path, "steps")
+	if len(ca.Steps) == 0 || len(ca.Steps) > MaxCanarySteps {
+		v.probs.add(sp, "must list 1..%d shares in percent, got %d", MaxCanarySteps, len(ca.Steps))
+		return
+	}
+	if ca.Step != 0 && ca.Step != DefaultCanaryStep {
+		v.probs.add(member(path, "step"), "steps replaces step; leave step out")
+	}
+	prev, prevWeight := 0, 0
+	for i, pc := range ca.Steps {
+		ip := fmt.Sprintf("%s[%d]", sp, i)
+		switch {
+		case pc < 1 || pc > 100:
+			v.probs.add(ip, "must be a share in percent, 1..100, got %d", pc)
+			return
+		case pc <= prev:
+			v.probs.add(ip, "must be above the step before it (%d): steps are strictly increasing, got %d", prev, pc)
+			return
+		}
+		if total > 0 {
+			w := StepWeight(total, pc)
+			if w <= prevWeight {
+				v.probs.add(ip, "%d%% of the total weight %d is weight %d, no more than the step before it: use a larger total or fewer steps", pc, total, w)
+				return
+			}
+			prevWeight = w
+		}
+		prev = pc
+	}
+	if prev != 100 {
+		v.probs.add(fmt.Sprintf("%s[%d]", sp, len(ca.Steps)-1), "the last step must be 100 (the canary at the whole total), got %d", prev)
 	}
 }
 

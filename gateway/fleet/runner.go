@@ -34,7 +34,8 @@ const (
 //
 // Every Interval the holder judges each canary group of the newest
 // generation on the fleet's windows and records what canary.Evaluate
-// decides. Its clock is the database's: the windows, the cooldowns and the
+// decides: a weight change, or a wait of the schedule (a hold starting or
+// broken, a gate). Its clock is the database's: the windows, the cooldowns and the
 // events share one. Set the fields, then call Run once.
 type Runner struct {
 	// Store is the database. Required.
@@ -248,7 +249,8 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 			continue
 		}
 		st := states[g.Service]
-		s := canary.State{CanaryWeight: g.Configured, LastAction: st.LastAction, Paused: st.Paused}
+		s := canary.State{CanaryWeight: g.Configured, LastAction: st.LastAction, Paused: st.Paused,
+			HoldSince: st.HoldSince, Gate: st.Gate}
 		if st.Transient {
 			s.CanaryWeight = st.Weight
 		}
@@ -285,9 +287,10 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 		if !recorded {
 			continue // the state changed under the judgement: judge again next time
 		}
-		if a.Kind == apiv1.CanaryPromote {
+		switch a.Kind {
+		case apiv1.CanaryPromote:
 			r.m.promotions.WithLabelValues(g.Service).Inc()
-		} else {
+		case apiv1.CanaryRollback, apiv1.CanarySevereRollback:
 			r.m.rollbacks.WithLabelValues(g.Service).Inc()
 		}
 		log.Info("canary "+a.Kind, "service", g.Service, "generation", gen,
