@@ -222,6 +222,10 @@ type CanaryState struct {
 	// Gate is true when a gate event waits at the weight in force: no
 	// weight change since it.
 	Gate bool
+	// BreachSince is the time of the breach event since which the
+	// rollback condition holds (rollback.for_seconds); zero when none
+	// (none since the newest weight change, or a breach_reset since).
+	BreachSince time.Time
 	// LastEvent is the newest event of the group in this canary; nil
 	// when none.
 	LastEvent *apiv1.CanaryEvent
@@ -231,8 +235,13 @@ type CanaryState struct {
 // ones that change weights.
 const controllerActions = `('promote', 'rollback', 'severe_rollback')`
 
-// waitActions is the SQL list of the waits of a schedule.
-const waitActions = `('hold', 'hold_reset', 'gate')`
+// waitActions is the SQL list of the waits of a schedule and of a
+// sustained rollback.
+const waitActions = `('hold', 'hold_reset', 'gate', 'breach', 'breach_reset')`
+
+// waitKind is the SQL expression that sorts a wait into its kind: the
+// newest event of each kind, since the newest weight change, is in force.
+const waitKind = `CASE WHEN action = 'gate' THEN 0 WHEN action IN ('hold', 'hold_reset') THEN 1 ELSE 2 END`
 
 // CanaryStates returns the state of every service of generation that has
 // canary events in its canary (carried over included) or a pause in force. A service missing from the map
@@ -260,9 +269,9 @@ func canaryStates(ctx context.Context, q querier, generation int64) (map[string]
 		changed[e.Service] = e.ID
 	}
 	rows, err = q.Query(ctx, `
-		SELECT DISTINCT ON (service, action = 'gate') id, service, action, created_at
+		SELECT DISTINCT ON (service, `+waitKind+`) id, service, action, created_at
 		FROM canary_events e WHERE `+inCanary("e", "$1", "")+` AND action IN `+waitActions+`
-		ORDER BY service, action = 'gate', id DESC`, generation)
+		ORDER BY service, `+waitKind+`, id DESC`, generation)
 	if err != nil {
 		return nil, fmt.Errorf("load canary waits of generation %d: %w", generation, err)
 	}
@@ -283,6 +292,8 @@ func canaryStates(ctx context.Context, q querier, generation int64) (map[string]
 			st.Gate = true
 		case apiv1.CanaryHold:
 			holdFrom[service] = at
+		case apiv1.CanaryBreach:
+			st.BreachSince = at
 		}
 		states[service] = st
 		return nil
@@ -560,7 +571,7 @@ func (l *CanaryLock) States(ctx context.Context, generation int64) (map[string]C
 func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured int) (apiv1.CanaryEvent, bool, error) {
 	switch e.Action {
 	case apiv1.CanaryPromote, apiv1.CanaryRollback, apiv1.CanarySevereRollback:
-	case apiv1.CanaryHold, apiv1.CanaryHoldReset, apiv1.CanaryGate:
+	case apiv1.CanaryHold, apiv1.CanaryHoldReset, apiv1.CanaryGate, apiv1.CanaryBreach, apiv1.CanaryBreachReset:
 		if e.FromWeight != e.ToWeight {
 			return apiv1.CanaryEvent{}, false, fmt.Errorf("record canary %s: a wait changes no weight (%d -> %d)", e.Action, e.FromWeight, e.ToWeight)
 		}
@@ -574,6 +585,12 @@ func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured
 	canary, err := figuresJSON(e.Canary)
 	if err != nil {
 		return apiv1.CanaryEvent{}, false, err
+	}
+	var ruleFigures []byte
+	if e.RuleFigures != nil {
+		if ruleFigures, err = json.Marshal(e.RuleFigures); err != nil {
+			return apiv1.CanaryEvent{}, false, fmt.Errorf("encode rule figures: %w", err)
+		}
 	}
 	var stored apiv1.CanaryEvent
 	recorded := false
@@ -593,13 +610,13 @@ func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured
 					ORDER BY id DESC LIMIT 1), $11) AS w
 			)
 			INSERT INTO canary_events (generation_id, service, from_weight, to_weight, action, reason,
-			                           baseline, canary, p_value, instance_id)
-			SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10
+			                           baseline, canary, p_value, instance_id, rule, rule_figures)
+			SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10, $12, $13::jsonb
 			FROM cur
 			WHERE cur.w = $3 AND (SELECT max(id) FROM generations) = $1
 			RETURNING `+canaryEventColumns,
 			e.GenerationID, e.Service, e.FromWeight, e.ToWeight, e.Action, e.Reason,
-			baseline, canary, e.PValue, e.InstanceID, configured)
+			baseline, canary, e.PValue, e.InstanceID, configured, e.Rule, ruleFigures)
 		var err error
 		stored, err = scanCanaryEvent(row)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -707,14 +724,19 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-const canaryEventColumns = `id, generation_id, service, from_weight, to_weight, action, reason, baseline, canary, p_value, instance_id, actor, created_at`
+const canaryEventColumns = `id, generation_id, service, from_weight, to_weight, action, reason, baseline, canary, p_value, instance_id, actor, rule, rule_figures, created_at`
 
 func scanCanaryEvent(row pgx.Row) (apiv1.CanaryEvent, error) {
 	var e apiv1.CanaryEvent
-	var baseline, canary []byte
+	var baseline, canary, ruleFigures []byte
 	if err := row.Scan(&e.ID, &e.GenerationID, &e.Service, &e.FromWeight, &e.ToWeight, &e.Action, &e.Reason,
-		&baseline, &canary, &e.PValue, &e.InstanceID, &e.Actor, &e.CreatedAt); err != nil {
+		&baseline, &canary, &e.PValue, &e.InstanceID, &e.Actor, &e.Rule, &ruleFigures, &e.CreatedAt); err != nil {
 		return apiv1.CanaryEvent{}, err
+	}
+	if ruleFigures != nil {
+		if err := json.Unmarshal(ruleFigures, &e.RuleFigures); err != nil {
+			return apiv1.CanaryEvent{}, fmt.Errorf("decode rule figures of canary event %d: %w", e.ID, err)
+		}
 	}
 	for _, f := range []struct {
 		raw []byte

@@ -225,3 +225,53 @@ func TestCanaryScheduleHoldsAndGate(t *testing.T) {
 		t.Errorf("a second promote: status %d, want 409", resp.StatusCode)
 	}
 }
+
+// TestCanaryRelativeJudgement splits 50/50 with the baseline failing 3% of
+// its requests (deterministically spread) and rolls back only relative to
+// it (rollback.relative.factor 2, no absolute threshold; promote under
+// 0.1%, so nothing is promoted): a canary at 4% is judged on windows of
+// more than 1,000 canary requests and not rolled back; at 7% it is rolled
+// back by step, 50 -> 40, the event naming rollback.relative with the
+// baseline's rate, the factor and the bound it used.
+func TestCanaryRelativeJudgement(t *testing.T) {
+	t.Parallel()
+	url := dbtest.New(t)
+	store := openTestStore(t, url)
+	a, b := pools(t)
+	a.SetFailRate(0.03)
+	b.SetFailRate(0.04)
+	serve, replica := canaryProcs(t, "", url, nil)
+	ca := analysis(10, 400, 1)
+	ca.Promote.Threshold = 0.001
+	ca.Rollback = config.Threshold{Metric: config.MetricErrorRate, Relative: &config.Relative{Factor: 2}}
+	g := publish(t, serve.Admin, spectest.SplitOver([]*demo.Pool{a, b}, 50, 50).Analysis(ca).JSON())
+	serve.waitApplied(t, g.ID)
+	replica.waitApplied(t, g.ID)
+
+	next := ids(13)
+	judged := func() bool {
+		for _, p := range []*proc{serve, replica} {
+			if scrape(t, metricsAddr(p), "dwara_canary_window_requests")["group=web,version=canary"] >= 1000 {
+				return true
+			}
+		}
+		return false
+	}
+	sendUntil(t, replica.Proxy, next, 20000, "a window of 1000 canary requests judged", judged)
+	shares(t, 400, next, replica) // and judged again, several times
+	if es := canaryEvents(t, store, g.ID); len(es) != 0 {
+		t.Fatalf("a canary at 4%% against a baseline at 3%% under factor 2: events %+v, want none", es)
+	}
+
+	b.SetFailRate(0.07)
+	sendUntil(t, replica.Proxy, next, 50000, "a rollback", func() bool { return len(canaryEvents(t, store, g.ID)) > 0 })
+	e := canaryEvents(t, store, g.ID)[0]
+	f := e.RuleFigures
+	if e.Action != apiv1.CanaryRollback || e.FromWeight != 50 || e.ToWeight != 40 || e.Rule != "rollback.relative" {
+		t.Fatalf("event %+v, want a rollback 50 -> 40 by rollback.relative", e)
+	}
+	if f["factor"] != 2 || f["baseline"] < 0.029 || f["baseline"] > 0.031 || f["bound"] != 2*f["baseline"] || !(f["canary"] > f["bound"]) {
+		t.Errorf("rule figures %v, want factor 2, baseline 0.03, bound twice it, the canary above it", f)
+	}
+	waitWeight(t, 40, serve, replica)
+}

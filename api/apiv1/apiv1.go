@@ -357,6 +357,11 @@ const (
 	CanaryHold           = "hold"
 	CanaryHoldReset      = "hold_reset"
 	CanaryGate           = "gate"
+	// CanaryBreach: the rollback condition starts to hold and must go on
+	// holding rollback.for_seconds before a rollback; CanaryBreachReset:
+	// it stopped before.
+	CanaryBreach      = "breach"
+	CanaryBreachReset = "breach_reset"
 )
 
 // Canary group states (CanaryGroup.State).
@@ -411,7 +416,14 @@ type CanaryEvent struct {
 	PValue       *float64       `json:"p_value"`
 	InstanceID   string         `json:"instance_id"`
 	Actor        string         `json:"actor,omitempty"`
-	CreatedAt    time.Time      `json:"created_at"`
+	// Rule names the canary_analysis rule that decided a controller
+	// event (e.g. "rollback.relative", "promote.threshold",
+	// "hold_seconds"); RuleFigures the figures it used (the thresholds,
+	// the baseline's and the canary's values, the bound, the p-value and
+	// min_confidence, the seconds held). Empty for an operator's events.
+	Rule        string             `json:"rule,omitempty"`
+	RuleFigures map[string]float64 `json:"rule_figures,omitempty"`
+	CreatedAt   time.Time          `json:"created_at"`
 }
 
 // CanaryEventList is one page of canary events, newest first.

@@ -77,18 +77,23 @@ func (c *Controller) Evaluate(now time.Time, windows map[string]*Window) []Actio
 // After returns s as action a, taken at now, leaves it: a weight change
 // sets the weight and LastAction and ends any hold or gate; a hold starts
 // the hold at now; a hold_reset ends it; a gate sets Gate and ends the
-// hold (it has passed).
+// hold (it has passed); a breach starts the wait of rollback.for_seconds
+// at now, a breach_reset ends it.
 func (s State) After(a Action, now time.Time) State {
 	switch {
 	case a.Changes():
 		s.CanaryWeight, s.LastAction = a.To, now
-		s.HoldSince, s.Gate = time.Time{}, false
+		s.HoldSince, s.Gate, s.BreachSince = time.Time{}, false, time.Time{}
 	case a.Kind == apiv1.CanaryHold:
 		s.HoldSince = now
 	case a.Kind == apiv1.CanaryHoldReset:
 		s.HoldSince = time.Time{}
 	case a.Kind == apiv1.CanaryGate:
 		s.Gate, s.HoldSince = true, time.Time{}
+	case a.Kind == apiv1.CanaryBreach:
+		s.BreachSince = now
+	case a.Kind == apiv1.CanaryBreachReset:
+		s.BreachSince = time.Time{}
 	}
 	return s
 }

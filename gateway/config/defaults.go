@@ -119,8 +119,10 @@ func (s *Spec) Clone() *Spec {
 			sp := *svc.Split
 			sp.Targets = cloneSlice(sp.Targets)
 			sp.CanaryAnalysis = clonePtr(sp.CanaryAnalysis)
-			if sp.CanaryAnalysis != nil {
-				sp.CanaryAnalysis.Steps = cloneSlice(sp.CanaryAnalysis.Steps)
+			if ca := sp.CanaryAnalysis; ca != nil {
+				ca.Steps = cloneSlice(ca.Steps)
+				ca.Promote.Relative = clonePtr(ca.Promote.Relative)
+				ca.Rollback.Relative = clonePtr(ca.Rollback.Relative)
 			}
 			if sp.Slots != nil {
 				runs := make([][]int, len(sp.Slots))

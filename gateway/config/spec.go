@@ -208,9 +208,14 @@ type CanaryAnalysis struct {
 	// canary clean before the next step; 0 means no hold.
 	HoldSeconds int `json:"hold_seconds,omitempty"`
 	// Gate is GateAuto ("" means auto), GateManual or GateFinal.
-	Gate     string    `json:"gate,omitempty"`
-	Promote  Threshold `json:"promote"`
-	Rollback Threshold `json:"rollback"`
+	Gate string `json:"gate,omitempty"`
+	// MinConfidence, when above 0 (below 1), makes a rollback that is not
+	// severe also need the p-value of the canary's error rate against the
+	// baseline's below 1 - MinConfidence; rollback.metric must then be
+	// error_rate.
+	MinConfidence float64   `json:"min_confidence,omitempty"`
+	Promote       Threshold `json:"promote"`
+	Rollback      Threshold `json:"rollback"`
 }
 
 // Gates of CanaryAnalysis.Gate: which steps up wait for an operator's
@@ -233,8 +238,40 @@ func StepWeight(total, percent int) int {
 // Threshold compares one canary metric against a bound. latency_p99 is in
 // seconds; error_rate is a fraction in [0, 1].
 type Threshold struct {
-	Metric    string  `json:"metric"`
+	Metric string `json:"metric"`
+	// Threshold is the absolute bound. With Relative set, 0 means none.
 	Threshold float64 `json:"threshold"`
+	// Relative, when set, judges the canary against the baseline's value
+	// of the same metric (see Relative.Worse); nil means absolute only.
+	Relative *Relative `json:"relative,omitempty"`
+	// ForSeconds (rollback only) is how long the rollback condition must
+	// hold, every evaluation, before a rollback that is not severe; 0
+	// means at once.
+	ForSeconds int `json:"for_seconds,omitempty"`
+}
+
+// Absolute reports whether t has an absolute bound: always without
+// Relative, else when Threshold is above 0.
+func (t Threshold) Absolute() bool {
+	return t.Relative == nil || t.Threshold > 0
+}
+
+// Relative is a bound relative to the baseline: the canary is worse when
+// its value is above baseline + Margin and above baseline x Factor; a
+// field left 0 is not checked, and at least one is set.
+type Relative struct {
+	Margin float64 `json:"margin,omitempty"`
+	Factor float64 `json:"factor,omitempty"`
+}
+
+// Worse reports whether a canary value c is worse than the baseline's b
+// by r: c > b + Margin (when Margin is set) and c > b x Factor (when
+// Factor is set). A nil r is never worse.
+func (r *Relative) Worse(c, b float64) bool {
+	if r == nil || (r.Margin <= 0 && r.Factor <= 0) {
+		return false
+	}
+	return (r.Margin <= 0 || c > b+r.Margin) && (r.Factor <= 0 || c > b*r.Factor)
 }
 
 // Sticky pins a client session to one target with an affinity cookie.

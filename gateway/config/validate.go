@@ -585,7 +585,20 @@ func (v *validator) canary(ca *CanaryAnalysis, path string, n, total int) {
 	}
 	promoteOK := v.threshold(ca.Promote, member(path, "promote"))
 	rollbackOK := v.threshold(ca.Rollback, member(path, "rollback"))
-	if promoteOK && rollbackOK && ca.Promote.Metric == ca.Rollback.Metric && ca.Promote.Threshold >= ca.Rollback.Threshold {
+	if ca.Promote.ForSeconds != 0 {
+		v.probs.add(member(path, "promote.for_seconds"), "is for rollback only; a promotion waits with hold_seconds")
+	}
+	v.between(member(path, "rollback.for_seconds"), ca.Rollback.ForSeconds, 0, MaxCooldownS)
+	if mc := ca.MinConfidence; mc != 0 {
+		switch {
+		case !(mc > 0 && mc < 1):
+			v.probs.add(member(path, "min_confidence"), "must be in (0, 1), e.g. 0.95 (a rollback then needs p < 0.05), got %g", mc)
+		case ca.Rollback.Metric != MetricErrorRate:
+			v.probs.add(member(path, "min_confidence"), "needs rollback.metric error_rate: the p-value compares error rates")
+		}
+	}
+	if promoteOK && rollbackOK && ca.Promote.Metric == ca.Rollback.Metric && ca.Promote.Absolute() && ca.Rollback.Absolute() &&
+		ca.Promote.Threshold >= ca.Rollback.Threshold {
 		v.probs.add(member(path, "promote.threshold"), "must be below rollback.threshold (%g) when both use %s, got %g",
 			ca.Rollback.Threshold, ca.Promote.Metric, ca.Promote.Threshold)
 	}
@@ -650,21 +663,41 @@ func (v *validator) threshold(t Threshold, path string) bool {
 		return false
 	}
 	x := t.Threshold
-	switch t.Metric {
-	case MetricErrorRate:
-		// Written so that NaN fails too.
-		if !(x >= 0 && x <= 1) {
-			v.probs.add(member(path, "threshold"), "must be in [0, 1] for error_rate (a fraction of requests), got %g", x)
-			return false
+	ok := true
+	switch {
+	case t.Metric == MetricErrorRate && !(x >= 0 && x <= 1): // written so that NaN fails too
+		v.probs.add(member(path, "threshold"), "must be in [0, 1] for error_rate (a fraction of requests), got %g", x)
+		ok = false
+	case t.Metric == MetricLatencyP99 && t.Relative != nil && !(x >= 0 && x <= MaxLatencyP99S):
+		v.probs.add(member(path, "threshold"), "must be in [0, %d] for latency_p99 (seconds; 0: none, beside relative), got %g", MaxLatencyP99S, x)
+		ok = false
+	case t.Metric == MetricLatencyP99 && t.Relative == nil && !(x > 0 && x <= MaxLatencyP99S):
+		v.probs.add(member(path, "threshold"), "must be in (0, %d] for latency_p99 (seconds), got %g", MaxLatencyP99S, x)
+		ok = false
+	}
+	if r := t.Relative; r != nil {
+		rp := member(path, "relative")
+		maxMargin := 1.0
+		if t.Metric == MetricLatencyP99 {
+			maxMargin = MaxLatencyP99S
 		}
-	case MetricLatencyP99:
-		if !(x > 0 && x <= MaxLatencyP99S) {
-			v.probs.add(member(path, "threshold"), "must be in (0, %d] for latency_p99 (seconds), got %g", MaxLatencyP99S, x)
-			return false
+		switch {
+		case !(r.Margin >= 0 && r.Margin <= maxMargin):
+			v.probs.add(member(rp, "margin"), "must be in [0, %g] (%s, added to the baseline's), got %g", maxMargin, t.Metric, r.Margin)
+			ok = false
+		case !(r.Factor == 0 || (r.Factor >= 1 && r.Factor <= MaxRelativeFactor)):
+			v.probs.add(member(rp, "factor"), "must be in [1, %d] (times the baseline's %s), got %g", MaxRelativeFactor, t.Metric, r.Factor)
+			ok = false
+		case r.Margin == 0 && r.Factor == 0:
+			v.probs.add(rp, "needs margin, factor or both above 0")
+			ok = false
 		}
 	}
-	return true
+	return ok
 }
+
+// MaxRelativeFactor is the largest relative.factor of a threshold.
+const MaxRelativeFactor = 1000
 
 func (v *validator) sticky(st *Sticky, path string) {
 	if !isCookieToken(st.Cookie) {

@@ -318,6 +318,30 @@ func TestValidate(t *testing.T) {
 			want: []problem{{canary + ".gate", `unknown gate "always"; allowed: auto, manual, final`, ""}}},
 		{name: "canary hold negative", mutate: func(s *Spec) { ca(s).HoldSeconds = -1 },
 			want: []problem{{canary + ".hold_seconds", "must be 0..86400, got -1", ""}}},
+		{name: "canary relative rollback", mutate: func(s *Spec) {
+			ca(s).Rollback = Threshold{Metric: MetricErrorRate, Relative: &Relative{Margin: 0.005, Factor: 2}, ForSeconds: 120}
+			ca(s).MinConfidence = 0.95
+		}},
+		{name: "canary relative latency promote", mutate: func(s *Spec) {
+			ca(s).Promote = Threshold{Metric: MetricLatencyP99, Relative: &Relative{Factor: 1.2}}
+		}},
+		{name: "canary relative empty", mutate: func(s *Spec) { ca(s).Rollback.Relative = &Relative{} },
+			want: []problem{{canary + ".rollback.relative", "needs margin, factor or both above 0", ""}}},
+		{name: "canary relative factor below 1", mutate: func(s *Spec) { ca(s).Rollback.Relative = &Relative{Factor: 0.5} },
+			want: []problem{{canary + ".rollback.relative.factor", "must be in [1, 1000]", ""}}},
+		{name: "canary relative margin negative", mutate: func(s *Spec) { ca(s).Rollback.Relative = &Relative{Margin: -0.1} },
+			want: []problem{{canary + ".rollback.relative.margin", "must be in [0, 1]", ""}}},
+		{name: "canary promote for_seconds", mutate: func(s *Spec) { ca(s).Promote.ForSeconds = 10 },
+			want: []problem{{promote + ".for_seconds", "is for rollback only; a promotion waits with hold_seconds", ""}}},
+		{name: "canary rollback for_seconds negative", mutate: func(s *Spec) { ca(s).Rollback.ForSeconds = -1 },
+			want: []problem{{canary + ".rollback.for_seconds", "must be 0..86400, got -1", ""}}},
+		{name: "canary min_confidence 1", mutate: func(s *Spec) { ca(s).MinConfidence = 1 },
+			want: []problem{{canary + ".min_confidence", "must be in (0, 1)", ""}}},
+		{name: "canary min_confidence on latency", mutate: func(s *Spec) {
+			ca(s).MinConfidence = 0.9
+			ca(s).Rollback = Threshold{Metric: MetricLatencyP99, Threshold: 0.5}
+			ca(s).Promote = Threshold{Metric: MetricLatencyP99, Threshold: 0.2}
+		}, want: []problem{{canary + ".min_confidence", "needs rollback.metric error_rate", ""}}},
 		{name: "canary metric unknown", mutate: func(s *Spec) { ca(s).Promote.Metric = "p50" },
 			want: []problem{{promote + ".metric", `unknown metric "p50"; allowed: error_rate, latency_p99`, ""}}},
 		{name: "canary metric missing", mutate: func(s *Spec) { ca(s).Rollback.Metric = "" },

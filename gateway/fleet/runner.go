@@ -250,7 +250,7 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 		}
 		st := states[g.Service]
 		s := canary.State{CanaryWeight: g.Configured, LastAction: st.LastAction, Paused: st.Paused,
-			HoldSince: st.HoldSince, Gate: st.Gate}
+			HoldSince: st.HoldSince, Gate: st.Gate, BreachSince: st.BreachSince}
 		if st.Transient {
 			s.CanaryWeight = st.Weight
 		}
@@ -279,7 +279,7 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 		e, recorded, err := lock.Record(ctx, apiv1.CanaryEvent{
 			GenerationID: gen, Service: g.Service, FromWeight: a.From, ToWeight: a.To,
 			Action: a.Kind, Reason: a.Reason, Baseline: &bf, Canary: &cf, PValue: &pv,
-			InstanceID: r.Instance,
+			InstanceID: r.Instance, Rule: a.Rule, RuleFigures: a.RuleFigures,
 		}, g.Configured)
 		if err != nil {
 			return err
@@ -294,7 +294,7 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 			r.m.rollbacks.WithLabelValues(g.Service).Inc()
 		}
 		log.Info("canary "+a.Kind, "service", g.Service, "generation", gen,
-			"from", a.From, "to", a.To, "reason", a.Reason, "p_value", a.PValue)
+			"from", a.From, "to", a.To, "rule", a.Rule, "reason", a.Reason, "p_value", a.PValue)
 		if r.Acted != nil {
 			r.Acted(e)
 		}
