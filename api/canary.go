@@ -422,6 +422,8 @@ func canaryState(g canary.Group, st db.CanaryState, weight int) string {
 	switch {
 	case !g.Analysis.Enabled:
 		return apiv1.CanaryDisabled
+	case g.ManagedBy != "":
+		return apiv1.CanaryManaged
 	case st.Paused:
 		return apiv1.CanaryPaused
 	case weight == g.Total:
@@ -470,6 +472,7 @@ func (s *Server) canaryGroup(ctx context.Context, generation int64, g canary.Gro
 		LastEvent:      st.LastEvent,
 		HoldSince:      holdSince,
 		GateWaiting:    st.Gate,
+		ManagedBy:      g.ManagedBy,
 	}, nil
 }
 

@@ -557,3 +557,25 @@ func TestCanaryAuth(t *testing.T) {
 		t.Errorf("events %+v, %v; want the authorized pause and resume only", events, err)
 	}
 }
+
+// TestCanaryManagedAndGate shows a split managed by something else as
+// managed, with its manager, and refuses a promote with 409 while no gate
+// waits; an invalid manager is refused with 422 naming the field.
+func TestCanaryManagedAndGate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	b := spectest.Canary(90, 10).Analysis(analysis(true)).Edit(func(s *config.Spec) { s.Services[0].Split.ManagedBy = "argo-rollouts" })
+	e.publish(b, "")
+	if got := group(t, e.canaryList(), "api"); got.State != apiv1.CanaryManaged || got.ManagedBy != "argo-rollouts" || got.GateWaiting || got.HoldSince != nil {
+		t.Errorf("managed group = %+v", got)
+	}
+	r := e.do(call{method: "POST", path: "/api/v1/services/api/canary/promote", body: map[string]any{}}).want(t, http.StatusConflict)
+	if !strings.Contains(string(r.body), "no gate waits") {
+		t.Errorf("promote with no gate: %s", r.body)
+	}
+	bad := spectest.Canary(90, 10).Edit(func(s *config.Spec) { s.Services[0].Split.ManagedBy = "Argo!" })
+	r = e.do(call{method: "POST", path: "/api/v1/generations", body: map[string]any{"spec": bad}, violates: true}).want(t, http.StatusUnprocessableEntity)
+	if !strings.Contains(string(r.body), "services[0].split.managed_by") {
+		t.Errorf("invalid manager: %s", r.body)
+	}
+}

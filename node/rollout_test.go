@@ -232,7 +232,10 @@ func TestCanaryScheduleHoldsAndGate(t *testing.T) {
 // 0.1%, so nothing is promoted): a canary at 4% is judged on windows of
 // more than 1,000 canary requests and not rolled back; at 7% it is rolled
 // back by step, 50 -> 40, the event naming rollback.relative with the
-// baseline's rate, the factor and the bound it used.
+// baseline's rate, the factor and the bound it used. The counters of the
+// group exist at 0 in both processes (leading or not) before that first
+// rollback, so increase() over the metrics text shows it: 1 rollback
+// across the two, 0 promotions.
 func TestCanaryRelativeJudgement(t *testing.T) {
 	t.Parallel()
 	url := dbtest.New(t)
@@ -247,6 +250,20 @@ func TestCanaryRelativeJudgement(t *testing.T) {
 	g := publish(t, serve.Admin, spectest.SplitOver([]*demo.Pool{a, b}, 50, 50).Analysis(ca).JSON())
 	serve.waitApplied(t, g.ID)
 	replica.waitApplied(t, g.ID)
+
+	counters := func() (rollbacks, promotions float64, both bool) {
+		both = true
+		for _, p := range []*proc{serve, replica} {
+			r, rok := scrape(t, metricsAddr(p), "dwara_canary_rollbacks_total")["group=web"]
+			pr, pok := scrape(t, metricsAddr(p), "dwara_canary_promotions_total")["group=web"]
+			rollbacks, promotions, both = rollbacks+r, promotions+pr, both && rok && pok
+		}
+		return rollbacks, promotions, both
+	}
+	waitUntil(t, "both processes show web's counters", func() bool { _, _, both := counters(); return both }, ticks(t, canaryInterval))
+	if r, p, _ := counters(); r != 0 || p != 0 {
+		t.Fatalf("before any event: %v rollbacks, %v promotions, want both series at 0", r, p)
+	}
 
 	next := ids(13)
 	judged := func() bool {
@@ -274,4 +291,7 @@ func TestCanaryRelativeJudgement(t *testing.T) {
 		t.Errorf("rule figures %v, want factor 2, baseline 0.03, bound twice it, the canary above it", f)
 	}
 	waitWeight(t, 40, serve, replica)
+	if r, p, _ := counters(); r != 1 || p != 0 {
+		t.Errorf("after the rollback: %v rollbacks, %v promotions across the processes, want an increase of 1 and 0", r, p)
+	}
 }

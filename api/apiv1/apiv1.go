@@ -377,6 +377,9 @@ const (
 	CanaryRolledBack = "rolled_back"
 	// CanaryDisabled: canary_analysis.enabled is false.
 	CanaryDisabled = "disabled"
+	// CanaryManaged: the split's managed_by names something else that
+	// drives its weights; the controller stands down.
+	CanaryManaged = "managed"
 )
 
 // Server-sent event names of the canary controller's actions.
@@ -461,6 +464,9 @@ type CanaryGroup struct {
 	// GateWaiting is true while a step up waits for POST
 	// /api/v1/services/{name}/canary/promote.
 	GateWaiting bool `json:"gate_waiting"`
+	// ManagedBy is the split's managed_by; empty when the controller
+	// drives it.
+	ManagedBy string `json:"managed_by,omitempty"`
 }
 
 // CanaryList is every canary group of the active generation.

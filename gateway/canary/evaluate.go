@@ -80,7 +80,8 @@ func (a Action) Changes() bool {
 // Evaluate decides what the controller does with group g in state s at
 // time now, given the window's figures w. The rules, in order:
 //
-//  1. a nil w, analysis disabled, or s.Paused: nothing;
+//  1. a nil w, analysis disabled, s.Paused, or the split managed by
+//     something else (Group.ManagedBy): nothing;
 //  2. the canary at (or above) the total: complete, nothing ever; the
 //     canary at weight 0 (rolled back, or parked by the operator): it gets
 //     no new traffic, so nothing is judged and it is never promoted back
@@ -116,7 +117,7 @@ func (a Action) Changes() bool {
 // Evaluate is a pure function, safe for concurrent use.
 func Evaluate(now time.Time, g Group, s State, w *Window) (Action, bool) {
 	a := g.Analysis
-	if w == nil || !a.Enabled || s.Paused {
+	if w == nil || !a.Enabled || s.Paused || g.ManagedBy != "" {
 		return Action{}, false
 	}
 	if s.CanaryWeight >= g.Total || s.CanaryWeight <= 0 {

@@ -24,6 +24,9 @@ type Group struct {
 	Configured int
 	// Analysis is the split's canary_analysis.
 	Analysis config.CanaryAnalysis
+	// ManagedBy is the split's managed_by: when not empty, something else
+	// drives the weights and Evaluate never acts.
+	ManagedBy string
 }
 
 // Above returns the canary weight of the step up from weight w: the first
@@ -103,6 +106,7 @@ func Groups(spec *config.Spec) []Group {
 			Total:      t[0].Weight + t[1].Weight,
 			Configured: t[1].Weight,
 			Analysis:   ca,
+			ManagedBy:  svc.Split.ManagedBy,
 		})
 	}
 	return groups

@@ -127,3 +127,21 @@ func TestPromoteRelative(t *testing.T) {
 		t.Fatalf("3%% against 2%%: %+v, want nothing", a)
 	}
 }
+
+// TestManagedByStandsDown: a split managed by something else is never
+// acted on, however bad its canary.
+func TestManagedByStandsDown(t *testing.T) {
+	t.Parallel()
+	g := testGroup()
+	g.ManagedBy = "argo-rollouts"
+	if a, ok := Evaluate(at(0), g, State{CanaryWeight: 10}, terrible); ok {
+		t.Fatalf("managed split: %+v, want nothing", a)
+	}
+	spec := &config.Spec{Services: []config.Service{{Name: "web", Split: &config.Split{
+		Targets:   []config.Target{{Upstream: "a", Weight: 9}, {Upstream: "b", Weight: 1}},
+		ManagedBy: "flagger", CanaryAnalysis: &config.CanaryAnalysis{Enabled: true},
+	}}}}
+	if gs := Groups(spec); len(gs) != 1 || gs[0].ManagedBy != "flagger" {
+		t.Errorf("Groups = %+v, want web managed by flagger", gs)
+	}
+}

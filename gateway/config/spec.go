@@ -174,6 +174,10 @@ type Split struct {
 	// Allocation is AllocationHash ("" means hash) or AllocationStable.
 	Allocation     string          `json:"allocation,omitempty"`
 	CanaryAnalysis *CanaryAnalysis `json:"canary_analysis,omitempty"`
+	// ManagedBy, when not empty, names what drives this split's weights
+	// from outside (e.g. "argo-rollouts"): the canary controller then
+	// never acts on it. It follows the name rule of upstreams.
+	ManagedBy string `json:"managed_by,omitempty"`
 	// Slots is the computed slot table of a stable split, run-length
 	// encoded: [target index, run length] pairs that cover slots 0..9999 in
 	// order, adjacent runs of different targets (see EncodeSlots). The API

@@ -501,6 +501,9 @@ func (v *validator) split(sp *Split, path string) {
 		weightsOK = false
 	}
 	v.allocation(sp, path, n, weightsOK)
+	if sp.ManagedBy != "" && !namePattern.MatchString(sp.ManagedBy) {
+		v.probs.add(member(path, "managed_by"), "invalid manager %s; %s (e.g. argo-rollouts)", quote(sp.ManagedBy), nameRule)
+	}
 	if sp.CanaryAnalysis != nil {
 		if !weightsOK || n > MaxTargets {
 			total = 0 // unknown: the weights are invalid

@@ -342,6 +342,9 @@ func TestValidate(t *testing.T) {
 			ca(s).Rollback = Threshold{Metric: MetricLatencyP99, Threshold: 0.5}
 			ca(s).Promote = Threshold{Metric: MetricLatencyP99, Threshold: 0.2}
 		}, want: []problem{{canary + ".min_confidence", "needs rollback.metric error_rate", ""}}},
+		{name: "managed by argo-rollouts", mutate: func(s *Spec) { api(s).Split.ManagedBy = "argo-rollouts" }},
+		{name: "managed by an invalid name", mutate: func(s *Spec) { api(s).Split.ManagedBy = "Argo Rollouts" },
+			want: []problem{{"services[0].split.managed_by", `invalid manager "Argo Rollouts"; must match`, ""}}},
 		{name: "canary metric unknown", mutate: func(s *Spec) { ca(s).Promote.Metric = "p50" },
 			want: []problem{{promote + ".metric", `unknown metric "p50"; allowed: error_rate, latency_p99`, ""}}},
 		{name: "canary metric missing", mutate: func(s *Spec) { ca(s).Rollback.Metric = "" },

@@ -55,6 +55,9 @@ type Runner struct {
 	Lease time.Duration
 	// Metrics receives the controller's metrics; nil registers them
 	// nowhere.
+	// The counters dwara_canary_promotions_total and
+	// dwara_canary_rollbacks_total of every group of the newest
+	// generation exist at 0 in every runner, leading or not.
 	Metrics prometheus.Registerer
 	// Logger logs the lock changing hands and every action; nil means
 	// slog.Default().
@@ -149,6 +152,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 			log.Warn("canary runner: lost the lock", "err", err)
 		}
+		r.prime(ctx, log)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -245,7 +249,7 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 		return err
 	}
 	for _, g := range groups {
-		if !g.Analysis.Enabled {
+		if !g.Analysis.Enabled || g.ManagedBy != "" {
 			continue
 		}
 		st := states[g.Service]
@@ -317,13 +321,45 @@ func (r *Runner) groupsOf(ctx context.Context, gen int64) ([]canary.Group, error
 		return nil, fmt.Errorf("decode generation %d: %w", gen, err)
 	}
 	groups := canary.Groups(spec)
-	// A new generation: its groups' figures start over.
+	// A new generation: its groups' figures start over; the counters of
+	// each of its groups exist from now on, at 0 for a group that never
+	// acted, so that increase() shows the first action; a group gone
+	// loses its series.
+	keep := make(map[string]bool, len(groups))
+	for _, g := range groups {
+		keep[g.Service] = true
+		r.m.promotions.WithLabelValues(g.Service)
+		r.m.rollbacks.WithLabelValues(g.Service)
+	}
+	for _, old := range r.groups {
+		for _, g := range old {
+			if !keep[g.Service] {
+				r.m.promotions.DeleteLabelValues(g.Service)
+				r.m.rollbacks.DeleteLabelValues(g.Service)
+			}
+		}
+	}
 	clear(r.groups)
 	r.m.requests.Reset()
 	r.m.errorRate.Reset()
 	r.m.p99.Reset()
 	r.groups[gen] = groups
 	return groups, nil
+}
+
+// prime loads the groups of the newest generation while the runner does
+// not hold the lock, so that its counters exist at 0 before it ever acts
+// (groupsOf); errors are left to the next try.
+func (r *Runner) prime(ctx context.Context, log *slog.Logger) {
+	pctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	gen, err := r.Store.NewestID(pctx)
+	if err != nil || gen == 0 {
+		return
+	}
+	if _, err := r.groupsOf(pctx, gen); err != nil && ctx.Err() == nil {
+		log.Debug("canary runner: groups not loaded", "generation", gen, "err", err)
+	}
 }
 
 func fill(s *canary.Stats, t db.CanaryTotals) error {
