@@ -201,7 +201,7 @@ func (s *Server) toEvent(ctx context.Context, n notification) (event, error) {
 		case apiv1.CanaryRollback, apiv1.CanarySevereRollback:
 			name = apiv1.EventCanaryRolledBack
 		case apiv1.CanaryPause, apiv1.CanaryResume, apiv1.CanaryHold, apiv1.CanaryHoldReset, apiv1.CanaryGate,
-			apiv1.CanaryBreach, apiv1.CanaryBreachReset:
+			apiv1.CanaryBreach, apiv1.CanaryBreachReset, apiv1.CanaryWebhook:
 			return event{}, nil
 		default:
 			return event{}, fmt.Errorf("unknown canary action %q", e.Action)

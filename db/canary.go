@@ -226,8 +226,8 @@ type CanaryState struct {
 	// rollback condition holds (rollback.for_seconds); zero when none
 	// (none since the newest weight change, or a breach_reset since).
 	BreachSince time.Time
-	// LastEvent is the newest event of the group in this canary; nil
-	// when none.
+	// LastEvent is the newest event of the group in this canary, webhook
+	// results aside; nil when none.
 	LastEvent *apiv1.CanaryEvent
 }
 
@@ -328,7 +328,7 @@ func canaryStates(ctx context.Context, q querier, generation int64) (map[string]
 	}
 	rows, err = q.Query(ctx, `
 		SELECT DISTINCT ON (service) `+canaryEventColumns+`
-		FROM canary_events e WHERE `+inCanary("e", "$1", "")+`
+		FROM canary_events e WHERE `+inCanary("e", "$1", "")+` AND action <> 'webhook'
 		ORDER BY service, id DESC`, generation)
 	if err != nil {
 		return nil, fmt.Errorf("load canary events of generation %d: %w", generation, err)
@@ -634,6 +634,53 @@ func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured
 	return stored, recorded, nil
 }
 
+// RecordCanaryWebhook stores the result r of a webhook call of the canary
+// group of service in generation, at the canary weight in force (weight),
+// as an event (action webhook) with reason, by instance. It does not
+// announce it: a result changes no weight and is no event for the hooks.
+func (s *Store) RecordCanaryWebhook(ctx context.Context, generation int64, service string, weight int, instance, reason string, r apiv1.CanaryWebhookResult) (apiv1.CanaryEvent, error) {
+	js, err := json.Marshal(r)
+	if err != nil {
+		return apiv1.CanaryEvent{}, fmt.Errorf("encode webhook result: %w", err)
+	}
+	row := s.pool.QueryRow(ctx, `
+		INSERT INTO canary_events (generation_id, service, from_weight, to_weight, action, reason, instance_id, rule, webhook)
+		VALUES ($1, $2, $3, $3, 'webhook', $4, $5, $6, $7::jsonb)
+		RETURNING `+canaryEventColumns, generation, service, weight, reason, instance, "webhook."+r.Type, js)
+	e, err := scanCanaryEvent(row)
+	if err != nil {
+		return apiv1.CanaryEvent{}, fmt.Errorf("record webhook result of %q: %w", service, err)
+	}
+	return e, nil
+}
+
+// CanaryEventsAfter returns up to limit canary events with ids above
+// afterID, oldest first, of every action but webhook results: what the
+// event hooks are sent.
+func (s *Store) CanaryEventsAfter(ctx context.Context, afterID int64, limit int) ([]apiv1.CanaryEvent, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+canaryEventColumns+` FROM canary_events
+		WHERE id > $1 AND action <> 'webhook' ORDER BY id LIMIT $2`, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list canary events after %d: %w", afterID, err)
+	}
+	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (apiv1.CanaryEvent, error) { return scanCanaryEvent(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list canary events after %d: %w", afterID, err)
+	}
+	return events, nil
+}
+
+// LastCanaryEventID returns the id of the newest canary event, 0 when
+// none.
+func (s *Store) LastCanaryEventID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM canary_events`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("last canary event: %w", err)
+	}
+	return id, nil
+}
+
 // ErrNoGate is returned by PassCanaryGate when no gate waits at the weight
 // in force; nothing was recorded.
 var ErrNoGate = errors.New("no gate waiting")
@@ -724,14 +771,20 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-const canaryEventColumns = `id, generation_id, service, from_weight, to_weight, action, reason, baseline, canary, p_value, instance_id, actor, rule, rule_figures, created_at`
+const canaryEventColumns = `id, generation_id, service, from_weight, to_weight, action, reason, baseline, canary, p_value, instance_id, actor, rule, rule_figures, webhook, created_at`
 
 func scanCanaryEvent(row pgx.Row) (apiv1.CanaryEvent, error) {
 	var e apiv1.CanaryEvent
-	var baseline, canary, ruleFigures []byte
+	var baseline, canary, ruleFigures, webhook []byte
 	if err := row.Scan(&e.ID, &e.GenerationID, &e.Service, &e.FromWeight, &e.ToWeight, &e.Action, &e.Reason,
-		&baseline, &canary, &e.PValue, &e.InstanceID, &e.Actor, &e.Rule, &ruleFigures, &e.CreatedAt); err != nil {
+		&baseline, &canary, &e.PValue, &e.InstanceID, &e.Actor, &e.Rule, &ruleFigures, &webhook, &e.CreatedAt); err != nil {
 		return apiv1.CanaryEvent{}, err
+	}
+	if webhook != nil {
+		e.Webhook = new(apiv1.CanaryWebhookResult)
+		if err := json.Unmarshal(webhook, e.Webhook); err != nil {
+			return apiv1.CanaryEvent{}, fmt.Errorf("decode webhook result of canary event %d: %w", e.ID, err)
+		}
 	}
 	if ruleFigures != nil {
 		if err := json.Unmarshal(ruleFigures, &e.RuleFigures); err != nil {

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -293,5 +296,140 @@ func TestCanaryRelativeJudgement(t *testing.T) {
 	waitWeight(t, 40, serve, replica)
 	if r, p, _ := counters(); r != 1 || p != 0 {
 		t.Errorf("after the rollback: %v rollbacks, %v promotions across the processes, want an increase of 1 and 0", r, p)
+	}
+}
+
+// hookServer is a webhook receiver on loopback: /confirm answers with the
+// status in confirm, /hang answers 200 once hangs is false and until then
+// holds the call until its caller gives up, /events keeps every call it
+// gets, in order.
+type hookServer struct {
+	url     string
+	confirm atomic.Int32
+	hangs   atomic.Bool
+	mu      sync.Mutex
+	calls   []apiv1.CanaryWebhookCall
+}
+
+func startHookServer(t *testing.T) *hookServer {
+	t.Helper()
+	h := &hookServer{}
+	h.confirm.Store(http.StatusServiceUnavailable)
+	h.hangs.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var call apiv1.CanaryWebhookCall
+		if err := json.NewDecoder(r.Body).Decode(&call); err != nil || r.Method != http.MethodPost {
+			t.Errorf("webhook %s %s: %v", r.Method, r.URL.Path, err)
+		}
+		switch r.URL.Path {
+		case "/confirm":
+			w.WriteHeader(int(h.confirm.Load()))
+		case "/hang":
+			if h.hangs.Load() {
+				<-r.Context().Done()
+				return
+			}
+		case "/events":
+			h.mu.Lock()
+			h.calls = append(h.calls, call)
+			h.mu.Unlock()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	h.url = srv.URL
+	return h
+}
+
+// received returns the calls /events got so far.
+func (h *hookServer) received() []apiv1.CanaryWebhookCall {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.calls)
+}
+
+// TestCanaryWebhooks promotes a healthy canary 10 -> 40 -> 70 -> 100 under
+// two confirm_promotion hooks and an event hook. While one confirm hook
+// answers 503 and the other hangs past its 1 s timeout, nothing is
+// promoted, and both failures are recorded beside the events (503; no
+// answer within 1 s after 2 attempts) while the runner goes on (each
+// failed check recorded again after its recheck). Once both answer 200 the
+// rollout completes, and the event hook has got every event of the group,
+// in the order recorded, each with its text.
+func TestCanaryWebhooks(t *testing.T) {
+	t.Parallel()
+	url := dbtest.New(t)
+	store := openTestStore(t, url)
+	a, b := pools(t)
+	hs := startHookServer(t)
+	serve, replica := canaryProcs(t, "", url, nil)
+	ca := analysis(30, 50, 1)
+	ca.Webhooks = []config.Webhook{
+		{Name: "smoke", Type: config.WebhookConfirmPromotion, URL: hs.url + "/confirm", TimeoutS: 1},
+		{Name: "slow", Type: config.WebhookConfirmPromotion, URL: hs.url + "/hang", TimeoutS: 1},
+		{Name: "chat", Type: config.WebhookEvent, URL: hs.url + "/events"},
+	}
+	g := publish(t, serve.Admin, canarySpec(a, b, ca))
+	serve.waitApplied(t, g.ID)
+	replica.waitApplied(t, g.ID)
+
+	next := ids(14)
+	results := func(name string) []apiv1.CanaryWebhookResult {
+		var rs []apiv1.CanaryWebhookResult
+		for _, e := range canaryEvents(t, store, g.ID) {
+			if e.Action == apiv1.CanaryWebhook && e.Webhook != nil && e.Webhook.Name == name {
+				rs = append(rs, *e.Webhook)
+			}
+		}
+		return rs
+	}
+	sendUntil(t, replica.Proxy, next, 100000, "each confirm hook failed twice", func() bool {
+		return len(results("smoke")) >= 2 && len(results("slow")) >= 2
+	})
+	for _, e := range canaryEvents(t, store, g.ID) {
+		if e.Action == apiv1.CanaryPromote {
+			t.Fatalf("promoted with its confirm hooks failing: %+v", e)
+		}
+	}
+	if r := results("smoke")[0]; r.OK || r.Status != http.StatusServiceUnavailable || r.Type != config.WebhookConfirmPromotion {
+		t.Errorf("smoke's result %+v, want a failed 503", r)
+	}
+	if r := results("slow")[0]; r.OK || r.Status != 0 || r.Attempts != 2 || !strings.Contains(r.Error, "no answer within 1 s") {
+		t.Errorf("slow's result %+v, want a timeout after 2 attempts", r)
+	}
+
+	hs.confirm.Store(http.StatusOK)
+	hs.hangs.Store(false)
+	sendUntil(t, replica.Proxy, next, 100000, "promoted to 100", func() bool {
+		es := canaryEvents(t, store, g.ID)
+		for _, e := range es {
+			if e.Action == apiv1.CanaryPromote && e.ToWeight == 100 {
+				return true
+			}
+		}
+		return false
+	})
+	waitWeight(t, 100, serve, replica)
+	var want []int64
+	for _, e := range canaryEvents(t, store, g.ID) {
+		if e.Action != apiv1.CanaryWebhook {
+			want = append(want, e.ID)
+		}
+	}
+	if len(want) != 3 {
+		t.Errorf("%d events, want the 3 promotions", len(want))
+	}
+	waitUntil(t, "the event hook got every event", func() bool { return len(hs.received()) >= len(want) }, ticks(t, canaryInterval))
+	var got []int64
+	for _, c := range hs.received() {
+		if c.Event == nil || c.Text == "" || c.Service != "web" || c.Type != config.WebhookEvent || c.Name != "chat" || c.GenerationID != g.ID {
+			t.Fatalf("event hook call %+v", c)
+		}
+		if c.Weights != [2]int{100 - c.Event.ToWeight, c.Event.ToWeight} {
+			t.Errorf("call of event %d: weights %v", c.Event.ID, c.Weights)
+		}
+		got = append(got, c.Event.ID)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the event hook got events %v, want %v in that order", got, want)
 	}
 }

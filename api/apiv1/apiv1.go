@@ -362,7 +362,42 @@ const (
 	// it stopped before.
 	CanaryBreach      = "breach"
 	CanaryBreachReset = "breach_reset"
+	// CanaryWebhook: the result of one call of a webhook
+	// (CanaryEvent.Webhook), recorded beside the events.
+	CanaryWebhook = "webhook"
 )
+
+// CanaryWebhookResult is the result of one call of a canary webhook: its
+// name, type and URL, the id of the event it was called for (0 for a
+// rollout, pre_rollout or confirm_promotion check), the HTTP status (0
+// when none came), whether it counts as a success (a 2xx), the error,
+// the attempts made and the seconds the call took.
+type CanaryWebhookResult struct {
+	Name            string  `json:"name"`
+	Type            string  `json:"type"`
+	URL             string  `json:"url"`
+	EventID         int64   `json:"event_id,omitempty"`
+	Status          int     `json:"status"`
+	OK              bool    `json:"ok"`
+	Error           string  `json:"error,omitempty"`
+	Attempts        int     `json:"attempts"`
+	DurationSeconds float64 `json:"duration_seconds"`
+}
+
+// CanaryWebhookCall is the JSON body of a call of a canary webhook: the
+// hook's name and type, the group's service, the generation, the weights
+// in force (baseline first) and, for an event hook (and a post_rollout
+// hook, the event that ended the rollout), the event and a line of text
+// a chat webhook can show.
+type CanaryWebhookCall struct {
+	Name         string       `json:"name"`
+	Type         string       `json:"type"`
+	Service      string       `json:"service"`
+	GenerationID int64        `json:"generation_id"`
+	Weights      [2]int       `json:"weights"`
+	Event        *CanaryEvent `json:"event,omitempty"`
+	Text         string       `json:"text,omitempty"`
+}
 
 // Canary group states (CanaryGroup.State).
 const (
@@ -426,7 +461,10 @@ type CanaryEvent struct {
 	// min_confidence, the seconds held). Empty for an operator's events.
 	Rule        string             `json:"rule,omitempty"`
 	RuleFigures map[string]float64 `json:"rule_figures,omitempty"`
-	CreatedAt   time.Time          `json:"created_at"`
+	// Webhook is the result of a webhook call (action webhook); nil for
+	// every other event.
+	Webhook   *CanaryWebhookResult `json:"webhook,omitempty"`
+	CreatedAt time.Time            `json:"created_at"`
 }
 
 // CanaryEventList is one page of canary events, newest first.

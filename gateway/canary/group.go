@@ -99,6 +99,7 @@ func Groups(spec *config.Spec) []Group {
 		}
 		ca := *svc.Split.CanaryAnalysis
 		ca.Steps = slices.Clone(ca.Steps)
+		ca.Webhooks = slices.Clone(ca.Webhooks)
 		groups = append(groups, Group{
 			Service:    svc.Name,
 			Baseline:   t[0].Upstream,

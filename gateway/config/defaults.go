@@ -121,6 +121,7 @@ func (s *Spec) Clone() *Spec {
 			sp.CanaryAnalysis = clonePtr(sp.CanaryAnalysis)
 			if ca := sp.CanaryAnalysis; ca != nil {
 				ca.Steps = cloneSlice(ca.Steps)
+				ca.Webhooks = cloneSlice(ca.Webhooks)
 				ca.Promote.Relative = clonePtr(ca.Promote.Relative)
 				ca.Rollback.Relative = clonePtr(ca.Rollback.Relative)
 			}

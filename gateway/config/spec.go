@@ -217,9 +217,11 @@ type CanaryAnalysis struct {
 	// severe also need the p-value of the canary's error rate against the
 	// baseline's below 1 - MinConfidence; rollback.metric must then be
 	// error_rate.
-	MinConfidence float64   `json:"min_confidence,omitempty"`
-	Promote       Threshold `json:"promote"`
-	Rollback      Threshold `json:"rollback"`
+	MinConfidence float64 `json:"min_confidence,omitempty"`
+	// Webhooks are the group's HTTP hooks (see the Webhook* types).
+	Webhooks []Webhook `json:"webhooks,omitempty"`
+	Promote  Threshold `json:"promote"`
+	Rollback Threshold `json:"rollback"`
 }
 
 // Gates of CanaryAnalysis.Gate: which steps up wait for an operator's

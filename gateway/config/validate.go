@@ -582,6 +582,7 @@ func (v *validator) canary(ca *CanaryAnalysis, path string, n, total int) {
 	}
 	v.between(member(path, "cooldown_seconds"), ca.CooldownSeconds, 0, MaxCooldownS)
 	v.steps(ca, path, total)
+	v.webhooks(ca.Webhooks, path)
 	v.between(member(path, "hold_seconds"), ca.HoldSeconds, 0, MaxCooldownS)
 	if ca.Gate != "" && !slices.Contains(gates, ca.Gate) {
 		v.probs.add(member(path, "gate"), "unknown gate %s; allowed: %s", quote(ca.Gate), strings.Join(gates, ", "))

@@ -342,6 +342,29 @@ func TestValidate(t *testing.T) {
 			ca(s).Rollback = Threshold{Metric: MetricLatencyP99, Threshold: 0.5}
 			ca(s).Promote = Threshold{Metric: MetricLatencyP99, Threshold: 0.2}
 		}, want: []problem{{canary + ".min_confidence", "needs rollback.metric error_rate", ""}}},
+		{name: "canary webhooks", mutate: func(s *Spec) {
+			ca(s).Webhooks = []Webhook{
+				{Name: "smoke", Type: WebhookPreRollout, URL: "http://127.0.0.1:7000/check", TimeoutS: 5},
+				{Name: "chat", Type: WebhookEvent, URL: "https://hooks.example.com/services/T0/B0?x=1"},
+			}
+		}},
+		{name: "canary webhook of another scheme", mutate: func(s *Spec) { ca(s).Webhooks = []Webhook{{Name: "a", Type: WebhookEvent, URL: "ftp://127.0.0.1/x"}} },
+			want: []problem{{canary + ".webhooks[0].url", `scheme must be http or https, got "ftp"`, ""}}},
+		{name: "canary webhook to the metadata address", mutate: func(s *Spec) {
+			ca(s).Webhooks = []Webhook{{Name: "a", Type: WebhookEvent, URL: "http://169.254.169.254/latest"}}
+		}, want: []problem{{canary + ".webhooks[0].url", "link-local or metadata address", ""}}},
+		{name: "canary webhook with userinfo", mutate: func(s *Spec) {
+			ca(s).Webhooks = []Webhook{{Name: "a", Type: WebhookEvent, URL: "http://u:p@127.0.0.1/"}}
+		},
+			want: []problem{{canary + ".webhooks[0].url", "must not contain userinfo", ""}}},
+		{name: "canary webhook of an unknown type", mutate: func(s *Spec) { ca(s).Webhooks = []Webhook{{Name: "a", Type: "slack", URL: "http://127.0.0.1/"}} },
+			want: []problem{{canary + ".webhooks[0].type", `unknown webhook type "slack"; allowed: pre_rollout, rollout, confirm_promotion, post_rollout, event`, ""}}},
+		{name: "canary webhooks of one name", mutate: func(s *Spec) {
+			ca(s).Webhooks = []Webhook{{Name: "a", Type: WebhookEvent, URL: "http://127.0.0.1/"}, {Name: "a", Type: WebhookRollout, URL: "http://127.0.0.1/"}}
+		}, want: []problem{{canary + ".webhooks[1].name", `duplicate webhook name "a"`, ""}}},
+		{name: "canary webhook timeout above a minute", mutate: func(s *Spec) {
+			ca(s).Webhooks = []Webhook{{Name: "a", Type: WebhookEvent, URL: "http://127.0.0.1/", TimeoutS: 61}}
+		}, want: []problem{{canary + ".webhooks[0].timeout_s", "must be 0..60, got 61", ""}}},
 		{name: "managed by argo-rollouts", mutate: func(s *Spec) { api(s).Split.ManagedBy = "argo-rollouts" }},
 		{name: "managed by an invalid name", mutate: func(s *Spec) { api(s).Split.ManagedBy = "Argo Rollouts" },
 			want: []problem{{"services[0].split.managed_by", `invalid manager "Argo Rollouts"; must match`, ""}}},

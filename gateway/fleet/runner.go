@@ -179,10 +179,20 @@ func (r *Runner) hold(ctx context.Context, lock *db.CanaryLock, log *slog.Logger
 	defer tick.Stop()
 	renew := time.NewTicker(r.Lease / 5)
 	defer renew.Stop()
+	hk := newHooks(ctx)
+	defer hk.Close()
+	// The event hooks get the events recorded from now on.
+	lctx, cancel := context.WithTimeout(ctx, opTimeout)
+	last, err := r.Store.LastCanaryEventID(lctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	hk.lastEvent = last
 	lastPrune := time.Time{}
 	for {
 		ectx, cancel := context.WithTimeout(ctx, opTimeout)
-		err := r.evaluate(ectx, lock, log)
+		err := r.evaluate(ectx, lock, log, hk)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -231,7 +241,8 @@ func (r *Runner) wait(ctx context.Context, lock *db.CanaryLock, next, renew <-ch
 // evaluate judges every group of the newest generation once. An error of
 // the lock's session is returned (the lock may be lost); an error of one
 // group's window read is logged and that group skipped.
-func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Logger) error {
+func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Logger, hk *hooks) error {
+	r.hookResults(ctx, hk, log)
 	gen, _, err := lock.Newest(ctx)
 	if err != nil || gen == 0 {
 		return err
@@ -248,6 +259,7 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 	if err != nil {
 		return err
 	}
+	defer r.deliverEvents(ctx, hk, gen, groups, log)
 	for _, g := range groups {
 		if !g.Analysis.Enabled || g.ManagedBy != "" {
 			continue
@@ -275,7 +287,13 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 		}
 		r.gauges(g.Service, &w)
 		a, ok := canary.Evaluate(now, g, s, &w)
-		if !ok {
+		if rb, failed := r.rolloutChecks(now, hk, gen, g, s); failed {
+			a, ok = rb, true
+		}
+		if ok && a.Kind == apiv1.CanaryPromote && r.promotionWaits(now, hk, gen, g, s, st.Transient, log) {
+			continue
+		}
+		if !ok || (a.Kind == apiv1.CanaryRollback && a.To == a.From) {
 			continue
 		}
 		pv := a.PValue
