@@ -482,7 +482,8 @@ type CanaryGroup struct {
 	Baseline     string `json:"baseline"` // upstream name
 	Canary       string `json:"canary"`   // upstream name
 	// Configured are the generation's weights, baseline first; Weights the
-	// ones in force (equal to Configured until the controller acts).
+	// ones in force (equal to Configured until the controller acts, in
+	// this generation or one it was carried over from).
 	Configured [2]int `json:"configured"`
 	Weights    [2]int `json:"weights"`
 	Transient  bool   `json:"transient"`

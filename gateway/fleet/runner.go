@@ -252,6 +252,7 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 		log.Warn("canary runner: generation not loaded", "generation", gen, "err", err)
 		return nil
 	}
+	hk.generation(gen)
 	if len(groups) == 0 {
 		return nil
 	}

@@ -72,6 +72,19 @@ type hooks struct {
 	failures  map[string]int
 	queues    map[string]chan delivery
 	lastEvent int64
+	gen       int64
+}
+
+// generation forgets the checks of generations before gen (their keys
+// name their generation), so the bookkeeping stays as small as the
+// newest generation's groups.
+func (h *hooks) generation(gen int64) {
+	if gen == h.gen {
+		return
+	}
+	h.gen = gen
+	clear(h.confirmed)
+	clear(h.retryAt)
 }
 
 func newHooks(ctx context.Context) *hooks {
