@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -588,6 +589,15 @@ func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured
 	}
 	var ruleFigures []byte
 	if e.RuleFigures != nil {
+		// JSON has no NaN or infinity: such a figure is left out rather
+		// than let it refuse the event.
+		finite := make(map[string]float64, len(e.RuleFigures))
+		for k, v := range e.RuleFigures {
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				finite[k] = v
+			}
+		}
+		e.RuleFigures = finite
 		if ruleFigures, err = json.Marshal(e.RuleFigures); err != nil {
 			return apiv1.CanaryEvent{}, false, fmt.Errorf("encode rule figures: %w", err)
 		}

@@ -3,6 +3,7 @@ package db_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -31,7 +32,12 @@ func TestCanaryCarryOver(t *testing.T) {
 	}
 	g1 := pub(1, map[string]string{"api": "k1", "web": "w1"})
 	l := lockCanary(t, s)
-	promoted := record(t, l, controllerAction(g1, "api", apiv1.CanaryPromote, 10, 20), 10)
+	pe := controllerAction(g1, "api", apiv1.CanaryPromote, 10, 20)
+	pe.Rule, pe.RuleFigures = "promote.threshold", map[string]float64{"canary": 0.001, "bound": math.Inf(1)}
+	promoted := record(t, l, pe, 10)
+	if promoted.Rule != "promote.threshold" || len(promoted.RuleFigures) != 1 || promoted.RuleFigures["canary"] != 0.001 {
+		t.Errorf("stored rule %q, figures %v; want the rule and the finite figure only", promoted.Rule, promoted.RuleFigures)
+	}
 	e := controllerAction(g1, "api", apiv1.CanaryGate, 20, 20)
 	gate := record(t, l, e, 10)
 	if err := s.FlushCanaryWindows(ctx, "gw-1", []db.CanaryWindowRow{
