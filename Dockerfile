@@ -18,9 +18,12 @@ COPY . .
 ARG VERSION=devel
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/dwara ./cmd/dwara
 
-# distroless: no shell, no package manager; runs as uid 65532 (nonroot).
+# distroless: no shell, no package manager.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/dwara /usr/local/bin/dwara
+# The image's nonroot user, said here rather than left to the base image's
+# default, and numeric so that Kubernetes' runAsNonRoot can check it.
+USER 65532:65532
 EXPOSE 8080 9090
 # No shell or curl in the image: dwara checks serve's /healthz itself. A
 # container that runs `dwara gateway` checks its --metrics-listen instead

@@ -11,6 +11,9 @@ RUN_FLAGS ?= --demo
 # dwara_build_info metric report it (README.md, "The commands").
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X main.version=$(VERSION)
+# How make run calls the binary: ./bin/dwara (as its banner then prints
+# the client commands), or BIN itself when it is absolute.
+RUN_BIN := $(if $(filter /%,$(BIN)),$(BIN),./$(BIN))
 
 .PHONY: build install run demo-reset test bench lint fmt fuzz clean h2spec
 
@@ -21,16 +24,34 @@ build:
 install:
 	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/dwara
 
+# The demo pools' ports, web-stable's two then web-canary's (default
+# 9001,9002,9101), e.g. make run DEMO_PORTS=19001,19002,19101 when 9001 is
+# taken.
+DEMO_PORTS ?=
+DEMO_FLAGS := $(if $(DEMO_PORTS),--demo-ports $(DEMO_PORTS))
+
+# make run records its pid in $(DWARA_STATE)/run.pid (the shell execs
+# dwara), so that make stop can stop it from another terminal.
+DWARA_STATE ?= $(CURDIR)/.dwara
+export DWARA_STATE
 run: build
-	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" ./$(BIN) serve $(RUN_FLAGS)
+	@mkdir -p "$(DWARA_STATE)"
+	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" sh -c 'echo $$$$ > "$(DWARA_STATE)/run.pid"; exec $(RUN_BIN) serve $(RUN_FLAGS) $(DEMO_FLAGS)'
+
+# Stops what make run left running: its dwara serve (by its run.pid) and
+# the private PostgreSQL cluster that scripts/postgres.sh started under
+# .dwara/pg when nothing answered on 5432 (README.md, "Start here").
+.PHONY: stop
+stop:
+	@scripts/stop.sh
 
 # `make run` with the demo started afresh: the demo spec is published again
 # as a new generation, whatever the database holds (its history is kept).
 demo-reset: build
-	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" ./$(BIN) serve --demo --reset $(filter-out --demo,$(RUN_FLAGS))
+	DWARA_DATABASE_URL="$$(scripts/postgres.sh dwara)" $(RUN_BIN) serve --demo --reset $(filter-out --demo,$(RUN_FLAGS)) $(DEMO_FLAGS)
 
 # The proxy and node tests run on each front in the one go test, as
-# subtests named after it (TestX/loop, TestX/fasthttp, TestX/nethttp).
+# subtests named after it (TestX/fasthttp, TestX/nethttp).
 test:
 	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -race -count=1 -timeout 15m $(PKGS)
 
@@ -68,6 +89,18 @@ test-faults:
 	$(GO) test -run='^$$' -fuzz='^FuzzRouteOddPaths$$' -fuzztime=$(FAULTS_FUZZTIME) -fuzzminimizetime=5s ./gateway/proxy
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeBody$$' -fuzztime=$(FAULTS_FUZZ_BODY) -fuzzminimizetime=5s ./api
 
+# The chaos run (faults/chaos_test.go, README "Reliability"): dwara serve,
+# two database replicas and a control-plane replica from the binary on a
+# private PostgreSQL, under load with a flip or weights change every 2 s,
+# for CHAOS_DURATION, with processes killed (SIGKILL, SIGTERM), PostgreSQL
+# stopped (-m immediate) and frozen (SIGSTOP), and endpoints killed at
+# random; it prints its seed (CHAOS_SEED=N replays the faults) and a table
+# of figures.
+CHAOS_DURATION ?= 3m
+.PHONY: chaos
+chaos:
+	DWARA_CHAOS=1 CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -v -run '^TestChaos$$' -timeout 90m ./faults/
+
 # h2spec (github.com/summerwind/h2spec 2.2.1), the HTTP/2 conformance
 # suite, built from the module proxy with the versions tools/h2spec pins
 # (its own module: nothing of it reaches dwara's). TestH2spec in cmd/dwara
@@ -81,12 +114,27 @@ $(H2SPEC): tools/h2spec/go.mod tools/h2spec/go.sum
 h2spec: $(H2SPEC)
 	DWARA_H2SPEC=$(abspath $(H2SPEC)) $(GO) test -race -count=1 -run '^TestH2spec$$' -v ./cmd/dwara/
 
+# The alerting and recording rules (deploy/prometheus, README "Alerts"):
+# promtool checks them and runs their unit tests; make test does the same
+# through deploy/prometheus's TestRules when promtool is on PATH.
+PROMTOOL ?= promtool
+.PHONY: test-rules
+test-rules:
+	cd deploy/prometheus && $(PROMTOOL) check rules dwara.rules.yml && $(PROMTOOL) test rules dwara.rules_test.yml
+
+# openapi/openapi.yaml through redocly lint and spectral lint (OpenAPI
+# ruleset), pinned in tools/openapi-lint and installed there with npm when
+# missing: no error and no warning that the spec does not explain.
+.PHONY: lint-openapi
+lint-openapi:
+	scripts/lint-openapi.sh
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
 clean:
-	rm -rf bin
+	rm -rf bin tools/openapi-lint/node_modules
 
 # Side-by-side benchmark: direct, nginx, HAProxy and dwara doing the same
 # canary split on 127.0.0.1, over a matrix of workloads (bench/README.md).

@@ -392,7 +392,7 @@ func noGenerationYet(service string) *apiv1.Problem {
 func groupOf(spec *config.Spec, service string, generation int64) (canary.Group, error) {
 	svc, _ := spec.Service(service)
 	if svc == nil {
-		return canary.Group{}, problemf(http.StatusNotFound, "service %q does not exist in generation %d", service, generation)
+		return canary.Group{}, unknownService(service, spec.NearestService(service), generation)
 	}
 	for _, g := range canary.Groups(spec) {
 		if g.Service == service {

@@ -136,11 +136,25 @@ func editProblem(err error, service string, generation int64) error {
 	}
 	switch {
 	case errors.Is(err, config.ErrServiceNotFound):
-		return problemf(http.StatusNotFound, "service %q does not exist in generation %d", service, generation)
+		near := ""
+		if nf, ok := errors.AsType[*config.ServiceNotFoundError](err); ok {
+			near = nf.Near
+		}
+		return unknownService(service, near, generation)
 	case errors.Is(err, config.ErrNotTwoTargetSplit):
 		return problemf(http.StatusConflict, "service %q does not have a 2-target split to flip", service)
 	case errors.Is(err, config.ErrNoSplit):
 		return problemf(http.StatusConflict, "service %q routes to a single upstream; it has no split", service)
 	}
 	return err
+}
+
+// unknownService is the 404 Problem of a call on a service that generation
+// does not have, with the nearest service it has (near, "" for none).
+func unknownService(service, near string, generation int64) *apiv1.Problem {
+	detail := fmt.Sprintf("service %q does not exist in generation %d", service, generation)
+	if near != "" {
+		detail += fmt.Sprintf("; did you mean %q?", near)
+	}
+	return problemf(http.StatusNotFound, "%s", detail)
 }

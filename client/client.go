@@ -116,6 +116,9 @@ func (c *Client) URL() string {
 	return c.base.String()
 }
 
+// HasToken reports whether the client sends a bearer token.
+func (c *Client) HasToken() bool { return c.token != "" }
+
 // CreateOptions are the optional parts of Create.
 type CreateOptions struct {
 	// DryRun validates the spec and reports its impact on the active

@@ -469,49 +469,110 @@ func vmRSS(t testing.TB) int64 {
 // upstream is a pool of loopback endpoints for the tests that need more
 // than the demo pools: each request's body is read whole and answered with
 // its length and CRC-32, after delay, so a test can check a POST arrived
-// whole and keep requests in flight.
+// whole and keep requests in flight. An endpoint can be killed (its
+// listener and every connection closed at once, as when its process dies)
+// and revived on the same address.
 type upstream struct {
-	name    string
-	addrs   []string
-	servers []*http.Server
+	name  string
+	addrs []string
+	delay time.Duration
+
+	mu      sync.Mutex
+	servers []*http.Server // nil while the endpoint is killed
 }
 
 func startUpstream(t testing.TB, name string, n int, delay time.Duration) *upstream {
 	t.Helper()
-	u := &upstream{name: name}
+	u := &upstream{name: name, delay: delay}
 	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := ln.Addr().String()
-		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/healthz" {
-				_, _ = io.WriteString(w, "ok\n")
-				return
-			}
-			h := crc32.NewIEEE()
-			n, err := io.Copy(h, r.Body)
-			if err != nil {
-				http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
-				return
-			}
-			if delay > 0 {
-				time.Sleep(delay)
-			}
-			w.Header().Set("X-Pool", name)
-			fmt.Fprintf(w, "pool=%s endpoint=%s generation=%s len=%d crc=%08x\n", name, addr, r.Header.Get("X-Dwara-Generation"), n, h.Sum32())
-		})}
-		u.addrs = append(u.addrs, addr)
-		u.servers = append(u.servers, srv)
-		go func() { _ = srv.Serve(ln) }()
+		u.addrs = append(u.addrs, ln.Addr().String())
+		u.servers = append(u.servers, u.serve(ln))
 	}
 	t.Cleanup(func() {
-		for _, s := range u.servers {
-			_ = s.Close()
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		for i, s := range u.servers {
+			if s != nil {
+				_ = s.Close()
+				u.servers[i] = nil
+			}
 		}
 	})
 	return u
+}
+
+// serve serves the endpoint listening on ln.
+func (u *upstream) serve(ln net.Listener) *http.Server {
+	addr := ln.Addr().String()
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			_, _ = io.WriteString(w, "ok\n")
+			return
+		}
+		h := crc32.NewIEEE()
+		n, err := io.Copy(h, r.Body)
+		if err != nil {
+			http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if u.delay > 0 {
+			time.Sleep(u.delay)
+		}
+		w.Header().Set("X-Pool", u.name)
+		fmt.Fprintf(w, "pool=%s endpoint=%s generation=%s len=%d crc=%08x\n", u.name, addr, r.Header.Get("X-Dwara-Generation"), n, h.Sum32())
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	return srv
+}
+
+// kill closes endpoint i's listener and every connection to it; it
+// reports whether the endpoint was alive.
+func (u *upstream) kill(i int) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.servers[i] == nil {
+		return false
+	}
+	_ = u.servers[i].Close()
+	u.servers[i] = nil
+	return true
+}
+
+// revive listens on endpoint i's address again (retrying for a while if
+// the port is not free yet); it reports an error when it cannot.
+func (u *upstream) revive(i int) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.servers[i] != nil {
+		return nil
+	}
+	var err error
+	for range 50 {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", u.addrs[i]); err == nil {
+			u.servers[i] = u.serve(ln)
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("revive endpoint %s of %s: %w", u.addrs[i], u.name, err)
+}
+
+// alive returns how many endpoints of u are alive.
+func (u *upstream) alive() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := 0
+	for _, s := range u.servers {
+		if s != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // splitUpstreams splits service web on "/" between upstreams a and b.

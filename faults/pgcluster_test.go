@@ -137,6 +137,16 @@ func (c *cluster) stop() {
 	}
 }
 
+// crash stops the cluster the way a power cut or an OOM kill of the
+// postmaster does (pg_ctl stop -m immediate): no checkpoint, every session
+// cut; the next start runs crash recovery.
+func (c *cluster) crash() {
+	c.t.Helper()
+	if out, err := c.pgCtl("stop", "-m", "immediate", "-w", "-t", "60"); err != nil {
+		c.t.Fatalf("stop the private cluster (immediate): %v\n%s", err, out)
+	}
+}
+
 func (c *cluster) running() bool {
 	_, err := c.pgCtl("status")
 	return err == nil

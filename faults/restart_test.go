@@ -83,24 +83,36 @@ func (c *child) kill() {
 // process exits or it does not within wait.
 func (c *child) waitStatus(t *testing.T, url string, want int) time.Duration {
 	t.Helper()
+	took, err := c.await(wait, func() bool {
+		a := callAPI(http.MethodGet, url, nil)
+		return a.err == nil && a.status == want
+	})
+	if err != nil {
+		t.Fatalf("GET %s did not answer %d: %v", url, want, err)
+	}
+	return took
+}
+
+// await calls cond every 20 ms until it holds, and returns how long that
+// took; an error when the process exited first or within passed.
+func (c *child) await(within time.Duration, cond func() bool) (time.Duration, error) {
 	exited := false
-	took, ok := until(wait, 20*time.Millisecond, func() bool {
+	took, ok := until(within, 20*time.Millisecond, func() bool {
 		select {
 		case <-c.done:
 			exited = true
 			return true
 		default:
 		}
-		a := callAPI(http.MethodGet, url, nil)
-		return a.err == nil && a.status == want
+		return cond()
 	})
 	switch {
 	case exited:
-		t.Fatalf("the process exited (%v) before GET %s answered %d", c.err, url, want)
+		return took, fmt.Errorf("the process exited (%v) after %v", c.err, took.Round(time.Millisecond))
 	case !ok:
-		t.Fatalf("GET %s did not answer %d within %v", url, want, wait)
+		return took, fmt.Errorf("not within %v", within)
 	}
-	return took
+	return took, nil
 }
 
 // TestAcknowledgedPublishSurvivesKill runs `dwara serve` from the binary,

@@ -36,13 +36,20 @@ const (
 
 func soakDuration(t *testing.T) time.Duration {
 	t.Helper()
-	v := os.Getenv(soakEnv)
+	return envDuration(t, soakEnv, defaultSoak, 10*time.Second)
+}
+
+// envDuration reads the Go duration in the environment variable name: def
+// when unset, else from least to an hour.
+func envDuration(t *testing.T, name string, def, least time.Duration) time.Duration {
+	t.Helper()
+	v := os.Getenv(name)
 	if v == "" {
-		return defaultSoak
+		return def
 	}
 	d, err := time.ParseDuration(v)
-	if err != nil || d < 10*time.Second || d > time.Hour {
-		t.Fatalf("%s=%q: want a duration from 10s to 1h", soakEnv, v)
+	if err != nil || d < least || d > time.Hour {
+		t.Fatalf("%s=%q: want a duration from %v to 1h", name, v, least)
 	}
 	return d
 }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,9 @@ func dashboardOrigin(t *testing.T, admin string) string {
 	}
 	return "http://" + admin
 }
+
+// utcTime is how the dashboard writes a time.
+var utcTime = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$`)
 
 // page is one tab of the dashboard under test.
 type page struct {
@@ -250,6 +254,12 @@ func dashboardOperator(t *testing.T, browser context.Context, shots string) {
 	// A mark that a reload would lose.
 	eval[any](p, `window.dwaraTestMark = 'not reloaded'`)
 	p.screenshot("loaded", true)
+	// web's 10% slice is too narrow for its label: it is labelled under
+	// the bar.
+	if got := eval[string](p, `(document.querySelector('[data-service="web"] [data-slice-label="pool-b"]') || {}).textContent || ''`); strings.TrimSpace(got) != "pool-b 10.0%" {
+		t.Errorf("the label of web's small slice: %q, want \"pool-b 10.0%%\"; the bars: %s", got,
+			eval[string](p, `[...document.querySelectorAll('[data-service="web"] .split')].map(e => e.outerHTML).join('\n')`))
+	}
 
 	// Flip, confirmed: the confirmation names the move and its share.
 	p.click(`[data-service="web"] [data-action="flip"]`)
@@ -334,6 +344,25 @@ func dashboardOperator(t *testing.T, browser context.Context, shots string) {
 	}
 	p.waitFor("shop rolled back", `document.querySelector('[data-canary="shop"] [data-state="rolled_back"]')`)
 	p.waitFor("shop's weights in force, 100/0", bar("shop", "in-force")+` === 'pool-a=100,pool-b=0'`)
+	// The target table says the weight in force and the share served, not
+	// only the configured 10.
+	p.waitFor("shop's target table with pool-b at 0 in force", `(() => {
+		const r = document.querySelector('[data-service="shop"] tr[data-target="pool-b"]');
+		const w = r && r.querySelector('[data-in-force-weight]');
+		return w && w.textContent === '0' && r.querySelector('[data-share]').textContent === '0%';
+	})()`)
+	// Times in UTC, the zone named, as the CLI prints them.
+	if got := eval[string](p, `document.querySelector('[data-canary="shop"] table.events time').textContent`); !utcTime.MatchString(got) {
+		t.Errorf("an event's time reads %q, want YYYY-MM-DD hh:mm:ss UTC", got)
+	}
+	// The events table fits the 1280 px window: nothing of it scrolls out.
+	if !eval[bool](p, `(() => {
+		const t = document.querySelector('[data-canary="shop"] table.events');
+		const w = t.closest('.table-wrap');
+		return t.getBoundingClientRect().right <= window.innerWidth && w.scrollWidth <= w.clientWidth;
+	})()`) {
+		t.Errorf("the canary events table does not fit a %d px window", viewW)
+	}
 	p.waitFor("the rollback marked on the timeline", `document.querySelector('[data-canary="shop"] svg [data-event-action="severe_rollback"]')`)
 	p.waitFor("adopt enabled", `!document.querySelector('[data-canary="shop"] [data-action="adopt"]').disabled`)
 	eval[any](p, `document.getElementById('canary').scrollIntoView()`)

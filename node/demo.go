@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
@@ -16,12 +19,57 @@ import (
 // The demo of `dwara serve --demo`: two small upstream pools on fixed ports
 // and an example generation over them.
 
-// Demo pool addresses as the demo spec names them: fixed, so that the
-// seeded generation keeps pointing at them across restarts.
-var (
-	demoStable = []string{"127.0.0.1:9001", "127.0.0.1:9002"}
-	demoCanary = []string{"127.0.0.1:9101"}
-)
+// DefaultDemoPorts are the demo pools' ports: web-stable's two, then
+// web-canary's. They are fixed by default, so that the seeded generation
+// keeps pointing at them across restarts; `serve --demo-ports` moves them.
+var DefaultDemoPorts = DemoPorts{9001, 9002, 9101}
+
+// DemoPorts are the ports of the demo pools: web-stable's two, then
+// web-canary's. The zero value means DefaultDemoPorts.
+type DemoPorts [3]int
+
+// orDefault returns p, or DefaultDemoPorts for the zero value.
+func (p DemoPorts) orDefault() DemoPorts {
+	if p == (DemoPorts{}) {
+		return DefaultDemoPorts
+	}
+	return p
+}
+
+// Addrs returns the demo pools' addresses on 127.0.0.1, as the demo spec
+// names them: web-stable's and web-canary's.
+func (p DemoPorts) Addrs() (stable, canary []string) {
+	p = p.orDefault()
+	at := func(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+	return []string{at(p[0]), at(p[1])}, []string{at(p[2])}
+}
+
+// String is the ports as --demo-ports takes them: "9001,9002,9101".
+func (p DemoPorts) String() string {
+	p = p.orDefault()
+	return fmt.Sprintf("%d,%d,%d", p[0], p[1], p[2])
+}
+
+// ParseDemoPorts parses --demo-ports: three distinct ports 1..65535,
+// comma-separated (web-stable's two, then web-canary's).
+func ParseDemoPorts(v string) (DemoPorts, error) {
+	parts := strings.Split(v, ",")
+	if len(parts) != 3 {
+		return DemoPorts{}, fmt.Errorf("want three ports, web-stable's two then web-canary's (e.g. %s), not %q", DefaultDemoPorts, v)
+	}
+	var p DemoPorts
+	for i, s := range parts {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 65535 {
+			return DemoPorts{}, fmt.Errorf("%q is not a port (1..65535)", s)
+		}
+		if slices.Contains(p[:i], n) {
+			return DemoPorts{}, fmt.Errorf("port %d is given twice", n)
+		}
+		p[i] = n
+	}
+	return p, nil
+}
 
 // DemoAuthor is the author of the generations the demo publishes.
 const DemoAuthor = "demo"
@@ -103,9 +151,11 @@ func onHost(addrs []string, host string) []string {
 // startDemo starts the demo pools on their fixed ports, bound as
 // demoBindHost says for a proxy on listen, and, when the database holds no
 // generation, publishes DemoSpec.
-func startDemo(ctx context.Context, store *db.Store, listen string) ([]*demo.Pool, error) {
+func startDemo(ctx context.Context, store *db.Store, listen string, ports DemoPorts) ([]*demo.Pool, error) {
 	host := demoBindHost(listen)
-	return startDemoOn(ctx, store, onHost(demoStable, host), onHost(demoCanary, host))
+	stable, canary := ports.Addrs()
+	pools, err := startDemoOn(ctx, store, onHost(stable, host), onHost(canary, host), ports)
+	return pools, err
 }
 
 // startDemoOn starts web-stable on the addresses stable and web-canary on
@@ -113,8 +163,8 @@ func startDemo(ctx context.Context, store *db.Store, listen string) ([]*demo.Poo
 // no generation, publishes DemoSpec over the addresses they bound (an
 // unspecified host named as 127.0.0.1). The pools are returned even with an
 // error, for the caller to close.
-func startDemoOn(ctx context.Context, store *db.Store, stable, canary []string) ([]*demo.Pool, error) {
-	const hint = " (the demo upstreams need ports 9001, 9002 and 9101 free)"
+func startDemoOn(ctx context.Context, store *db.Store, stable, canary []string, ports DemoPorts) ([]*demo.Pool, error) {
+	hint := fmt.Sprintf(" (the demo upstreams need ports %s free; move them with --demo-ports, e.g. --demo-ports 19001,19002,19101)", ports)
 	sp, err := demo.StartPoolOn("web-stable", stable...)
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w%s", err, hint)
@@ -168,21 +218,22 @@ func publishDemo(ctx context.Context, store *db.Store, stable, canary []string, 
 	})
 }
 
-// ResetDemo publishes the demo's spec (DemoSpec over the demo pools' fixed
-// addresses) as a new generation of the database at databaseURL, which is
+// ResetDemo publishes the demo's spec (DemoSpec over the demo pools'
+// addresses on ports) as a new generation of the database at databaseURL, which is
 // created and migrated when needed, whatever generation is active: `dwara
 // serve --demo --reset` starts the demo afresh. Every earlier generation
 // stays in the history. When the active generation already has the demo's
 // spec nothing is stored, and it is returned with Unchanged set. A running
 // `dwara serve` on the same database applies the new generation as any
 // other.
-func ResetDemo(ctx context.Context, databaseURL string) (apiv1.Generation, error) {
+func ResetDemo(ctx context.Context, databaseURL string, ports DemoPorts) (apiv1.Generation, error) {
 	store, err := openStore(ctx, databaseURL)
 	if err != nil {
 		return apiv1.Generation{}, err
 	}
 	defer store.Close()
-	g, err := publishDemo(ctx, store, demoStable, demoCanary, nil, demoResetMessage)
+	stable, canary := ports.Addrs()
+	g, err := publishDemo(ctx, store, stable, canary, nil, demoResetMessage)
 	if err != nil {
 		return apiv1.Generation{}, fmt.Errorf("demo reset: %w", err)
 	}

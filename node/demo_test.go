@@ -18,13 +18,13 @@ func TestResetDemo(t *testing.T) {
 	store, url := dbtest.NewStore(t)
 	ctx := t.Context()
 
-	g, err := ResetDemo(ctx, url)
+	g, err := ResetDemo(ctx, url, DemoPorts{})
 	if err != nil || g.ID != 1 || g.Unchanged || g.Author != DemoAuthor {
 		t.Fatalf("ResetDemo on an empty database = %+v, %v; want generation 1 by %s", g, err, DemoAuthor)
 	}
 	other := publishTo(t, store, []byte(`{"upstreams":[{"name":"a","endpoints":["127.0.0.1:9301"]}],"services":[{"name":"api","upstream":"a"}]}`))
 
-	g, err = ResetDemo(ctx, url)
+	g, err = ResetDemo(ctx, url, DemoPorts{})
 	if err != nil || g.ID != other.ID+1 || g.Unchanged || g.Action != apiv1.ActionCreate || g.ParentID == nil || *g.ParentID != other.ID {
 		t.Fatalf("ResetDemo over generation %d = %+v, %v; want a new generation on top of it", other.ID, g, err)
 	}
@@ -36,6 +36,7 @@ func TestResetDemo(t *testing.T) {
 	for _, s := range spec.Services {
 		names = append(names, s.Name)
 	}
+	demoStable, demoCanary := DefaultDemoPorts.Addrs()
 	if !slices.Equal(names, []string{"web", "shop"}) || !slices.Equal(spec.Upstreams[0].Endpoints, demoStable) ||
 		!slices.Equal(spec.Upstreams[1].Endpoints, demoCanary) {
 		t.Errorf("the reset generation has services %v and upstreams %+v; want the demo's", names, spec.Upstreams)
@@ -44,7 +45,7 @@ func TestResetDemo(t *testing.T) {
 		t.Errorf("history after the reset: %d generations (%v); want all 3 kept", len(gens), err)
 	}
 
-	again, err := ResetDemo(ctx, url)
+	again, err := ResetDemo(ctx, url, DemoPorts{})
 	if err != nil || !again.Unchanged || again.ID != g.ID {
 		t.Errorf("a second ResetDemo = %+v, %v; want generation %d unchanged", again, err, g.ID)
 	}
@@ -56,7 +57,7 @@ func TestStartDemoSeedsOnce(t *testing.T) {
 	t.Parallel()
 	store, _ := dbtest.NewStore(t)
 	start := func() []string {
-		pools, err := startDemoOn(t.Context(), store, []string{"127.0.0.1:0", "127.0.0.1:0"}, []string{"127.0.0.1:0"})
+		pools, err := startDemoOn(t.Context(), store, []string{"127.0.0.1:0", "127.0.0.1:0"}, []string{"127.0.0.1:0"}, DefaultDemoPorts)
 		for _, p := range pools {
 			t.Cleanup(p.Close)
 		}
@@ -100,6 +101,7 @@ func TestDemoAddresses(t *testing.T) {
 			t.Errorf("demoBindHost(%q) = %q, want %q", listen, got, want)
 		}
 	}
+	demoStable, _ := DefaultDemoPorts.Addrs()
 	if got := onHost(demoStable, "0.0.0.0"); !slices.Equal(got, []string{"0.0.0.0:9001", "0.0.0.0:9002"}) {
 		t.Errorf("onHost = %v", got)
 	}

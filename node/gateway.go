@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strings"
+	"sync"
 
 	"golang.org/x/sync/errgroup"
 
@@ -59,7 +60,13 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	px := proxy.New(c.proxyOptions(reg))
 	defer px.Close()             // after every part has stopped: the pooled upstream connections
 	var follower *fleet.Follower // with a database: set below, before any apply
+	// The proxy listener accepts its first connection only once a
+	// generation is applied (from the state directory or the source), so
+	// no client of a starting gateway is answered "no generation".
+	ready := make(chan struct{})
+	markReady := sync.OnceFunc(func() { close(ready) })
 	apply := applier(px, func(spec *config.Spec, generation int64) {
+		markReady()
 		state.save(spec, generation)
 		if follower != nil {
 			follower.Notify() // transient weights of the applied generation, if any
@@ -82,6 +89,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 				}
 			}
 			log.Info("serving the last generation from the state directory until the source answers", "generation", generation, "dir", c.StateDir)
+			markReady()
 		}
 	}
 	kept := keptWeights{px: px, state: state}
@@ -124,6 +132,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	if err != nil {
 		return err
 	}
+	proxyL.ready = ready
 	// The metrics listener stays plain.
 	metricsL, err := listenAdmin("metrics", c.MetricsListen, mux, c.Limits, nil)
 	if err != nil {

@@ -268,6 +268,9 @@ type ServeConfig struct {
 	// Demo starts the built-in demo upstreams and seeds an example
 	// generation into an empty database; false starts neither.
 	Demo bool
+	// DemoPorts are the demo pools' ports; the zero value means
+	// DefaultDemoPorts.
+	DemoPorts DemoPorts
 	// Front is the HTTP server of the proxy listener (proxy.NewFront):
 	// FrontFastHTTP ("" stands for it; see proxy.NewFastServer), which
 	// serves HTTP/1.1 itself and, with TLS, hands the connections that
@@ -518,6 +521,11 @@ type server struct {
 	name  string
 	ln    net.Listener
 	front proxy.Front
+	// ready, when non-nil, holds off accepting until it is closed: the
+	// listener is bound (its address known, connections queue in the
+	// kernel's backlog) but no connection is taken before then. A gateway's
+	// proxy listener waits for its first generation this way.
+	ready <-chan struct{}
 }
 
 // listenFront binds addr for the proxy px on front: FrontFastHTTP or
@@ -571,6 +579,16 @@ func (s *server) addr() string { return s.ln.Addr().String() }
 func serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger, shutdownTimeout time.Duration, servers ...*server) {
 	for _, s := range servers {
 		g.Go(func() error {
+			if s.ready != nil {
+				select {
+				case <-s.ready:
+				case <-ctx.Done():
+					// Stopped before it was ready: nothing was accepted,
+					// so the queued connections are refused by the close.
+					_ = s.ln.Close()
+					return nil
+				}
+			}
 			if err := s.front.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("%s listener: %w", s.name, err)
 			}

@@ -65,7 +65,7 @@ type demoServe struct {
 func startDemoServe(t *testing.T, front, token string) *demoServe {
 	t.Helper()
 	store, url := dbtest.NewStore(t)
-	pools, err := startDemoOn(t.Context(), store, []string{"127.0.0.1:0", "127.0.0.1:0"}, []string{"127.0.0.1:0"})
+	pools, err := startDemoOn(t.Context(), store, []string{"127.0.0.1:0", "127.0.0.1:0"}, []string{"127.0.0.1:0"}, DefaultDemoPorts)
 	for _, p := range pools {
 		t.Cleanup(p.Close)
 	}

@@ -49,7 +49,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	// before the demo pools, the upstream connections and the store close.
 	defer store.Close()
 	if c.Demo {
-		pools, err := startDemo(ctx, store, c.Listen)
+		pools, err := startDemo(ctx, store, c.Listen, c.DemoPorts)
 		defer func() {
 			for _, p := range pools {
 				p.Close()

@@ -9,6 +9,9 @@
 #      we are root);
 #   4. otherwise it explains how to get one and fails.
 # The database itself is created by dwara (serve/migrate) or the test helper.
+# DWARA_STATE moves .dwara (the cluster's directory); DWARA_PG_PORT the
+# private cluster's port; DWARA_PG_PRIVATE=1 skips 5432 and uses the
+# private cluster. make stop (scripts/stop.sh) stops the private cluster.
 set -euo pipefail
 db=${1:-dwara}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,12 +29,13 @@ answers() { # host port
 	fi
 }
 
-if answers 127.0.0.1 5432; then
+state=${DWARA_STATE:-$root/.dwara}
+if [ "${DWARA_PG_PRIVATE:-}" != 1 ] && answers 127.0.0.1 5432; then
 	echo "postgres://postgres@127.0.0.1:5432/$db?sslmode=disable"
 	exit 0
 fi
 
-port=54329
+port=${DWARA_PG_PORT:-54329}
 if answers 127.0.0.1 $port; then
 	echo "postgres://postgres@127.0.0.1:$port/$db?sslmode=disable"
 	exit 0
@@ -54,7 +58,7 @@ MSG
 	exit 1
 fi
 
-data="$root/.dwara/pg"
+data="$state/pg"
 as_pg() {
 	if [ "$(id -u)" = 0 ]; then
 		runuser -u postgres -- "$@"
@@ -62,16 +66,16 @@ as_pg() {
 		"$@"
 	fi
 }
-mkdir -p "$root/.dwara"
+mkdir -p "$state"
 if [ ! -f "$data/PG_VERSION" ]; then
 	mkdir -p "$data"
 	[ "$(id -u)" = 0 ] && chown postgres "$data"
-	as_pg "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 >"$root/.dwara/initdb.log" 2>&1 || {
-		cat "$root/.dwara/initdb.log" >&2
+	as_pg "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 >"$state/initdb.log" 2>&1 || {
+		cat "$state/initdb.log" >&2
 		exit 1
 	}
 fi
 as_pg "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -t 30 \
 	-o "-c listen_addresses=127.0.0.1 -p $port -k /tmp" start >&2
-echo "private PostgreSQL started under $data (stop it with: $bin/pg_ctl -D $data stop)" >&2
+echo "private PostgreSQL started under $data; it outlives make run: stop it with make stop" >&2
 echo "postgres://postgres@127.0.0.1:$port/$db?sslmode=disable"

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -46,6 +47,24 @@ func TestDocs(t *testing.T) {
 	for _, attr := range []string{`src="http`, `href="http`, `src="//`, `href="//`} {
 		if strings.Contains(rec.Body.String(), attr) {
 			t.Errorf("the page loads an external resource (%s)", attr)
+		}
+	}
+}
+
+// The docs page links back to the dashboard, with and without the slash;
+// its assets are served as they are.
+func TestDocsBackLink(t *testing.T) {
+	t.Parallel()
+	h := Docs("/openapi.yaml", "/docs/")
+	for _, path := range []string{"/docs", "/docs/"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		body := rec.Body.String()
+		if rec.Code != http.StatusOK || !strings.Contains(body, `<a href="/">&larr; Dwara dashboard</a>`) || !strings.Contains(body, "swagger-ui") {
+			t.Errorf("GET %s: %d, no link back to the dashboard in %.300s", path, rec.Code, body)
+		}
+		if n := rec.Header().Get("Content-Length"); n != strconv.Itoa(len(body)) {
+			t.Errorf("GET %s: Content-Length %s for %d bytes", path, n, len(body))
 		}
 	}
 }

@@ -3,6 +3,9 @@
 package apitest
 
 import (
+	"crypto/tls"
+	"io"
+	"log"
 	"log/slog"
 	"net/http/httptest"
 	"testing"
@@ -30,8 +33,33 @@ func StartWith(t *testing.T, o api.Options) (string, *db.Store) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	return serve(t, o, store, nil)
+}
+
+// StartTLS is Start serving HTTPS with the certificate cert (for example
+// one of internal/testcert, whose PEM a client then trusts): the API as a
+// TLS serve answers it.
+func StartTLS(t *testing.T, token string, cert tls.Certificate) (string, *db.Store) {
+	t.Helper()
+	store, _ := dbtest.NewStore(t)
+	return serve(t, api.Options{Token: token, Store: store, Logger: slog.New(slog.DiscardHandler)}, store, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+}
+
+// serve serves the API of o on 127.0.0.1, over TLS with tc when it is not
+// nil, until the test ends.
+func serve(t *testing.T, o api.Options, store *db.Store, tc *tls.Config) (string, *db.Store) {
+	t.Helper()
 	srv := api.New(o)
-	ts := httptest.NewServer(srv.Handler())
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	// A client that does not trust the certificate is a case the tests
+	// make on purpose: its handshake error is not news.
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0)
+	if tc != nil {
+		ts.TLS = tc
+		ts.StartTLS()
+	} else {
+		ts.Start()
+	}
 	t.Cleanup(ts.Close)
 	return ts.URL, store
 }

@@ -30,6 +30,8 @@ import (
 	"time"
 	"unicode"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/client"
 	"github.com/dwara/dwara/gateway/config"
@@ -53,47 +55,73 @@ const Usage = `Client verbs (they call the REST API of a running "dwara serve"):
   dwara pause SERVICE [-m MESSAGE]                                 hold the canary controller off a group
   dwara resume SERVICE [-m MESSAGE]                                let the canary controller act on it again
   dwara probe SERVICE [--branch NAME] [--count N] [--proxy URL]    forced requests to each branch, through a gateway
-  Flags of every client verb: --api URL (default $DWARA_API_URL, else ` + client.DefaultURL + `),
-  --json (print the API's JSON answer), --timeout 30s; of the verbs that change something (all but
-  history, diff and a plain canary): --actor NAME (default $USER). The bearer token is read from DWARA_ADMIN_TOKEN.
+  dwara export --format httproute [SERVICE...] [--upstreams FILE]  the services as Gateway API HTTPRoutes
+  dwara import -f ROUTES --upstreams FILE [--dry-run]              publish HTTPRoutes as a generation
+  dwara config view|get-contexts|current-context|use-context NAME|set-context NAME|delete-context NAME
+                                                                   the client configuration file's contexts
+  Flags of every client verb, before or after it: --api URL (default $DWARA_API_URL, else the context's, else
+  ` + client.DefaultURL + `), --context NAME, --config-file FILE (default $DWARA_CONFIG, else
+  ~/.config/dwara/config.yaml), --token-file FILE (default $DWARA_ADMIN_TOKEN, else the context's), --cacert FILE,
+  --insecure-skip-tls-verify, -o json|yaml|wide|name (--json is -o json), --timeout 30s; of the verbs that change
+  something: --actor NAME (default: the context's, else $USER).
 `
 
 // clientVerb is one client verb: its argument synopsis, what it does, whether
-// it changes something (and so takes --actor), and the function that
-// registers its own flags and returns the action to run once they are
-// parsed.
+// it changes something (and so takes --actor), the -o formats it prints
+// besides its summary, whether it runs without the API (local), and the
+// function that registers its own flags and returns the action to run once
+// they are parsed.
 type clientVerb struct {
 	synopsis string
 	summary  string
 	mutating bool
+	outputs  []string
 	setup    func(fs *flag.FlagSet) func(ctx context.Context, cc *clientCall, args []string) error
+	local    bool
 }
+
+// The -o formats of the verbs: what a change prints (the generation or
+// the group it made), and what a listing prints.
+var (
+	changeOutputs  = []string{outputJSON, outputYAML, outputName}
+	listingOutputs = []string{outputJSON, outputYAML, outputWide, outputName}
+)
 
 var clientVerbs = map[string]clientVerb{
 	"apply": {"-f FILE [-m MESSAGE] [--dry-run] [--if-match ID]",
-		"Publish the spec in FILE (YAML or JSON; - reads stdin) as a new generation.", true, setupApply},
+		"Publish the spec in FILE (YAML or JSON; - reads stdin) as a new generation.", true, changeOutputs, setupApply, false},
 	"flip": {"SERVICE [-m MESSAGE] [--if-match ID]",
-		"Swap the two weights of SERVICE's 2-target split (blue-green).", true, setupEdit("flip")},
+		"Swap the two weights of SERVICE's 2-target split (blue-green).", true, changeOutputs, setupEdit("flip"), false},
 	"weights": {"SERVICE UPSTREAM=WEIGHT... [--allow-reshuffle] [-m MESSAGE] [--if-match ID]",
-		"Set the weights of SERVICE's split targets; the total must stay unless --allow-reshuffle.", true, setupWeights},
+		"Set the weights of SERVICE's split targets; the total must stay unless --allow-reshuffle.", true, changeOutputs, setupWeights, false},
 	"kill": {"SERVICE [-m MESSAGE] [--if-match ID]",
-		"Send all of SERVICE's traffic to its first target (every other target to 0).", true, setupEdit("kill")},
+		"Send all of SERVICE's traffic to its first target (every other target to 0).", true, changeOutputs, setupEdit("kill"), false},
 	"rollback": {"ID [-m MESSAGE] [--if-match ID]",
-		"Publish the spec of generation ID again, as a new generation.", true, setupRollback},
+		"Publish the spec of generation ID again, as a new generation.", true, changeOutputs, setupRollback, false},
 	"history": {"[--limit N] [--cursor C]",
-		"List the generations, newest first, a page at a time.", false, setupHistory},
+		"List the generations, newest first, a page at a time.", false, listingOutputs, setupHistory, false},
 	"diff": {"[ID] [--against ID]",
-		"Show what generation ID (default: the active one) changed, and the share of keys it moves.", false, setupDiff},
+		"Show what generation ID (default: the active one) changed, and the share of keys it moves.", false, listingOutputs, setupDiff, false},
 	"canary": {"[SERVICE] | promote SERVICE [-m MESSAGE]",
-		"Show the canary groups (or SERVICE's) and the last 10 canary events; promote passes the gate SERVICE's canary waits at.", true, setupCanary},
+		"Show the canary groups (or SERVICE's) and the last 10 canary events; promote passes the gate SERVICE's canary waits at.", true, listingOutputs, setupCanary, false},
 	"adopt": {"SERVICE [-m MESSAGE] [--if-match ID]",
-		"Publish the canary weights in force for SERVICE as a generation.", true, setupAdopt},
+		"Publish the canary weights in force for SERVICE as a generation.", true, changeOutputs, setupAdopt, false},
 	"pause": {"SERVICE [-m MESSAGE]",
-		"Hold the canary controller off SERVICE's group until it is resumed.", true, setupHold(true)},
+		"Hold the canary controller off SERVICE's group until it is resumed.", true, changeOutputs, setupHold(true), false},
 	"resume": {"SERVICE [-m MESSAGE]",
-		"Let the canary controller act on SERVICE's group again.", true, setupHold(false)},
+		"Let the canary controller act on SERVICE's group again.", true, changeOutputs, setupHold(false), false},
 	"probe": {"SERVICE [--branch NAME] [--count N] [--proxy URL] [--path P]",
-		"Send forced requests to each branch of SERVICE (its override header) through a gateway; print statuses and latencies.", false, setupProbe},
+		"Send forced requests to each branch of SERVICE (its override header) through a gateway; print statuses and latencies.",
+		false, []string{outputJSON, outputYAML}, setupProbe, false},
+	"export": {"--format httproute [SERVICE...] [--upstreams FILE] [--namespace NS] [--gateway NAME]",
+		"Write the active generation's services (or those named) as Gateway API HTTPRoutes (YAML; -o json: a List), and the upstreams they name to FILE.",
+		false, []string{outputJSON, outputYAML}, setupExport, false},
+	"import": {"-f ROUTES --upstreams FILE [-m MESSAGE] [--dry-run] [--if-match ID]",
+		"Publish Gateway API HTTPRoutes (with the upstreams they name, in Dwara's schema) as a generation; a field Dwara cannot serve is refused.",
+		true, changeOutputs, setupImport, false},
+	"config": {"view | get-contexts | current-context | use-context NAME | set-context NAME [--api URL] [--token-file FILE] [--cacert FILE] [--insecure-skip-tls-verify] [--actor NAME] | delete-context NAME",
+		"Show or change the client configuration file: named contexts, each an API URL with its token file and CA.",
+		false, []string{outputJSON, outputYAML, outputName}, setupConfig, true},
 }
 
 // Verbs returns the names of the client verbs, sorted.
@@ -148,17 +176,20 @@ type IO struct {
 
 // IsVerb reports whether name is one of the client verbs.
 func IsVerb(name string) bool {
-	_, ok := clientVerbs[name]
+	_, ok := lookupVerb(name)
 	return ok
 }
 
 // clientCall is one run of a client verb.
 type clientCall struct {
-	verb   string
-	io     IO
-	c      *client.Client
-	json   bool
-	answer []byte // the last answer body, for --json
+	verb    string
+	io      IO
+	c       *client.Client // nil for a local verb
+	globals *globals
+	output  string
+	service string         // the SERVICE argument
+	weights map[string]int // the weights asked for, of the weights verb
+	answer  []byte         // the last answer body, for -o json and yaml
 }
 
 // usageError is a mistake on the command line: exit status 2.
@@ -170,17 +201,32 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Sprintf(format, args...)}
 }
 
+// Misuse writes a usage mistake in the one style of every dwara command:
+// the problem, the synopsis, and where the rest is, so the problem does not
+// scroll away under the whole usage text.
+func Misuse(w io.Writer, verb, synopsis, problem string) {
+	fmt.Fprintf(w, "dwara %s: %s\n", verb, problem)
+	fmt.Fprintf(w, "usage: dwara %s %s\n", verb, synopsis)
+	fmt.Fprintf(w, "Run \"dwara %s --help\" for its flags.\n", verb)
+}
+
 // Run runs the client verb args[0] with the arguments args[1:] and returns
 // the exit status: 0 done (or --help, whose usage text goes to s.Out), 1 the
 // call failed (the reason is on s.Err), 2 a usage mistake ("dwara VERB:
-// problem" and the verb's usage on s.Err).
+// problem" and the verb's synopsis on s.Err). Global flags may come before
+// the verb.
 func Run(ctx context.Context, args []string, s IO) int {
 	if len(args) == 0 {
 		fmt.Fprintln(s.Err, "dwara: no command")
 		return 2
 	}
+	args, err := hoistVerb(args)
+	if err != nil {
+		fmt.Fprintf(s.Err, "dwara: %v\n", err)
+		return 2
+	}
 	verb := args[0]
-	v, ok := clientVerbs[verb]
+	v, ok := lookupVerb(verb)
 	if !ok {
 		fmt.Fprintf(s.Err, "dwara: unknown command %q\n", verb)
 		return 2
@@ -190,18 +236,12 @@ func Run(ctx context.Context, args []string, s IO) int {
 	fs.Usage = func() {}
 	synopsis := v.synopsis + " [flags]"
 	usage := func(w io.Writer) { WriteUsage(w, verb, synopsis, v.summary, fs) }
-	apiURL := fs.String("api", "", "base `URL` of the API (default $DWARA_API_URL, else "+client.DefaultURL+")")
-	actor := new(string)
-	if v.mutating {
-		fs.StringVar(actor, "actor", "", "the `NAME` of who makes the change, recorded as its author (default $USER)")
-	}
-	asJSON := fs.Bool("json", false, "print the API's JSON answer instead of the summary")
-	timeout := fs.Duration("timeout", client.DefaultTimeout, "give up on the API after this long")
+	g := &globals{}
+	g.register(fs, v.mutating)
 	action := v.setup(fs)
 
 	misuse := func(msg string) int {
-		fmt.Fprintf(s.Err, "dwara %s: %s\n", verb, msg)
-		usage(s.Err)
+		Misuse(s.Err, verb, synopsis, msg)
 		return 2
 	}
 	rest, err := parseInterspersed(fs, args[1:])
@@ -210,29 +250,36 @@ func Run(ctx context.Context, args []string, s IO) int {
 		return 0
 	}
 	if err != nil {
-		return misuse(err.Error())
+		return misuse(FlagError(err))
 	}
-	if *timeout <= 0 {
+	if g.timeout <= 0 {
 		return misuse("--timeout must be positive")
 	}
-	if *apiURL == "" {
-		*apiURL = s.Getenv("DWARA_API_URL")
-	}
-	if *actor == "" && v.mutating {
-		*actor = s.Getenv("USER")
-	}
-	cc := &clientCall{verb: verb, io: s, json: *asJSON}
-	cc.c, err = client.New(client.Options{
-		URL:        *apiURL,
-		Token:      s.Getenv("DWARA_ADMIN_TOKEN"),
-		Actor:      *actor,
-		HTTPClient: newHTTPClient(*timeout),
-		Answer:     func(_ int, body []byte) { cc.answer = body },
-	})
-	if err != nil {
+	if err := g.checkOutput(verb, v.outputs); err != nil {
 		return misuse(err.Error())
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	cc := &clientCall{verb: verb, io: s, globals: g, output: g.output}
+	if !v.local {
+		conn, err := g.connect(s, v.mutating)
+		if ue, ok := errors.AsType[usageError](err); ok {
+			return misuse(ue.msg)
+		}
+		if err != nil {
+			fmt.Fprintf(s.Err, "dwara %s: %v\n", verb, err)
+			return 1
+		}
+		cc.c, err = client.New(client.Options{
+			URL:        conn.url,
+			Token:      conn.token,
+			Actor:      conn.actor,
+			HTTPClient: &http.Client{Timeout: g.timeout, Transport: conn.transport},
+			Answer:     func(_ int, body []byte) { cc.answer = body },
+		})
+		if err != nil {
+			return misuse(err.Error())
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	err = action(ctx, cc, rest)
 	if err == nil {
@@ -241,13 +288,8 @@ func Run(ctx context.Context, args []string, s IO) int {
 	if ue, ok := errors.AsType[usageError](err); ok {
 		return misuse(ue.msg)
 	}
-	cc.report(err, *timeout)
+	cc.report(ctx, err, g.timeout)
 	return 1
-}
-
-// newHTTPClient returns the HTTP client of one verb run.
-func newHTTPClient(timeout time.Duration) *http.Client {
-	return &http.Client{Timeout: timeout}
 }
 
 // parseInterspersed parses fs from args while allowing flags after the
@@ -321,21 +363,30 @@ func setupApply(fs *flag.FlagSet) func(context.Context, *clientCall, []string) e
 		if msg == "" {
 			msg = "apply " + filepath.Base(specName(*file))
 		}
-		res, err := cc.c.Create(ctx, msg, spec, client.CreateOptions{DryRun: *dryRun, IfMatch: match})
-		if err != nil {
-			return err
-		}
-		if cc.printJSON() {
-			return nil
-		}
-		if res.DryRun != nil {
-			fmt.Fprintln(cc.io.Out, "dry run: the spec is valid; nothing was stored")
-			printDiff(cc.io.Out, res.DryRun.Impact)
-			return nil
-		}
-		printGeneration(cc.io.Out, *res.Generation)
+		return cc.publish(ctx, msg, spec, client.CreateOptions{DryRun: *dryRun, IfMatch: match})
+	}
+}
+
+// publish publishes spec (or, with o.DryRun, checks it) and prints the
+// generation, or the dry run's impact.
+func (cc *clientCall) publish(ctx context.Context, msg string, spec json.RawMessage, o client.CreateOptions) error {
+	res, err := cc.c.Create(ctx, msg, spec, o)
+	if err != nil {
+		return err
+	}
+	if cc.printAnswer() {
 		return nil
 	}
+	if res.DryRun != nil {
+		if cc.output == outputName {
+			printChangedServices(cc.io.Out, res.DryRun.Impact)
+			return nil
+		}
+		fmt.Fprintln(cc.io.Out, "dry run: the spec is valid; nothing was stored")
+		printDiff(cc.io.Out, res.DryRun.Impact, false)
+		return nil
+	}
+	return cc.generation(*res.Generation, nil)
 }
 
 // readSpec reads the spec file name ("-": in) with the one spec decoder and
@@ -345,18 +396,9 @@ func setupApply(fs *flag.FlagSet) func(context.Context, *clientCall, []string) e
 // returned. A spec that fails to decode or validate is a *specError listing
 // every problem; nothing is sent.
 func readSpec(in io.Reader, name string) (json.RawMessage, string, error) {
-	var data []byte
-	var err error
-	if name == "-" {
-		data, err = io.ReadAll(io.LimitReader(in, apiv1.MaxBodyBytes+1))
-	} else {
-		data, err = os.ReadFile(name)
-	}
+	data, err := readInput(in, name)
 	if err != nil {
-		return nil, "", fmt.Errorf("read spec: %w", err)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, "", fmt.Errorf("read spec: %s is empty", specName(name))
+		return nil, "", err
 	}
 	env, err := parseDocument(data)
 	if ve, ok := errors.AsType[*config.ValidationError](err); ok {
@@ -370,6 +412,25 @@ func readSpec(in io.Reader, name string) (json.RawMessage, string, error) {
 		return nil, "", fmt.Errorf("encode spec %s: %w", specName(name), err)
 	}
 	return js, env.Message, nil
+}
+
+// readInput reads the file name ("-": in, bounded as the API bounds a
+// body); an empty one is an error.
+func readInput(in io.Reader, name string) ([]byte, error) {
+	var data []byte
+	var err error
+	if name == "-" {
+		data, err = io.ReadAll(io.LimitReader(in, apiv1.MaxBodyBytes+1))
+	} else {
+		data, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", specName(name), err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("read %s: it is empty", specName(name))
+	}
+	return data, nil
 }
 
 // parseDocument reads a spec file with the one decoder: a spec, or a whole
@@ -436,9 +497,14 @@ func specName(name string) string {
 type specError struct {
 	file string
 	errs []config.FieldError
+	// what is what the file holds, when not a spec ("the HTTPRoutes").
+	what string
 }
 
 func (e *specError) Error() string {
+	if e.what != "" {
+		return fmt.Sprintf("%s in %s cannot be served as they are", e.what, e.file)
+	}
 	return fmt.Sprintf("the spec in %s is invalid", e.file)
 }
 
@@ -493,6 +559,7 @@ func setupWeights(fs *flag.FlagSet) func(context.Context, *clientCall, []string)
 		if err != nil {
 			return err
 		}
+		cc.service, cc.weights = args[0], weights
 		g, err := cc.c.SetWeights(ctx, args[0], weights, *reshuffle, client.EditOptions{Message: *message, IfMatch: match})
 		return cc.generation(g, err)
 	}
@@ -518,6 +585,14 @@ func setupRollback(fs *flag.FlagSet) func(context.Context, *clientCall, []string
 	}
 }
 
+// idOrDash formats an optional generation id: the id, or "-".
+func idOrDash(id *int64) string {
+	if id == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*id, 10)
+}
+
 // maxHistoryLimit is the largest page the API lists (its ?limit= takes
 // 1..500).
 const maxHistoryLimit = 500
@@ -538,32 +613,49 @@ func setupHistory(fs *flag.FlagSet) func(context.Context, *clientCall, []string)
 		if err != nil {
 			return err
 		}
-		if cc.printJSON() {
+		// The hint to the next page goes to stderr, so a pipe gets rows
+		// only, whatever the format.
+		defer func() {
+			if page.NextCursor != "" {
+				more := "dwara history --cursor " + page.NextCursor
+				if *limit != 0 {
+					more = fmt.Sprintf("dwara history --limit %d --cursor %s", *limit, page.NextCursor)
+				}
+				fmt.Fprintf(cc.io.Err, "more: %s\n", more)
+			}
+		}()
+		if cc.printAnswer() {
 			return nil
 		}
 		w := cc.io.Out
+		if cc.output == outputName {
+			for _, g := range page.Items {
+				fmt.Fprintf(w, "generation/%d\n", g.ID)
+			}
+			return nil
+		}
 		if len(page.Items) == 0 {
 			fmt.Fprintln(w, "no generations")
 			return nil
 		}
+		wide := cc.output == outputWide
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tACTION\tSOURCE\tAUTHOR\tCREATED\tMESSAGE")
+		if wide {
+			fmt.Fprintln(tw, "ID\tPARENT\tACTION\tSOURCE\tAUTHOR\tCREATED\tMESSAGE")
+		} else {
+			fmt.Fprintln(tw, "ID\tACTION\tSOURCE\tAUTHOR\tCREATED\tMESSAGE")
+		}
 		for _, g := range page.Items {
-			src := "-"
-			if g.SourceID != nil {
-				src = strconv.FormatInt(*g.SourceID, 10)
+			if wide {
+				// The full time in UTC, to the second's fraction, and the parent.
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.ID, idOrDash(g.ParentID), clean(g.Action), idOrDash(g.SourceID), clean(g.Author),
+					g.CreatedAt.UTC().Format(time.RFC3339Nano), clean(g.Message))
+				continue
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.ID, clean(g.Action), src, clean(g.Author),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.ID, clean(g.Action), idOrDash(g.SourceID), clean(g.Author),
 				g.CreatedAt.Local().Format("2006-01-02 15:04:05 MST"), clean(g.Message))
 		}
 		tw.Flush()
-		if page.NextCursor != "" {
-			more := "dwara history --cursor " + page.NextCursor
-			if *limit != 0 {
-				more = fmt.Sprintf("dwara history --limit %d --cursor %s", *limit, page.NextCursor)
-			}
-			fmt.Fprintf(w, "more: %s\n", more)
-		}
 		return nil
 	}
 }
@@ -598,10 +690,13 @@ func setupDiff(fs *flag.FlagSet) func(context.Context, *clientCall, []string) er
 		if err != nil {
 			return err
 		}
-		if cc.printJSON() {
-			return nil
+		switch {
+		case cc.printAnswer():
+		case cc.output == outputName:
+			printChangedServices(cc.io.Out, d)
+		default:
+			printDiff(cc.io.Out, d, cc.output == outputWide)
 		}
-		printDiff(cc.io.Out, d)
 		return nil
 	}
 }
@@ -621,7 +716,11 @@ func setupCanary(fs *flag.FlagSet) func(context.Context, *clientCall, []string) 
 			if err != nil {
 				return err
 			}
-			if !cc.printJSON() {
+			switch {
+			case cc.printAnswer():
+			case cc.output == outputName:
+				fmt.Fprintf(cc.io.Out, "service/%s\n", clean(g.Service))
+			default:
 				fmt.Fprintf(cc.io.Out, "canary group %s: gate passed, %s at %s (generation %d)\n", clean(g.Service), clean(g.State), weightPair(g.Weights), g.GenerationID)
 			}
 			return nil
@@ -637,11 +736,20 @@ func setupCanary(fs *flag.FlagSet) func(context.Context, *clientCall, []string) 
 		default:
 			return usagef("give at most one SERVICE")
 		}
+		cc.service = service
 		list, err := cc.c.Canary(ctx)
 		if err != nil {
 			return err
 		}
-		if cc.printJSON() {
+		if cc.printAnswer() {
+			return nil
+		}
+		if cc.output == outputName {
+			for _, g := range list.Items {
+				if service == "" || g.Service == service {
+					fmt.Fprintf(cc.io.Out, "service/%s\n", clean(g.Service))
+				}
+			}
 			return nil
 		}
 		groups := list.Items
@@ -653,7 +761,15 @@ func setupCanary(fs *flag.FlagSet) func(context.Context, *clientCall, []string) 
 				}
 			}
 			if len(groups) == 0 {
-				return fmt.Errorf("service %q is not a canary group of the active generation (a 2-target split with canary_analysis)", service)
+				msg := fmt.Sprintf("service %q is not a canary group of the active generation (a 2-target split with canary_analysis)", service)
+				names := make([]string, len(list.Items))
+				for i, g := range list.Items {
+					names[i] = g.Service
+				}
+				if near := config.Nearest(service, names); near != "" {
+					msg += fmt.Sprintf("; did you mean %q?", near)
+				}
+				return errors.New(msg)
 			}
 		}
 		events, err := cc.c.CanaryEvents(ctx, service, 0, canaryEvents, "")
@@ -664,7 +780,7 @@ func setupCanary(fs *flag.FlagSet) func(context.Context, *clientCall, []string) 
 		if len(groups) == 0 {
 			fmt.Fprintln(w, "no canary groups in the active generation")
 		} else {
-			printCanaryGroups(w, groups)
+			printCanaryGroups(w, groups, cc.output == outputWide)
 		}
 		fmt.Fprintln(w)
 		printCanaryEvents(w, events.Items)
@@ -675,9 +791,13 @@ func setupCanary(fs *flag.FlagSet) func(context.Context, *clientCall, []string) 
 // printCanaryGroups prints one row per group: its state, its weights
 // (configured, then in force when they differ) and each version's figures
 // over the window.
-func printCanaryGroups(w io.Writer, groups []apiv1.CanaryGroup) {
+func printCanaryGroups(w io.Writer, groups []apiv1.CanaryGroup, wide bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tSTATE\tWEIGHTS\tWINDOW\tBASELINE\tCANARY")
+	if wide {
+		fmt.Fprintln(tw, "SERVICE\tGENERATION\tSTATE\tWEIGHTS\tWINDOW\tBASELINE\tCANARY")
+	} else {
+		fmt.Fprintln(tw, "SERVICE\tSTATE\tWEIGHTS\tWINDOW\tBASELINE\tCANARY")
+	}
 	for _, g := range groups {
 		weights := weightPair(g.Configured)
 		if g.Transient || g.Weights != g.Configured {
@@ -688,7 +808,12 @@ func printCanaryGroups(w io.Writer, groups []apiv1.CanaryGroup) {
 		case g.GateWaiting:
 			state += " (gate waiting)"
 		case g.HoldSince != nil:
-			state += " (holding since " + g.HoldSince.Local().Format("15:04:05") + ")"
+			state += " (holding since " + g.HoldSince.UTC().Format("15:04:05 UTC") + ")"
+		}
+		if wide {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%ds\t%s\t%s\n", clean(g.Service), g.GenerationID, state, weights, g.WindowSeconds,
+				figuresText(g.BaselineWindow), figuresText(g.CanaryWindow))
+			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%ds\t%s\t%s\n", clean(g.Service), state, weights, g.WindowSeconds,
 			figuresText(g.BaselineWindow), figuresText(g.CanaryWindow))
@@ -779,7 +904,11 @@ func setupHold(pause bool) func(fs *flag.FlagSet) func(context.Context, *clientC
 			if err != nil {
 				return err
 			}
-			if !cc.printJSON() {
+			switch {
+			case cc.printAnswer():
+			case cc.output == outputName:
+				fmt.Fprintf(cc.io.Out, "service/%s\n", clean(g.Service))
+			default:
 				fmt.Fprintf(cc.io.Out, "canary group %s: %s at %s (generation %d)\n", clean(g.Service), clean(g.State), weightPair(g.Weights), g.GenerationID)
 			}
 			return nil
@@ -793,21 +922,34 @@ func (cc *clientCall) generation(g apiv1.Generation, err error) error {
 	if err != nil {
 		return err
 	}
-	if !cc.printJSON() {
+	switch {
+	case cc.printAnswer():
+	case cc.output == outputName:
+		fmt.Fprintf(cc.io.Out, "generation/%d\n", g.ID)
+	default:
 		printGeneration(cc.io.Out, g)
 	}
 	return nil
 }
 
-// printJSON prints the last answer as the API wrote it when --json was
-// given, and reports whether it did.
-func (cc *clientCall) printJSON() bool {
-	if !cc.json {
+// printAnswer prints the last answer as the API wrote it (-o json) or as
+// YAML (-o yaml), and reports whether it did.
+func (cc *clientCall) printAnswer() bool {
+	switch cc.output {
+	case outputJSON:
+		cc.io.Out.Write(cc.answer)
+		if !bytes.HasSuffix(cc.answer, []byte("\n")) {
+			fmt.Fprintln(cc.io.Out)
+		}
+	case outputYAML:
+		y, err := yaml.JSONToYAML(cc.answer)
+		if err != nil {
+			// Not JSON: shown as it came rather than lost.
+			y = cc.answer
+		}
+		cc.io.Out.Write(y)
+	default:
 		return false
-	}
-	cc.io.Out.Write(cc.answer)
-	if !bytes.HasSuffix(cc.answer, []byte("\n")) {
-		fmt.Fprintln(cc.io.Out)
 	}
 	return true
 }
@@ -835,7 +977,7 @@ func printGeneration(w io.Writer, g apiv1.Generation) {
 // printDiff prints a diff or a dry run's impact: every service with its
 // change, the share of keys that moves and the details, the canaries the
 // publish starts afresh, then the upstreams that changed.
-func printDiff(w io.Writer, d apiv1.Diff) {
+func printDiff(w io.Writer, d apiv1.Diff, wide bool) {
 	side := func(id *int64, none string) string {
 		if id == nil {
 			return none
@@ -858,7 +1000,7 @@ func printDiff(w io.Writer, d apiv1.Diff) {
 	}
 	var changed []apiv1.UpstreamDiff
 	for _, u := range d.Upstreams {
-		if u.Change != apiv1.ChangeUnchanged {
+		if wide || u.Change != apiv1.ChangeUnchanged {
 			changed = append(changed, u)
 		}
 	}
@@ -872,6 +1014,15 @@ func printDiff(w io.Writer, d apiv1.Diff) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", clean(u.Name), clean(u.Change), clean(strings.Join(u.Details, "; ")))
 	}
 	tw.Flush()
+}
+
+// printChangedServices prints service/NAME for each service d changes.
+func printChangedServices(w io.Writer, d apiv1.Diff) {
+	for _, sv := range d.Services {
+		if sv.Change != apiv1.ChangeUnchanged {
+			fmt.Fprintf(w, "service/%s\n", clean(sv.Name))
+		}
+	}
 }
 
 // percent formats a share of keys as a percentage with one decimal; a share
@@ -897,6 +1048,32 @@ func clean(s string) string {
 	}, s)
 }
 
+// newTotal is the total weight cc.service's split would have with
+// cc.weights, by the active generation; -1 when it cannot be worked out.
+func (cc *clientCall) newTotal(ctx context.Context) int {
+	g, err := cc.c.Current(ctx)
+	if err != nil {
+		return -1
+	}
+	spec, err := config.Parse(g.Spec)
+	if err != nil {
+		return -1
+	}
+	svc, _ := spec.Service(cc.service)
+	if svc == nil {
+		return -1
+	}
+	total := 0
+	for _, t := range svc.Targets() {
+		if w, ok := cc.weights[t.Upstream]; ok {
+			total += w
+		} else {
+			total += t.Weight
+		}
+	}
+	return total
+}
+
 // reshuffleRefused reports whether p refuses a weights change because it
 // changes the total weight (the API's "weights" field error).
 func reshuffleRefused(p *apiv1.Problem) bool {
@@ -911,11 +1088,11 @@ func reshuffleRefused(p *apiv1.Problem) bool {
 // report prints why a call failed: a problem answer with every field error,
 // or an unreachable API with what to do about it. With --json a problem
 // answer is also printed to stdout as the API wrote it.
-func (cc *clientCall) report(err error, timeout time.Duration) {
+func (cc *clientCall) report(ctx context.Context, err error, timeout time.Duration) {
 	w := cc.io.Err
 	prefix := "dwara " + cc.verb + ": "
 	if se, ok := errors.AsType[*specError](err); ok {
-		if cc.json {
+		if cc.output == outputJSON || cc.output == outputYAML {
 			// The shape of the API's own 422, for scripts.
 			p := apiv1.Problem{Type: "about:blank", Title: "Unprocessable Entity", Status: 422,
 				Detail: se.Error() + "; nothing was sent", Errors: make([]apiv1.FieldError, len(se.errs))}
@@ -923,7 +1100,7 @@ func (cc *clientCall) report(err error, timeout time.Duration) {
 				p.Errors[i] = apiv1.FieldError{Path: fe.Path, Message: fe.Message}
 			}
 			cc.answer, _ = json.Marshal(p)
-			cc.printJSON()
+			cc.printAnswer()
 		}
 		fmt.Fprintln(w, prefix+se.Error()+"; nothing was sent")
 		for _, fe := range se.errs {
@@ -932,8 +1109,8 @@ func (cc *clientCall) report(err error, timeout time.Duration) {
 		return
 	}
 	if p, ok := errors.AsType[*apiv1.Problem](err); ok {
-		if cc.json && len(cc.answer) > 0 {
-			cc.printJSON()
+		if len(cc.answer) > 0 && (cc.output == outputJSON || cc.output == outputYAML) {
+			cc.printAnswer()
 		}
 		line := fmt.Sprintf("%d %s", p.Status, clean(p.Title))
 		if p.Detail != "" {
@@ -945,18 +1122,26 @@ func (cc *clientCall) report(err error, timeout time.Duration) {
 		}
 		switch p.Status {
 		case 401:
-			if cc.io.Getenv("DWARA_ADMIN_TOKEN") == "" {
-				fmt.Fprintln(w, "hint: the API wants a token; set DWARA_ADMIN_TOKEN to the server's admin token")
+			if cc.c.HasToken() {
+				fmt.Fprintln(w, "hint: the token sent (from --token-file, $DWARA_ADMIN_TOKEN or the context's token-file) is not the server's admin token")
 			} else {
-				fmt.Fprintln(w, "hint: the token in DWARA_ADMIN_TOKEN is not the server's admin token")
+				fmt.Fprintln(w, "hint: the API wants a token; give --token-file FILE, set $DWARA_ADMIN_TOKEN, or add a token-file to the context (dwara config set-context)")
 			}
 		case 412:
 			fmt.Fprintln(w, "hint: another change was published first; see it with \"dwara history\" and \"dwara diff\", then retry")
 		case 422:
 			if cc.verb == "weights" && reshuffleRefused(p) {
-				fmt.Fprintln(w, "hint: keep the total, or add --allow-reshuffle to change it (every session may then move to another target)")
+				if cc.newTotal(ctx) == 0 {
+					fmt.Fprintln(w, "hint: these weights leave the split no weight at all; give at least one target a positive weight")
+				} else {
+					fmt.Fprintln(w, "hint: keep the total, or add --allow-reshuffle to change it (every session may then move to another target)")
+				}
 			}
 		}
+		return
+	}
+	if cc.c == nil { // a local verb: no API was called
+		fmt.Fprintf(w, "%s%v\n", prefix, err)
 		return
 	}
 	base := cc.c.URL()

@@ -163,8 +163,6 @@ func TestApply(t *testing.T) {
 			wantOut: "generation 1 created (create) by carol: from a pipe\n", wantMsg: "from a pipe", wantActor: "carol"},
 		{name: "JSON on stdin", content: cliSpecJSON(95, 5), env: map[string]string{"USER": "bob"},
 			wantOut: "generation 1 created (create) by bob: apply stdin\n", wantMsg: "apply stdin", wantActor: "bob"},
-		{name: "no actor", file: "spec.yaml", content: cliSpecYAML(95, 5), env: map[string]string{"USER": ""},
-			wantOut: "generation 1 created (create) by anonymous: apply spec.yaml\n", wantMsg: "apply spec.yaml", wantActor: "anonymous"},
 		{name: "a whole request body", file: "gen.yaml",
 			content: "message: from the file\nspec:\n" + indent(cliSpecYAML(95, 5)),
 			wantOut: "generation 1 created (create) by alice: from the file\n", wantMsg: "from the file", wantActor: "alice"},
@@ -517,15 +515,15 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"history", "--limit", "-1"}, "--limit must be from 1 to 500, not -1"},
 		{[]string{"history", "--limit", "0"}, "--limit must be from 1 to 500, not 0"},
 		{[]string{"history", "--limit", "501"}, "--limit must be from 1 to 500, not 501"},
-		{[]string{"history", "--actor", "bob"}, "flag provided but not defined: -actor"},
-		{[]string{"diff", "--actor", "bob"}, "flag provided but not defined: -actor"},
+		{[]string{"history", "--actor", "bob"}, "flag provided but not defined: --actor"},
+		{[]string{"diff", "--actor", "bob"}, "flag provided but not defined: --actor"},
 		{[]string{"canary", "promote"}, "give exactly one SERVICE to promote"},
 		{[]string{"canary", "promote", "a", "b"}, "give exactly one SERVICE to promote"},
 		{[]string{"canary", "api", "-m", "why"}, "-m goes with promote"},
 		{[]string{"flip", "api", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"diff", "1", "2"}, "at most one generation ID"},
 		{[]string{"diff", "--against", "0", "2"}, "--against must be a generation id"},
-		{[]string{"flip", "--bogus", "api"}, "flag provided but not defined: -bogus"},
+		{[]string{"flip", "--bogus", "api"}, "flag provided but not defined: --bogus"},
 		{[]string{"flip", "api", "--api", "ftp://x"}, "the scheme must be http or https"},
 		{[]string{"canary", "a", "b"}, "give at most one SERVICE"},
 		{[]string{"adopt"}, "give exactly one SERVICE"},
@@ -554,8 +552,9 @@ func TestUsageErrors(t *testing.T) {
 				t.Errorf("%s --help: %s", verb, r)
 			}
 			// Only the verbs that change something take --actor.
-			if has := strings.Contains(r.stdout, "\n  --actor NAME\n"); has != clientVerbs[verb].mutating {
-				t.Errorf("%s --help lists --actor: %v, want %v:\n%s", verb, has, clientVerbs[verb].mutating, r.stdout)
+			// (config's is the actor it sets in a context.)
+			if has, want := strings.Contains(r.stdout, "\n  --actor NAME\n"), clientVerbs[verb].mutating || verb == "config"; has != want {
+				t.Errorf("%s --help lists --actor: %v, want %v:\n%s", verb, has, want, r.stdout)
 			}
 			if !strings.Contains(Usage, "dwara "+verb+" ") {
 				t.Errorf("Usage does not list %s", verb)
@@ -589,19 +588,21 @@ func TestHistory(t *testing.T) {
 	a.must(t, "rollback", "1")
 
 	type row struct{ id, action, source, author, message string }
-	table := func(out string) ([]row, string) {
+	// The rows are on stdout, the hint to the next page on stderr.
+	table := func(args ...string) ([]row, string) {
 		t.Helper()
+		r := a.run(t, args...)
+		if r.code != 0 {
+			t.Fatalf("dwara %s: %s", strings.Join(args, " "), r)
+		}
+		out := r.stdout
+		more, _ := strings.CutPrefix(strings.TrimSuffix(r.stderr, "\n"), "more: ")
 		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 		if !regexp.MustCompile(`^ID\s+ACTION\s+SOURCE\s+AUTHOR\s+CREATED\s+MESSAGE$`).MatchString(lines[0]) {
 			t.Fatalf("no table header:\n%s", out)
 		}
 		var rows []row
-		more := ""
 		for _, l := range lines[1:] {
-			if m, ok := strings.CutPrefix(l, "more: "); ok {
-				more = m
-				continue
-			}
 			f := historyRow.FindStringSubmatch(l)
 			if f == nil {
 				t.Fatalf("not a history row: %q", l)
@@ -611,7 +612,7 @@ func TestHistory(t *testing.T) {
 		return rows, more
 	}
 
-	rows, more := table(a.must(t, "history", "--limit", "2"))
+	rows, more := table("history", "--limit", "2")
 	want := []row{
 		{"5", "rollback", "1", "alice", "rollback to generation 1"},
 		{"4", "kill", "-", "alice", "kill api"},
@@ -619,7 +620,7 @@ func TestHistory(t *testing.T) {
 	if !slices.Equal(rows, want) || more != "dwara history --limit 2 --cursor 4" {
 		t.Fatalf("first page %v, more %q", rows, more)
 	}
-	rows, more = table(a.must(t, "history", "--limit", "2", "--cursor", "4"))
+	rows, more = table("history", "--limit", "2", "--cursor", "4")
 	want = []row{
 		{"3", "flip", "-", "alice", "line one line two"},
 		{"2", "weights", "-", "bob", "weights api"},
@@ -627,14 +628,14 @@ func TestHistory(t *testing.T) {
 	if !slices.Equal(rows, want) || more != "dwara history --limit 2 --cursor 2" {
 		t.Fatalf("second page %v, more %q", rows, more)
 	}
-	rows, more = table(a.must(t, "history", "--cursor", "2", "--limit", "2"))
+	rows, more = table("history", "--cursor", "2", "--limit", "2")
 	if !slices.Equal(rows, []row{{"1", "create", "-", "alice", "start"}}) || more != "" {
 		t.Fatalf("last page %v, more %q", rows, more)
 	}
-	if rows, _ := table(a.must(t, "history")); len(rows) != 5 {
+	if rows, _ := table("history"); len(rows) != 5 {
 		t.Errorf("history without --limit shows %d rows, want 5", len(rows))
 	}
-	if rows, more := table(a.must(t, "history", "--limit", "500")); len(rows) != 5 || more != "" {
+	if rows, more := table("history", "--limit", "500"); len(rows) != 5 || more != "" {
 		t.Errorf("history --limit 500 shows %d rows and more %q, want 5 and none", len(rows), more)
 	}
 
@@ -701,8 +702,8 @@ func TestClientAuth(t *testing.T) {
 		code        int
 		errLike     string
 	}{
-		{"no token", "", 1, "dwara apply: 401 Unauthorized: this call needs an Authorization: Bearer <token> header\nhint: the API wants a token; set DWARA_ADMIN_TOKEN"},
-		{"wrong token", "guess", 1, "401 Unauthorized: the bearer token is not valid\nhint: the token in DWARA_ADMIN_TOKEN is not the server's admin token"},
+		{"no token", "", 1, "dwara apply: 401 Unauthorized: this call needs an Authorization: Bearer <token> header\nhint: the API wants a token; give --token-file FILE, set $DWARA_ADMIN_TOKEN"},
+		{"wrong token", "guess", 1, "401 Unauthorized: the bearer token is not valid\nhint: the token sent (from --token-file, $DWARA_ADMIN_TOKEN or the context's token-file) is not the server's admin token"},
 	}
 	// The refusals run in parallel; the group returns when all are done.
 	t.Run("refusals", func(t *testing.T) {

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -46,7 +48,11 @@ func setupProbe(fs *flag.FlagSet) func(context.Context, *clientCall, []string) e
 		}
 		svc, _ := spec.Service(service)
 		if svc == nil {
-			return fmt.Errorf("generation %d has no service %q", g.ID, service)
+			msg := fmt.Sprintf("generation %d has no service %q", g.ID, service)
+			if near := spec.NearestService(service); near != "" {
+				msg += fmt.Sprintf("; did you mean %q?", near)
+			}
+			return errors.New(msg)
 		}
 		if svc.Override == nil {
 			return fmt.Errorf("service %q declares no override header, so a request cannot choose its branch; add override: {header: X-Dwara-Branch} to it", service)
@@ -69,16 +75,30 @@ func setupProbe(fs *flag.FlagSet) func(context.Context, *clientCall, []string) e
 			target = "/" + target
 		}
 		hc := &http.Client{Timeout: 10 * time.Second}
-		tw := tabwriter.NewWriter(cc.io.Out, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "BRANCH\tSENT\tSTATUSES\tP50\tP99\tMAX\n")
+		report := probeReport{Generation: g.ID, Service: service, Header: svc.Override.Header, URL: *proxyURL + target}
 		failed := false
 		for _, b := range branches {
 			r := probeBranch(ctx, hc, strings.TrimSuffix(*proxyURL, "/")+target, svc.Host, svc.Override.Header, b, *count)
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", b, *count, r.statuses(), r.quantile(0.5), r.quantile(0.99), r.quantile(1))
+			report.Branches = append(report.Branches, probeBranchReport{
+				Branch: b, Sent: *count, Statuses: r.codes, Errors: r.errors,
+				P50: r.quantile(0.5), P99: r.quantile(0.99), Max: r.quantile(1),
+			})
 			failed = failed || r.errors > 0
 		}
-		tw.Flush()
-		fmt.Fprintf(cc.io.Out, "generation %d, header %s, %s%s\n", g.ID, svc.Override.Header, *proxyURL, target)
+		if cc.output != outputText {
+			if cc.answer, err = json.Marshal(report); err != nil {
+				return err
+			}
+			cc.printAnswer()
+		} else {
+			tw := tabwriter.NewWriter(cc.io.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "BRANCH\tSENT\tSTATUSES\tP50\tP99\tMAX\n")
+			for _, b := range report.Branches {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", b.Branch, b.Sent, statuses(b.Statuses), b.P50, b.P99, b.Max)
+			}
+			tw.Flush()
+			fmt.Fprintf(cc.io.Out, "generation %d, header %s, %s\n", g.ID, svc.Override.Header, report.URL)
+		}
 		if failed {
 			return fmt.Errorf("some probes got no answer (see STATUSES)")
 		}
@@ -121,16 +141,37 @@ func probeBranch(ctx context.Context, hc *http.Client, url, host, header, branch
 	return r
 }
 
-// statuses formats the counts per status, e.g. "200x9 502x1".
-func (r probeResult) statuses() string {
-	keys := make([]string, 0, len(r.codes))
-	for k := range r.codes {
+// probeReport is what probe prints with -o json or yaml.
+type probeReport struct {
+	Generation int64               `json:"generation"`
+	Service    string              `json:"service"`
+	Header     string              `json:"header"`
+	URL        string              `json:"url"`
+	Branches   []probeBranchReport `json:"branches"`
+}
+
+// probeBranchReport is one branch's row: the counts per status ("error"
+// for no answer) and the latency quantiles.
+type probeBranchReport struct {
+	Branch   string         `json:"branch"`
+	Sent     int            `json:"sent"`
+	Statuses map[string]int `json:"statuses"`
+	Errors   int            `json:"errors"`
+	P50      string         `json:"p50"`
+	P99      string         `json:"p99"`
+	Max      string         `json:"max"`
+}
+
+// statuses formats counts per status, e.g. "200x9 502x1".
+func statuses(codes map[string]int) string {
+	keys := make([]string, 0, len(codes))
+	for k := range codes {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	var parts []string
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%sx%d", k, r.codes[k]))
+		parts = append(parts, fmt.Sprintf("%sx%d", k, codes[k]))
 	}
 	return strings.Join(parts, " ")
 }

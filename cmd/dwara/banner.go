@@ -23,8 +23,10 @@ type bannerInfo struct {
 	node.Addrs
 	// TLS: the listeners serve https.
 	TLS bool
-	// Demo: the demo pools run.
-	Demo bool
+	// Demo: the demo pools run, web-stable at DemoStable and web-canary at
+	// DemoCanary (node.DemoPorts.Addrs).
+	Demo                   bool
+	DemoStable, DemoCanary []string
 	// CLI is how to run a client verb against this server: the program and,
 	// when the API is not at the client's default URL, --api URL.
 	CLI cliInvocation
@@ -112,12 +114,6 @@ func (s bannerService) routing() string {
 	return strings.Join(parts, ", ")
 }
 
-// Demo pool addresses, as the demo spec names them (node's DemoSpec).
-var (
-	demoStable = []string{"127.0.0.1:9001", "127.0.0.1:9002"}
-	demoCanary = "127.0.0.1:9101"
-)
-
 // endpoints returns the endpoints of upstream name in spec.
 func (spec bannerSpec) endpoints(name string) []string {
 	for _, u := range spec.Upstreams {
@@ -128,11 +124,11 @@ func (spec bannerSpec) endpoints(name string) []string {
 	return nil
 }
 
-// onDemo reports whether s routes to a demo pool.
-func (spec bannerSpec) onDemo(s bannerService) bool {
+// onDemo reports whether s routes to a demo pool of b.
+func (b bannerInfo) onDemo(s bannerService) bool {
 	for _, u := range s.upstreams() {
-		for _, e := range spec.endpoints(u) {
-			if slices.Contains(demoStable, e) || e == demoCanary {
+		for _, e := range b.Active.Spec.endpoints(u) {
+			if slices.Contains(b.DemoStable, e) || slices.Contains(b.DemoCanary, e) {
 				return true
 			}
 		}
@@ -237,7 +233,7 @@ func banner(w io.Writer, b bannerInfo) {
 		tw.Flush()
 	}
 	if b.Demo {
-		fmt.Fprintf(w, "  demo pools: web-stable (%s) and web-canary (%s)\n", strings.Join(demoStable, ", "), demoCanary)
+		fmt.Fprintf(w, "  demo pools: web-stable (%s) and web-canary (%s)\n", strings.Join(b.DemoStable, ", "), strings.Join(b.DemoCanary, ", "))
 		demoTries(w, b, proxy)
 	}
 	fmt.Fprintln(w)
@@ -260,7 +256,7 @@ func demoTries(w io.Writer, b bannerInfo, proxy string) {
 	}
 	var tries []try
 	for _, s := range spec.Services {
-		if !spec.onDemo(s) {
+		if !b.onDemo(s) {
 			continue
 		}
 		cmd := "curl -si " + proxy + strings.TrimSuffix(s.BasePath, "/") + "/"
@@ -284,19 +280,19 @@ func demoTries(w io.Writer, b bannerInfo, proxy string) {
 		break
 	}
 	for _, s := range spec.Services {
-		if !s.canaryGroup() || !slices.Contains(spec.endpoints(s.Split.Targets[1].Upstream), demoCanary) {
+		if !s.canaryGroup() || len(b.DemoCanary) == 0 || !slices.Contains(spec.endpoints(s.Split.Targets[1].Upstream), b.DemoCanary[0]) {
 			continue
 		}
 		tries = append(tries, try{s.Name + ": make the canary pool fail 20%, send traffic: the controller rolls it back within a minute",
 			[]string{
-				"curl -s -X POST 'http://" + demoCanary + "/fail?rate=0.2'",
+				"curl -s -X POST 'http://" + b.DemoCanary[0] + "/fail?rate=0.2'",
 				"for i in $(seq 600); do curl -so /dev/null " + proxy + strings.TrimSuffix(s.BasePath, "/") + "/; sleep 0.05; done",
 				b.CLI.line("canary", s.Name),
-				"curl -s -X POST 'http://" + demoCanary + "/fail?rate=0'    # heal it",
+				"curl -s -X POST 'http://" + b.DemoCanary[0] + "/fail?rate=0'    # heal it",
 			}})
 		break
 	}
-	if !slices.ContainsFunc(spec.Services, spec.onDemo) {
+	if !slices.ContainsFunc(spec.Services, b.onDemo) {
 		fmt.Fprintf(w, "    no service of generation %d routes to them; to start the demo afresh, restart with\n", b.Active.ID)
 		fmt.Fprintln(w, "    --demo --reset (make demo-reset): it publishes the demo spec as a new generation")
 	}

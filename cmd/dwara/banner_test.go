@@ -36,12 +36,14 @@ func demoSpec(t *testing.T, edit func(*config.Spec)) bannerSpec {
 // makeRun is the banner of `make run` on a fresh database: default
 // addresses, the binary as ./bin/dwara, the demo seeded as generation 1.
 func makeRun(t *testing.T) bannerInfo {
-	return bannerInfo{
+	b := bannerInfo{
 		Addrs:  node.Addrs{Proxy: node.DefaultListen, Admin: node.DefaultAdminListen},
 		Demo:   true,
 		CLI:    cliCommand("./bin/dwara", node.DefaultAdminListen, false),
 		Active: &activeGeneration{ID: 1, Action: "create", Author: node.DemoAuthor, Spec: demoSpec(t, nil)},
 	}
+	b.DemoStable, b.DemoCanary = node.DefaultDemoPorts.Addrs()
+	return b
 }
 
 func render(b bannerInfo) string {

@@ -20,15 +20,18 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,7 +49,8 @@ Usage:
   dwara gateway [flags]   data plane only: from --config FILE, or a replica of --database-url or --control-plane
   dwara migrate [flags]   apply the database migrations and exit
   dwara health  [flags]   GET a /healthz and exit 0 when it answers 200 (container health checks)
-  dwara version           print the version
+  dwara version           print the version (-o json: with the Go version and platform)
+  dwara completion SHELL  print the completion script of bash, zsh or fish
 
 ` + cli.Usage + `
 Run "dwara COMMAND --help" (or "dwara help COMMAND") for the flags of a command.
@@ -72,7 +76,13 @@ var commands = map[string]command{
 	"migrate": {"[--database-url URL]", "Create the database if needed, apply the migrations and exit.", setupMigrate},
 	"health": {"[--url URL] [--timeout 5s]", "GET the /healthz of a running dwara and exit 0 when it answers 200, else 1 (for container\n" +
 		"health checks: the image has no shell or curl).", setupHealth},
-	"version": {"", "Print the version of this build.", setupVersion},
+	"version": {"[-o json]", "Print the version of this build.", setupVersion},
+}
+
+// completion is added at init: its script lists every command, itself
+// included.
+func init() {
+	commands["completion"] = command{"bash|zsh|fish", "Print the shell completion script (e.g. source <(dwara completion bash)).", setupCompletion}
 }
 
 // usageError is a mistake on the command line: exit status 2, no log line.
@@ -113,7 +123,9 @@ func run(ctx context.Context, args []string) int {
 	case "-version", "--version":
 		name = "version"
 	}
-	if cli.IsVerb(name) {
+	// "dwara --context prod history": global flags of the client verbs
+	// before the verb.
+	if cli.IsVerb(name) || cli.StartsWithGlobalFlag(args) {
 		return cli.Run(ctx, args, cli.IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv})
 	}
 	c, ok := commands[name]
@@ -126,8 +138,7 @@ func run(ctx context.Context, args []string) int {
 	action := c.setup(fs)
 	writeUsage := func(w io.Writer) { cli.WriteUsage(w, name, c.synopsis, c.summary, fs) }
 	misuse := func(msg string) int {
-		fmt.Fprintf(os.Stderr, "dwara %s: %s\n", name, msg)
-		writeUsage(os.Stderr)
+		cli.Misuse(os.Stderr, name, c.synopsis, msg)
 		return 2
 	}
 	err := fs.Parse(rest)
@@ -136,7 +147,7 @@ func run(ctx context.Context, args []string) int {
 		writeUsage(os.Stdout)
 		return 0
 	case err != nil:
-		return misuse(err.Error())
+		return misuse(cli.FlagError(err))
 	}
 	err = action(ctx, fs.Args())
 	if ue, ok := errors.AsType[usageError](err); ok {
@@ -377,7 +388,8 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen `ADDR`")
 	fs.StringVar(&c.AdminListen, "admin-listen", node.DefaultAdminListen, "API, docs and metrics listen `ADDR` (loopback only unless DWARA_ADMIN_TOKEN is set)")
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL `URL` (default $DWARA_DATABASE_URL)")
-	fs.BoolVar(&c.Demo, "demo", false, "start the demo upstream pools (ports 9001, 9002, 9101) and seed the demo spec into an empty database")
+	fs.BoolVar(&c.Demo, "demo", false, "start the demo upstream pools (ports 9001, 9002, 9101; see --demo-ports) and seed the demo spec into an empty database")
+	demoPorts := fs.String("demo-ports", "", "with --demo: the demo pools' `PORTS`, web-stable's two then web-canary's (default "+node.DefaultDemoPorts.String()+")")
 	reset := fs.Bool("reset", false, "with --demo: publish the demo spec as a new generation whatever is active (the history is kept)")
 	checkFront := frontFlag(fs, &c.Front)
 	return func(ctx context.Context, args []string) error {
@@ -390,6 +402,16 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 		}
 		if *reset && !c.Demo {
 			return usagef("--reset goes with --demo")
+		}
+		if *demoPorts != "" {
+			if !c.Demo {
+				return usagef("--demo-ports goes with --demo")
+			}
+			p, err := node.ParseDemoPorts(*demoPorts)
+			if err != nil {
+				return usagef("--demo-ports: %v", err)
+			}
+			c.DemoPorts = p
 		}
 		if err := checkFront(); err != nil {
 			return err
@@ -406,7 +428,7 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 			return err
 		}
 		if *reset {
-			g, err := node.ResetDemo(ctx, c.DatabaseURL)
+			g, err := node.ResetDemo(ctx, c.DatabaseURL, c.DemoPorts)
 			if err != nil {
 				return err
 			}
@@ -419,6 +441,7 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 		c.Started = func(a node.Addrs) {
 			b := bannerInfo{Addrs: a, TLS: c.TLS != nil, Demo: c.Demo, CLI: cliCommand(os.Args[0], a.Admin, c.TLS != nil),
 				Token: c.AdminToken != ""}
+			b.DemoStable, b.DemoCanary = c.DemoPorts.Addrs()
 			if _, jsonLogs := c.Logger.Handler().(*slog.JSONHandler); jsonLogs {
 				// Log lines only, for a log collector: the banner is for a person.
 				c.Logger.Info("dwara serve started", "proxy", a.Proxy, "admin", a.Admin, "tls", c.TLS != nil, "front", c.Front, "demo", c.Demo)
@@ -551,12 +574,47 @@ func setupMigrate(fs *flag.FlagSet) func(context.Context, []string) error {
 	}
 }
 
-func setupVersion(*flag.FlagSet) func(context.Context, []string) error {
+func setupVersion(fs *flag.FlagSet) func(context.Context, []string) error {
+	output := fs.String("o", "", "output `FORMAT`: json (default: one line)")
+	fs.StringVar(output, "output", "", "the same as -o")
 	return func(_ context.Context, args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
 		}
-		fmt.Println(versionLine())
+		switch *output {
+		case "":
+			fmt.Println(versionLine())
+		case "json":
+			out, err := json.Marshal(versionInfo())
+			if err != nil {
+				return err
+			}
+			fmt.Println(string(out))
+		default:
+			return usagef("--output must be json, not %q", *output)
+		}
+		return nil
+	}
+}
+
+// setupCompletion is the completion command: the completion script of a
+// shell for every command, its flags and, where a SERVICE goes, the
+// services of the active generation.
+func setupCompletion(*flag.FlagSet) func(context.Context, []string) error {
+	return func(_ context.Context, args []string) error {
+		if len(args) != 1 {
+			return usagef("give one shell: bash, zsh or fish")
+		}
+		cmds := cli.Commands()
+		for _, name := range slices.Sorted(maps.Keys(commands)) {
+			fs := flag.NewFlagSet(name, flag.ContinueOnError)
+			commands[name].setup(fs)
+			cmds = append(cmds, cli.CommandOf(name, fs, false))
+		}
+		slices.SortFunc(cmds, func(a, b cli.Command) int { return strings.Compare(a.Name, b.Name) })
+		if err := cli.WriteCompletion(os.Stdout, args[0], cmds); err != nil {
+			return usagef("%s", err.Error())
+		}
 		return nil
 	}
 }

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestMakeVersion builds the binary with make, as make build and make
@@ -68,4 +74,103 @@ func TestDocReferences(t *testing.T) {
 			}
 		}
 	}
+}
+
+// make run with the demo ports moved (DEMO_PORTS) on a private PostgreSQL
+// cluster that scripts/postgres.sh starts (DWARA_PG_PRIVATE: as when
+// nothing answers on 5432), then make stop: the serve and the cluster
+// stop, and no process of either is left.
+func TestMakeRunStop(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	if _, err := exec.LookPath("initdb"); err != nil {
+		if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb"); len(m) == 0 {
+			t.Skip("no PostgreSQL server binaries for a private cluster")
+		}
+	}
+	state := t.TempDir()
+	// The cluster runs as postgres when the tests run as root: it must
+	// reach its directory.
+	for d := state; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(state, "dwara")
+	env := append(os.Environ(), "DWARA_STATE="+state, "DWARA_PG_PRIVATE=1", "DWARA_PG_PORT="+strconv.Itoa(freePort(t)), "DWARA_DATABASE_URL=")
+	ports := fmt.Sprintf("%d,%d,%d", freePort(t), freePort(t), freePort(t))
+	run := exec.Command("make", "-C", "../..", "run", "BIN="+bin, "DEMO_PORTS="+ports,
+		"RUN_FLAGS=--demo --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0")
+	run.Env = env
+	var log syncBuffer
+	run.Stdout, run.Stderr = &log, &log
+	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- run.Wait() }()
+	t.Cleanup(func() {
+		// Whatever happened, nothing outlives the test.
+		_ = syscall.Kill(-run.Process.Pid, syscall.SIGKILL)
+		stop := exec.Command("make", "-C", "../..", "stop")
+		stop.Env = env
+		_ = stop.Run()
+	})
+	deadline := time.Now().Add(3 * time.Minute)
+	for !strings.Contains(log.String(), "\n  try:\n") {
+		select {
+		case err := <-exited:
+			t.Fatalf("make run exited (%v) before its banner:\n%s", err, log.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner from make run:\n%s", log.String())
+		}
+	}
+	if !strings.Contains(log.String(), "it outlives make run: stop it with make stop") || !strings.Contains(log.String(), "web-canary (127.0.0.1:"+strings.Split(ports, ",")[2]+")") {
+		t.Errorf("make run did not say how to stop its cluster, or not the moved demo ports:\n%s", log.String())
+	}
+	stop := exec.CommandContext(t.Context(), "make", "-C", "../..", "stop")
+	stop.Env = env
+	if out, err := stop.CombinedOutput(); err != nil || !strings.Contains(string(out), "stopped dwara serve") || !strings.Contains(string(out), "stopped the private PostgreSQL") {
+		t.Errorf("make stop: %v\n%s", err, out)
+	}
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		t.Fatal("make run still runs after make stop")
+	}
+	// No process names the state directory (the cluster's) or the binary.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(p)
+		if err == nil && (strings.Contains(string(cmdline), state)) {
+			t.Errorf("a process is left after make stop: %s", strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(state, "run.pid")); !os.IsNotExist(err) {
+		t.Errorf("run.pid is left after make stop: %v", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's writes and the test's
+// reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

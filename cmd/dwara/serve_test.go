@@ -2,18 +2,21 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/internal/testrun"
 )
 
 // demoPortsFree reports whether the demo pools' fixed ports can be bound.
@@ -82,7 +85,7 @@ func TestServeDemo(t *testing.T) {
 	}
 	p := startProc(t, "serve", "--database-url", url, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
 	_, m := p.log.waitFor(t, 0, bannerAdminRe)
-	apply := exec.CommandContext(t.Context(), binary, "apply", "-f", file, "--api", "http://"+m[1])
+	apply := exec.CommandContext(t.Context(), binary, "apply", "-f", file, "--api", "http://"+m[1], "--actor", "test")
 	if out, err := apply.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "generation 2 created") {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
@@ -157,7 +160,7 @@ services:
 	p := startProc(t, "serve", "--front", "net/http", "--log-format", "json", "--database-url", url,
 		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
 	_, m := p.log.waitFor(t, 0, regexp.MustCompile(`"msg":"dwara serve started","proxy":"([^"]+)","admin":"([^"]+)",.*"front":"net/http"`))
-	apply := exec.CommandContext(t.Context(), binary, "apply", "-f", file, "--api", "http://"+m[2])
+	apply := exec.CommandContext(t.Context(), binary, "apply", "-f", file, "--api", "http://"+m[2], "--actor", "test")
 	if out, err := apply.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "generation 1 created") {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
@@ -166,4 +169,71 @@ services:
 	if code := p.exitCode(t); code != 0 {
 		t.Fatalf("exit code after SIGTERM = %d; stderr:\n%s", code, p.log)
 	}
+}
+
+// serve --demo --demo-ports starts the demo pools on other ports while the
+// default ones are taken: the seeded generation names them, the banner
+// says them, and a request through the proxy reaches a pool.
+func TestServeDemoPortsMoved(t *testing.T) {
+	t.Parallel()
+	// Hold 9001 (unless something else already does): the default ports
+	// are not free.
+	if ln, err := net.Listen("tcp", "127.0.0.1:9001"); err == nil {
+		t.Cleanup(func() { ln.Close() })
+	}
+	ports := []string{strconv.Itoa(freePort(t)), strconv.Itoa(freePort(t)), strconv.Itoa(freePort(t))}
+	url := dbtest.New(t)
+	p := startProc(t, "serve", "--demo", "--demo-ports", strings.Join(ports, ","), "--database-url", url,
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	p.log.waitFor(t, 0, bannerTryRe)
+	log := p.log.String()
+	want := "  demo pools: web-stable (127.0.0.1:" + ports[0] + ", 127.0.0.1:" + ports[1] + ") and web-canary (127.0.0.1:" + ports[2] + ")\n"
+	if !strings.Contains(log, want) || !strings.Contains(log, "curl -s -X POST 'http://127.0.0.1:"+ports[2]+"/fail?rate=0.2'") {
+		t.Errorf("the banner does not name the moved pools (%q):\n%s", want, log)
+	}
+	m := regexp.MustCompile(`(?m)^    proxy      http://(\S+)/$`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no proxy address in the banner:\n%s", log)
+	}
+	// The proxy applies the seeded generation just after the banner.
+	var last string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the last answer through the proxy: %s", last)
+		}
+	})
+	testrun.Eventually(t, "a 200 from a moved pool through the proxy", func() bool {
+		resp, err := http.Get("http://" + m[1] + "/")
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+		return resp.StatusCode == http.StatusOK
+	})
+	p.signal(t, syscall.SIGTERM)
+	if code := p.exitCode(t); code != 0 {
+		t.Errorf("exit code after SIGTERM = %d; stderr:\n%s", code, p.log)
+	}
+	for _, bad := range []string{"9001,9002", "a,b,c", "1,1,2", "0,1,2"} {
+		if code, _, errOut := runBinary(t, nil, "serve", "--demo", "--demo-ports", bad, "--database-url", url); code != 2 || !strings.HasPrefix(errOut, "dwara serve: --demo-ports: ") {
+			t.Errorf("--demo-ports %s: exit %d, %s", bad, code, errOut)
+		}
+	}
+	if code, _, errOut := runBinary(t, nil, "serve", "--demo-ports", "1,2,3", "--database-url", url); code != 2 || !strings.Contains(errOut, "--demo-ports goes with --demo") {
+		t.Errorf("--demo-ports without --demo: exit %d, %s", code, errOut)
+	}
+}
+
+// freePort returns a port free on 127.0.0.1 when it was asked.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }

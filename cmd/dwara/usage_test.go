@@ -44,12 +44,12 @@ func TestUsage(t *testing.T) {
 		args []string
 		want string // the problem, after "dwara COMMAND: "
 	}{
-		{[]string{"serve", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"serve", "--bogus"}, "flag provided but not defined: --bogus"},
 		{[]string{"serve"}, "no database: give --database-url URL or set DWARA_DATABASE_URL"},
 		{[]string{"serve", "--database-url", "postgres://x/y", "extra"}, `unexpected argument "extra"`},
 		{[]string{"serve", "--database-url", "postgres://x/y", "--reset"}, "--reset goes with --demo"},
 		{[]string{"serve", "--database-url", "postgres://x/y", "--log-format", "xml"}, `--log-format "xml": want text or json`},
-		{[]string{"serve", "--listen"}, "flag needs an argument: -listen"},
+		{[]string{"serve", "--listen"}, "flag needs an argument: --listen"},
 		{[]string{"serve", "--database-url", "postgres://x/y", "--front", "nginx"}, `--front "nginx": want fasthttp or net/http`},
 		{[]string{"gateway"}, "give --config FILE, --database-url URL (or set DWARA_DATABASE_URL) or --control-plane URL"},
 		{[]string{"gateway", "--config", file, "--control-plane", "http://127.0.0.1:9090"}, "give only one of --config, --database-url and --control-plane"},
@@ -63,7 +63,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"health", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"version", "now"}, `unexpected argument "now"`},
 		{[]string{"history", "--limit", "0"}, "--limit must be from 1 to 500, not 0"},
-		{[]string{"history", "--actor", "bob"}, "flag provided but not defined: -actor"},
+		{[]string{"history", "--actor", "bob"}, "flag provided but not defined: --actor"},
 	}
 	for _, tt := range mistakes {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

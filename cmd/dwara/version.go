@@ -62,3 +62,12 @@ func versionOf(ldflag string, bi *debug.BuildInfo, ok bool) string {
 func versionLine() string {
 	return "dwara " + buildVersion() + " (" + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + ")"
 }
+
+// versionInfo is what `dwara version -o json` prints.
+func versionInfo() map[string]string {
+	return map[string]string{
+		"version":  buildVersion(),
+		"go":       runtime.Version(),
+		"platform": runtime.GOOS + "/" + runtime.GOARCH,
+	}
+}

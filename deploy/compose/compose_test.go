@@ -7,6 +7,7 @@ package compose
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,8 +17,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/dwara/dwara/node"
 )
 
 // root is the repository's root, where the files are.
@@ -28,6 +32,10 @@ const root = "../.."
 type composeFile struct {
 	Services map[string]service `json:"services"`
 	Volumes  map[string]any     `json:"volumes"`
+	Secrets  map[string]struct {
+		File        string `json:"file"`
+		Environment string `json:"environment"`
+	} `json:"secrets"`
 }
 
 type service struct {
@@ -43,6 +51,35 @@ type service struct {
 	Healthcheck *struct {
 		Test []string `json:"test"`
 	} `json:"healthcheck"`
+	// Secrets are names (short syntax) or {source, target} (long syntax,
+	// which docker compose config writes).
+	Secrets         []any    `json:"secrets"`
+	ReadOnly        bool     `json:"read_only"`
+	CapDrop         []string `json:"cap_drop"`
+	Tmpfs           any      `json:"tmpfs"`
+	StopGracePeriod string   `json:"stop_grace_period"`
+}
+
+// secretTargets returns where each secret of s is mounted, by name.
+func (s service) secretTargets() map[string]string {
+	out := map[string]string{}
+	for _, sec := range s.Secrets {
+		switch v := sec.(type) {
+		case string:
+			out[v] = "/run/secrets/" + v
+		case map[string]any:
+			src, _ := v["source"].(string)
+			target, _ := v["target"].(string)
+			if target == "" {
+				target = src
+			}
+			if !strings.HasPrefix(target, "/") {
+				target = "/run/secrets/" + target
+			}
+			out[src] = target
+		}
+	}
+	return out
 }
 
 // composePlugin reports whether `docker compose` is installed. `docker
@@ -56,8 +93,10 @@ func composePlugin() bool {
 
 // TestCompose checks docker-compose.yml: db and dwara, each restarted and
 // health-checked, dwara started once db is healthy, the admin token
-// required (${DWARA_ADMIN_TOKEN:?...}), the demo running with its canary
-// pool published, and no image left to a moving "latest" tag.
+// required and passed as a secret file to --admin-token-file (in no
+// environment), dwara read-only with no capability and given longer to
+// stop than it drains, the demo running with its canary pool published,
+// and no image left to a moving "latest" tag.
 func TestCompose(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
@@ -77,9 +116,9 @@ func TestCompose(t *testing.T) {
 			t.Fatalf("docker-compose.yml: %v", err)
 		}
 		// The one interpolation the file relies on: compose refuses to
-		// start without a token.
-		if got := f.Services["dwara"].Environment["DWARA_ADMIN_TOKEN"]; got != "${DWARA_ADMIN_TOKEN:?set a token}" {
-			t.Errorf("dwara's DWARA_ADMIN_TOKEN is %q, want ${DWARA_ADMIN_TOKEN:?set a token}", got)
+		// start without a token file.
+		if got := f.Secrets[adminSecret].File; got != "${DWARA_ADMIN_TOKEN_FILE:?"+tokenFileMessage+"}" {
+			t.Errorf("secret %s's file is %q, want ${DWARA_ADMIN_TOKEN_FILE:?%s}", adminSecret, got, tokenFileMessage)
 		}
 	}
 	checkCompose(t, f)
@@ -91,8 +130,15 @@ func TestCompose(t *testing.T) {
 	}
 }
 
-// composeConfig runs `docker compose config` on the file with a token, and
-// checks that it refuses to without one.
+// adminSecret is the secret holding the admin token; compose refuses to
+// start without its file, with tokenFileMessage.
+const (
+	adminSecret      = "dwara_admin_token"
+	tokenFileMessage = "set DWARA_ADMIN_TOKEN_FILE to a file holding the admin token"
+)
+
+// composeConfig runs `docker compose config` on the file with a token
+// file, and checks that it refuses to without one.
 func composeConfig(t *testing.T) composeFile {
 	t.Helper()
 	run := func(env ...string) ([]byte, []byte, error) {
@@ -103,10 +149,14 @@ func composeConfig(t *testing.T) composeFile {
 		err := cmd.Run()
 		return out.Bytes(), errOut.Bytes(), err
 	}
-	if _, errOut, err := run("DWARA_ADMIN_TOKEN="); err == nil || !bytes.Contains(errOut, []byte("set a token")) {
-		t.Errorf("docker compose config without a token: %v, %s; want it refused with \"set a token\"", err, errOut)
+	if _, errOut, err := run("DWARA_ADMIN_TOKEN_FILE="); err == nil || !bytes.Contains(errOut, []byte(tokenFileMessage)) {
+		t.Errorf("docker compose config without a token file: %v, %s; want it refused with %q", err, errOut, tokenFileMessage)
 	}
-	out, errOut, err := run("DWARA_ADMIN_TOKEN=compose-test-token")
+	token := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(token, []byte("compose-test-token\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := run("DWARA_ADMIN_TOKEN_FILE=" + token)
 	if err != nil {
 		t.Fatalf("docker compose config: %v\n%s", err, errOut)
 	}
@@ -114,8 +164,8 @@ func composeConfig(t *testing.T) composeFile {
 	if err := json.Unmarshal(out, &f); err != nil {
 		t.Fatalf("docker compose config: %v\n%s", err, out)
 	}
-	if got := f.Services["dwara"].Environment["DWARA_ADMIN_TOKEN"]; got != "compose-test-token" {
-		t.Errorf("dwara's DWARA_ADMIN_TOKEN is %q after interpolation", got)
+	if got := f.Secrets[adminSecret].File; got != token {
+		t.Errorf("secret %s's file is %q after interpolation, want %s", adminSecret, got, token)
 	}
 	return f
 }
@@ -171,6 +221,52 @@ func checkCompose(t *testing.T, f composeFile) {
 	if url, _ := dwara.Environment["DWARA_DATABASE_URL"].(string); !strings.Contains(url, "@db:5432/") {
 		t.Errorf("dwara: DWARA_DATABASE_URL %q does not name the db service", url)
 	}
+	checkDwaraHardened(t, f, dwara)
+}
+
+// checkDwaraHardened: dwara's tokens are in no environment variable
+// (docker inspect shows the environment): the admin token is a secret
+// file given to --admin-token-file; its root file system is read-only,
+// it has no capability, and compose waits longer than its drain before
+// SIGKILL.
+func checkDwaraHardened(t *testing.T, f composeFile, dwara service) {
+	t.Helper()
+	for _, env := range []string{"DWARA_ADMIN_TOKEN", "DWARA_READ_TOKEN"} {
+		if _, ok := dwara.Environment[env]; ok {
+			t.Errorf("dwara: %s is in the environment, which docker inspect shows; pass it as a secret file", env)
+		}
+	}
+	i := slices.Index(dwara.Command, "--admin-token-file")
+	if i < 0 || i+1 == len(dwara.Command) {
+		t.Errorf("dwara: command %v has no --admin-token-file", dwara.Command)
+	} else if target, ok := dwara.secretTargets()[adminSecret]; !ok || target != dwara.Command[i+1] {
+		t.Errorf("dwara: --admin-token-file %s, but secret %s is mounted at %q (secrets %v)", dwara.Command[i+1], adminSecret, target, dwara.Secrets)
+	}
+	if sec, ok := f.Secrets[adminSecret]; !ok || sec.File == "" {
+		t.Errorf("no top-level secret %s read from a file: %+v", adminSecret, f.Secrets)
+	}
+	if !dwara.ReadOnly {
+		t.Error("dwara: read_only is not set (dwara writes nothing to disk)")
+	}
+	if !slices.Contains(dwara.CapDrop, "ALL") {
+		t.Errorf("dwara: cap_drop %v, want ALL", dwara.CapDrop)
+	}
+	drain := node.DefaultShutdownTimeout
+	if i := slices.Index(dwara.Command, "--shutdown-timeout"); i >= 0 && i+1 < len(dwara.Command) {
+		d, err := time.ParseDuration(dwara.Command[i+1])
+		if err != nil {
+			t.Fatalf("dwara: --shutdown-timeout %q: %v", dwara.Command[i+1], err)
+		}
+		drain = d
+	}
+	grace, err := time.ParseDuration(cmp.Or(dwara.StopGracePeriod, "10s")) // compose's default
+	if err != nil {
+		t.Fatalf("dwara: stop_grace_period %q: %v", dwara.StopGracePeriod, err)
+	}
+	// The drain, then closing the database pool and the listeners.
+	if want := drain + 5*time.Second; grace < want {
+		t.Errorf("dwara: stop_grace_period %v, want at least %v: the drain (--shutdown-timeout %v) and the rest of a graceful stop", grace, want, drain)
+	}
 }
 
 // imageRef matches NAME[:TAG][@sha256:DIGEST].
@@ -192,8 +288,8 @@ func checkImageRef(t *testing.T, where, ref string) {
 
 // TestDockerfile checks the Dockerfile: every base image pinned (a tag
 // other than latest; a digest, or the comment that says why there is
-// none), the Go toolchain of go.mod's go version, a HEALTHCHECK that needs
-// no shell, and the version linked in.
+// none), the Go toolchain of go.mod's go version, an explicit non-root
+// USER, a HEALTHCHECK that needs no shell, and the version linked in.
 func TestDockerfile(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
@@ -210,11 +306,22 @@ func TestDockerfile(t *testing.T) {
 	}
 	text := string(raw)
 	var froms []string
+	user := "" // the runtime stage's last USER
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) >= 2 && strings.EqualFold(f[0], "FROM") {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) >= 2 && strings.EqualFold(f[0], "FROM"):
 			froms = append(froms, f[1])
+			user = ""
+		case len(f) == 2 && strings.EqualFold(f[0], "USER"):
+			user = f[1]
 		}
+	}
+	// An explicit numeric non-root user (kubelet's runAsNonRoot can check
+	// only a numeric one).
+	if m := regexp.MustCompile(`^([0-9]+)(?::([0-9]+))?$`).FindStringSubmatch(user); m == nil || m[1] == "0" || m[2] == "0" {
+		t.Errorf("the runtime stage's USER is %q, want an explicit numeric non-root UID:GID (65532:65532, distroless's nonroot)", user)
 	}
 	if len(froms) != 2 {
 		t.Fatalf("FROM lines %v, want a build stage and the runtime image", froms)
@@ -245,8 +352,9 @@ func TestDockerfile(t *testing.T) {
 }
 
 // TestDockerignore checks that the build context leaves out what the image
-// does not need and must not carry: .git, the binaries of make build, and
-// the live PostgreSQL data directory of make run.
+// does not need and must not carry: .git, the binaries of make build, the
+// live PostgreSQL data directory of make run, compose's token file and the
+// OpenAPI linters' node_modules.
 func TestDockerignore(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
@@ -280,7 +388,8 @@ func TestDockerignore(t *testing.T) {
 		}
 		return out
 	}
-	for _, path := range []string{".git/HEAD", "bin/dwara", ".dwara/pg/PG_VERSION", "api/api.test", "cpu.prof"} {
+	for _, path := range []string{".git/HEAD", "bin/dwara", ".dwara/pg/PG_VERSION", ".dwara/admin-token", "api/api.test", "cpu.prof",
+		"tools/openapi-lint/node_modules/.bin/redocly"} {
 		if !excluded(path) {
 			t.Errorf(".dockerignore lets %s into the build context", path)
 		}

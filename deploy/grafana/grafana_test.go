@@ -1,9 +1,12 @@
 // Package grafana holds Dwara's Grafana dashboard, dwara.json, and its test:
 // every metric the dashboard queries must be one a running `dwara serve`
 // exports, with the labels the queries use, and every metric the README
-// documents must be on the dashboard. It has no code of its own: import
-// dwara.json into Grafana (Dashboards > New > Import) and pick the
-// Prometheus data source that scrapes Dwara.
+// documents must be on the dashboard; every query is filtered by the job
+// and instance variables and uses $__rate_interval (TestDashboardQueries);
+// and promtool, where it is found, evaluates every query against the
+// series serve exported, as two data planes would (evaluateQueries). It
+// has no code of its own: import dwara.json into Grafana (Dashboards > New
+// > Import) and pick the Prometheus data source that scrapes Dwara.
 package grafana
 
 import (
@@ -206,7 +209,7 @@ func TestDashboardMetrics(t *testing.T) {
 	t.Parallel()
 	d := load(t)
 	qs, labelValues := queries(t, d)
-	exported := metricsOfServe(t)
+	exported, exposition := metricsOfServe(t)
 
 	used := map[string]bool{}
 	for _, q := range qs {
@@ -266,6 +269,8 @@ func TestDashboardMetrics(t *testing.T) {
 	if len(unused) > 0 {
 		t.Logf("exported but not on the dashboard: %v", unused)
 	}
+
+	t.Run("promtool", func(t *testing.T) { evaluateQueries(t, d, exposition) })
 }
 
 func keys(m map[string]bool) []string {
@@ -306,11 +311,15 @@ func readmeMetrics(t *testing.T) []string {
 }
 
 // selector is a metric name an expression selects, with the label names
-// of its matchers.
+// of its matchers and each matcher (label, operator, quoted value) by
+// label.
 type selector struct {
-	name   string
-	labels []string
+	name     string
+	labels   []string
+	matchers map[string]string
 }
+
+func (s selector) String() string { return fmt.Sprintf("{%s %v}", s.name, s.labels) }
 
 // promqlWords are the keywords and operators of PromQL that look like
 // identifiers.
@@ -324,7 +333,7 @@ var aggregators = []string{"sum", "min", "max", "avg", "group", "stddev", "stdva
 
 var (
 	identRE   = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*`)
-	matcherRE = regexp.MustCompile(`^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*,?`)
+	matcherRE = regexp.MustCompile(`^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*")\s*,?`)
 	labelsRE  = regexp.MustCompile(`^\(\s*((?:[a-zA-Z_][a-zA-Z0-9_]*\s*,?\s*)*)\)`)
 )
 
@@ -380,7 +389,7 @@ func parse(expr string) (sels []selector, grouping []string, err error) {
 				slices.Contains(aggregators, id) && (strings.HasPrefix(rest, "by") || strings.HasPrefix(rest, "without")):
 				// A function call or an aggregation: its arguments follow.
 			default:
-				sel := selector{name: id}
+				sel := selector{name: id, matchers: map[string]string{}}
 				if strings.HasPrefix(rest, "{") {
 					body := rest[1:]
 					for !strings.HasPrefix(strings.TrimLeft(body, " "), "}") {
@@ -389,6 +398,7 @@ func parse(expr string) (sels []selector, grouping []string, err error) {
 							return nil, nil, fmt.Errorf("bad matchers of %s at %q", id, body)
 						}
 						sel.labels = append(sel.labels, m[1])
+						sel.matchers[m[1]] = m[1] + m[2] + m[3]
 						body = body[len(m[0]):]
 					}
 					s = strings.TrimLeft(body, " ")[1:]
@@ -417,8 +427,8 @@ func TestParse(t *testing.T) {
 
 // metricsOfServe runs dwara serve with traffic through every kind of
 // service, and returns the series names of its /metrics with the label
-// names each has.
-func metricsOfServe(t *testing.T) map[string]map[string]bool {
+// names each has, and the exposition they were read from.
+func metricsOfServe(t *testing.T) (map[string]map[string]bool, string) {
 	t.Helper()
 	stable := startPool(t, "stable", 2)
 	canary := startPool(t, "canary", 1)
@@ -499,10 +509,10 @@ func metricsOfServe(t *testing.T) map[string]map[string]bool {
 	deadline := time.Now().Add(wait)
 	for i := 0; ; i++ {
 		if i%25 == 0 {
-			m := scrape(t, admin)
+			m, body := scrape(t, admin)
 			if m["dwara_canary_promotions_total"] != nil && m["dwara_canary_rollbacks_total"] != nil &&
 				m["dwara_canary_window_requests"] != nil {
-				return m
+				return m, body
 			}
 		}
 		if i >= 10000 || time.Now().After(deadline) {
@@ -549,8 +559,8 @@ var sampleRE = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? \S+`
 var labelRE = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="(?:[^"\\]|\\.)*"`)
 
 // scrape returns the series names of /metrics at admin with the label
-// names each has.
-func scrape(t *testing.T, admin string) map[string]map[string]bool {
+// names each has, and the exposition.
+func scrape(t *testing.T, admin string) (map[string]map[string]bool, string) {
 	t.Helper()
 	resp, err := client.Get(admin + "/metrics")
 	if err != nil {
@@ -574,5 +584,5 @@ func scrape(t *testing.T, admin string) map[string]map[string]bool {
 			out[m[1]][l[1]] = true
 		}
 	}
-	return out
+	return out, string(body)
 }

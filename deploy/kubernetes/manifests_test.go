@@ -25,6 +25,7 @@ import (
 	"go/parser"
 	"go/token"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +64,9 @@ var operatorSecrets = map[string]struct {
 	"dwara-api-tokens":  {keys: []string{"admin-token", "read-token"}},
 	"dwara-gateway-tls": {keys: []string{"tls.crt", "tls.key"}, tls: true},
 	"dwara-api-tls":     {keys: []string{"tls.crt", "tls.key"}, tls: true},
+	// The CA that issued dwara-api-tls, for Prometheus to verify the API
+	// (production-monitoring's ServiceMonitor).
+	"dwara-api-ca": {keys: []string{"ca.crt"}},
 }
 
 // Labels of the NetworkPolicies' allowed peers.
@@ -104,7 +108,39 @@ type rendering struct {
 	pdbs     []*policyv1.PodDisruptionBudget
 	netpols  []*networkingv1.NetworkPolicy
 	monitors []*serviceMonitor
+	rules    []*prometheusRule
 	nss      []*corev1.Namespace
+}
+
+// scrapeTLS is a ServiceMonitor endpoint's tlsConfig.
+type scrapeTLS struct {
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+	CA                 *struct {
+		Secret *corev1.SecretKeySelector `json:"secret,omitempty"`
+	} `json:"ca,omitempty"`
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// prometheusRule is the part of a Prometheus Operator PrometheusRule
+// (monitoring.coreos.com/v1) these manifests use; any other field fails
+// the strict decoding. deploy/prometheus's TestPrometheusRuleInSync checks
+// that its groups are those of deploy/prometheus/dwara.rules.yml.
+type prometheusRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Record      string            `json:"record,omitempty"`
+				Alert       string            `json:"alert,omitempty"`
+				Expr        string            `json:"expr"`
+				For         string            `json:"for,omitempty"`
+				Labels      map[string]string `json:"labels,omitempty"`
+				Annotations map[string]string `json:"annotations,omitempty"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"spec"`
 }
 
 // serviceMonitor is the part of a Prometheus Operator ServiceMonitor
@@ -120,15 +156,12 @@ type serviceMonitor struct {
 			MatchNames []string `json:"matchNames,omitempty"`
 		} `json:"namespaceSelector,omitempty"`
 		Endpoints []struct {
-			Port          string `json:"port"`
-			Path          string `json:"path"`
-			Scheme        string `json:"scheme"`
-			Interval      string `json:"interval"`
-			ScrapeTimeout string `json:"scrapeTimeout"`
-			TLSConfig     *struct {
-				InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty"`
-				ServerName         string `json:"serverName,omitempty"`
-			} `json:"tlsConfig,omitempty"`
+			Port          string     `json:"port"`
+			Path          string     `json:"path"`
+			Scheme        string     `json:"scheme"`
+			Interval      string     `json:"interval"`
+			ScrapeTimeout string     `json:"scrapeTimeout"`
+			TLSConfig     *scrapeTLS `json:"tlsConfig,omitempty"`
 		} `json:"endpoints"`
 	} `json:"spec"`
 }
@@ -224,6 +257,8 @@ var renderings = sync.OnceValues(func() ([]*rendering, error) {
 				r.netpols = append(r.netpols, v)
 			case *serviceMonitor:
 				r.monitors = append(r.monitors, v)
+			case *prometheusRule:
+				r.rules = append(r.rules, v)
 			case *corev1.Namespace:
 				r.nss = append(r.nss, v)
 			}
@@ -298,6 +333,8 @@ func decodeTyped(o object) (any, error) {
 		into = &networkingv1.NetworkPolicy{}
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		into = &serviceMonitor{}
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		into = &prometheusRule{}
 	default:
 		return nil, errors.New("a kind the test does not know: add it to decodeTyped")
 	}
@@ -908,8 +945,10 @@ func checkImage(t *testing.T, r *rendering, c *corev1.Container) {
 		if !digestRef.MatchString(c.Image) {
 			t.Errorf("image %q is not pinned by digest", c.Image)
 		}
-	} else if name, _, _ := splitImage(c.Image); name != "dwara" {
+	} else if name, tag, _ := splitImage(c.Image); name != "dwara" {
 		t.Errorf("image %q: the base uses the name the Dockerfile builds, dwara", c.Image)
+	} else if tag == "" || tag == "latest" {
+		t.Errorf("image %q: the base names a tag (not latest, which an untagged name means)", c.Image)
 	}
 	if c.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("imagePullPolicy %q, want IfNotPresent", c.ImagePullPolicy)
@@ -1048,6 +1087,7 @@ func checkContainer(t *testing.T, r *rendering, w workload, c *corev1.Container,
 	}
 
 	checkResources(t, c, vars)
+	checkEphemeralStorage(t, w, c)
 	checkSecurity(t, c)
 	checkFiles(t, w, c, sub, expFlags)
 	checkPortsAndProbes(t, c, sub, expFlags)
@@ -1068,11 +1108,10 @@ func checkContainer(t *testing.T, r *rendering, w workload, c *corev1.Container,
 			t.Errorf("migrate runs as a container of a Deployment")
 		}
 	}
+	if f := flagValue(expFlags, "log-format"); f != "" {
+		t.Errorf("--log-format=%s: set the format once, in DWARA_LOG_FORMAT (--log-format defaults to it, and the lines logged before the flags are parsed follow only it)", f)
+	}
 	if sub != "migrate" {
-		wantJSON := r.production()
-		if got := flagValue(expFlags, "log-format") == "json"; got != wantJSON {
-			t.Errorf("--log-format json: %v, want %v", got, wantJSON)
-		}
 		if gotTLS := flagValue(expFlags, "tls-cert") != ""; gotTLS != r.production() {
 			t.Errorf("TLS: %v, want %v", gotTLS, r.production())
 		}
@@ -1131,6 +1170,43 @@ func checkResources(t *testing.T, c *corev1.Container, vars map[string]string) {
 		t.Errorf("GOMEMLIMIT=%q is not a byte count", vars["GOMEMLIMIT"])
 	} else if ratio := float64(gomem) / float64(memLimit.Value()); ratio < 0.8 || ratio > 0.95 {
 		t.Errorf("GOMEMLIMIT %d is %.0f%% of limits.memory %s: set requests.memory to 80-95%% of the limit, so the GC has room before the OOM killer", gomem, 100*ratio, memLimit.String())
+	}
+}
+
+// logRoom is the ephemeral storage a container's logs take at most with
+// the kubelet's default rotation (containerLogMaxFiles 5 of
+// containerLogMaxSize 10Mi).
+var logRoom = resource.MustParse("50Mi")
+
+// checkEphemeralStorage: c requests ephemeral storage (so the scheduler
+// counts it) within a limit (so a runaway log or volume evicts the pod,
+// not the node's other pods), and the limit holds the logs and the
+// emptyDirs c mounts.
+func checkEphemeralStorage(t *testing.T, w workload, c *corev1.Container) {
+	req, okReq := c.Resources.Requests[corev1.ResourceEphemeralStorage]
+	lim, okLim := c.Resources.Limits[corev1.ResourceEphemeralStorage]
+	if !okReq || !okLim {
+		t.Errorf("ephemeral-storage: requests and limits are not both set")
+		return
+	}
+	if req.Cmp(lim) > 0 {
+		t.Errorf("ephemeral-storage: request %s over limit %s", req.String(), lim.String())
+	}
+	need := logRoom.DeepCopy()
+	for _, m := range c.VolumeMounts {
+		for _, v := range w.pod.Volumes {
+			if v.Name != m.Name || v.EmptyDir == nil {
+				continue
+			}
+			if v.EmptyDir.SizeLimit == nil {
+				t.Errorf("emptyDir %s has no sizeLimit", v.Name)
+				continue
+			}
+			need.Add(*v.EmptyDir.SizeLimit)
+		}
+	}
+	if lim.Cmp(need) < 0 {
+		t.Errorf("ephemeral-storage: limit %s under the %s its logs and emptyDirs may take", lim.String(), need.String())
 	}
 }
 
@@ -1372,7 +1448,9 @@ func TestObjects(t *testing.T) {
 			checkHPA(t, r)
 			checkPDBs(t, r)
 			checkNetworkPolicies(t, r)
+			checkEgress(t, r)
 			checkServiceMonitors(t, r)
+			checkPrometheusRules(t, r)
 		})
 	}
 }
@@ -1557,6 +1635,104 @@ func checkNetworkPolicies(t *testing.T, r *rendering) {
 	}
 }
 
+// metadataEndpoints are the cloud providers' instance metadata addresses,
+// which serve the node's credentials to whoever asks from it.
+var metadataEndpoints = []string{"169.254.169.254", "fd00:ec2::254"}
+
+// checkEgress: every pod is under a NetworkPolicy that restricts its
+// egress, none of which lets it reach a metadata endpoint (a published
+// spec could aim a split or a health check at it and read the node's
+// credentials through the proxy); the migration Job's pod admits no
+// connection and reaches only DNS (53) and PostgreSQL (5432).
+func checkEgress(t *testing.T, r *rendering) {
+	for _, w := range r.workloads() {
+		var egress, ingress []*networkingv1.NetworkPolicy
+		for _, np := range r.netpols {
+			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+			if err != nil {
+				t.Fatalf("NetworkPolicy %s: %v", np.Name, err)
+			}
+			if np.Namespace != w.namespace || !sel.Matches(labels.Set(w.labels)) {
+				continue
+			}
+			if slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+				egress = append(egress, np)
+			}
+			if slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+				ingress = append(ingress, np)
+			}
+		}
+		if len(egress) == 0 {
+			t.Errorf("%s: no NetworkPolicy restricts its egress", w)
+		}
+		for _, np := range egress {
+			for i, rule := range np.Spec.Egress {
+				where := fmt.Sprintf("NetworkPolicy %s egress[%d] (%s)", np.Name, i, w)
+				dnsOnly := len(rule.Ports) > 0 && !slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool {
+					return p.Port == nil || p.Port.IntVal != 53
+				})
+				if len(rule.To) == 0 && !dnsOnly {
+					t.Errorf("%s: to every address, the metadata endpoints %v included", where, metadataEndpoints)
+				}
+				for _, peer := range rule.To {
+					if peer.IPBlock == nil {
+						continue
+					}
+					for _, addr := range metadataEndpoints {
+						if reachable(t, peer.IPBlock, addr) {
+							t.Errorf("%s: ipBlock %s lets the pods reach the metadata endpoint %s", where, peer.IPBlock.CIDR, addr)
+						}
+					}
+				}
+				if w.kind == "Job" {
+					for _, p := range rule.Ports {
+						if p.Port == nil || (p.Port.IntVal != 53 && p.Port.IntVal != 5432) {
+							t.Errorf("%s: port %v; the migration needs only DNS (53) and PostgreSQL (5432)", where, p.Port)
+						}
+					}
+					if len(rule.Ports) == 0 {
+						t.Errorf("%s: every port; the migration needs only DNS (53) and PostgreSQL (5432)", where)
+					}
+				}
+			}
+		}
+		if w.kind == "Job" {
+			if len(ingress) == 0 {
+				t.Errorf("%s: no NetworkPolicy restricts its ingress", w)
+			}
+			for _, np := range ingress {
+				if len(np.Spec.Ingress) > 0 {
+					t.Errorf("NetworkPolicy %s admits connections to %s, which listens on nothing", np.Name, w)
+				}
+			}
+		}
+	}
+}
+
+// reachable reports whether ipBlock b lets addr through.
+func reachable(t *testing.T, b *networkingv1.IPBlock, addr string) bool {
+	ip := net.ParseIP(addr)
+	_, cidr, err := net.ParseCIDR(b.CIDR)
+	if err != nil {
+		t.Errorf("ipBlock cidr %q: %v", b.CIDR, err)
+		return false
+	}
+	if !cidr.Contains(ip) {
+		return false
+	}
+	for _, e := range b.Except {
+		_, ex, err := net.ParseCIDR(e)
+		if err != nil {
+			t.Errorf("ipBlock except %q: %v", e, err)
+			continue
+		}
+		if ex.Contains(ip) {
+			return false
+		}
+	}
+	return true
+}
+
 // admitsPort reports whether a rule's ports admit containerPort cp.
 func admitsPort(ports []networkingv1.NetworkPolicyPort, cp corev1.ContainerPort) bool {
 	if len(ports) == 0 {
@@ -1662,9 +1838,55 @@ func checkServiceMonitors(t *testing.T, r *rendering) {
 			if ep.Scheme != want {
 				t.Errorf("ServiceMonitor %s: scheme %s, the %s listener serves %s", m.Name, ep.Scheme, l.role, want)
 			}
-			if want == "https" && ep.TLSConfig == nil {
-				t.Errorf("ServiceMonitor %s: https without tlsConfig", m.Name)
+			if want == "https" {
+				checkScrapeTLS(t, m.Name, s, ep.TLSConfig)
 			}
+		}
+	}
+}
+
+// checkScrapeTLS: Prometheus verifies an https target, with a CA from a
+// Secret the operator creates, for a name of the Service it scrapes
+// through (the certificate does not name the pod IP).
+func checkScrapeTLS(t *testing.T, monitor string, svc *corev1.Service, tc *scrapeTLS) {
+	switch {
+	case tc == nil:
+		t.Errorf("ServiceMonitor %s: https without tlsConfig", monitor)
+		return
+	case tc.InsecureSkipVerify:
+		t.Errorf("ServiceMonitor %s: insecureSkipVerify; verify with tlsConfig.ca and serverName", monitor)
+	case tc.CA == nil || tc.CA.Secret == nil:
+		t.Errorf("ServiceMonitor %s: no tlsConfig.ca.secret to verify the certificate with", monitor)
+	case !slices.Contains(operatorSecrets[tc.CA.Secret.Name].keys, tc.CA.Secret.Key):
+		t.Errorf("ServiceMonitor %s: CA Secret %s key %s is not in operatorSecrets", monitor, tc.CA.Secret.Name, tc.CA.Secret.Key)
+	}
+	if want := svc.Name + "." + svc.Namespace + ".svc"; tc.ServerName != want {
+		t.Errorf("ServiceMonitor %s: serverName %q, want %q (the name the API's certificate has)", monitor, tc.ServerName, want)
+	}
+}
+
+// checkPrometheusRules: the monitoring overlay, and only it (the CRD may
+// be absent elsewhere), has the PrometheusRule of deploy/prometheus, with
+// alerts that each carry a severity.
+func checkPrometheusRules(t *testing.T, r *rendering) {
+	if want := map[bool]int{true: 1, false: 0}[r.name == "production-monitoring"]; len(r.rules) != want {
+		t.Errorf("%d PrometheusRules, want %d (only production-monitoring has one: its CRD may be absent)", len(r.rules), want)
+	}
+	for _, pr := range r.rules {
+		alerts := 0
+		for _, g := range pr.Spec.Groups {
+			for _, rule := range g.Rules {
+				if rule.Alert == "" {
+					continue
+				}
+				alerts++
+				if rule.Labels["severity"] == "" {
+					t.Errorf("PrometheusRule %s: alert %s has no severity", pr.Name, rule.Alert)
+				}
+			}
+		}
+		if alerts == 0 {
+			t.Errorf("PrometheusRule %s has no alert", pr.Name)
 		}
 	}
 }
@@ -1724,6 +1946,15 @@ func TestSecretsDocumented(t *testing.T) {
 							t.Errorf("Secret %s key %s is not in operatorSecrets", e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key)
 						}
 					}
+				}
+			}
+		}
+	}
+	for _, r := range loadRenderings(t) {
+		for _, m := range r.monitors {
+			for _, ep := range m.Spec.Endpoints {
+				if tc := ep.TLSConfig; tc != nil && tc.CA != nil && tc.CA.Secret != nil {
+					used[tc.CA.Secret.Name] = true
 				}
 			}
 		}

@@ -74,8 +74,15 @@ func SetWeights(s *Spec, service string, weights map[string]int, allowReshuffle 
 		i := slices.IndexFunc(targets, func(t Target) bool { return t.Upstream == name })
 		switch {
 		case i < 0:
-			probs.add("weights", "%s is not a target of service %s; its targets are %s",
-				quote(name), quote(service), targetNames(targets))
+			msg := fmt.Sprintf("%s is not a target of service %s; its targets are %s", quote(name), quote(service), targetNames(targets))
+			upstreams := make([]string, len(targets))
+			for i, t := range targets {
+				upstreams[i] = t.Upstream
+			}
+			if near := Nearest(name, upstreams); near != "" {
+				msg += "; did you mean " + quote(near) + "?"
+			}
+			probs.add("weights", "%s", msg)
 		case w < 0 || w > MaxWeight:
 			probs.add("weights", "weight of %s must be 0..%d, got %d", quote(name), MaxWeight, w)
 		default:
@@ -119,7 +126,7 @@ func edit(s *Spec, service string) (*Spec, *Service, error) {
 	c := s.Clone()
 	svc, _ := c.Service(service)
 	if svc == nil {
-		return nil, nil, ErrServiceNotFound
+		return nil, nil, &ServiceNotFoundError{Name: service, Near: s.NearestService(service)}
 	}
 	return c, svc, nil
 }

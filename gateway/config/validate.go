@@ -431,13 +431,11 @@ func (v *validator) ref(name, path string) {
 // closest returns the first declared upstream within edit distance 2 of
 // name (the nearest one if several are), or "".
 func (v *validator) closest(name string) string {
-	best, bestD := "", 3
-	for _, u := range v.spec.Upstreams {
-		if d := editDistance(name, u.Name, bestD); d < bestD {
-			best, bestD = u.Name, d
-		}
+	names := make([]string, len(v.spec.Upstreams))
+	for i, u := range v.spec.Upstreams {
+		names[i] = u.Name
 	}
-	return best
+	return Nearest(name, names)
 }
 
 // editDistance returns the Levenshtein distance of a and b, or limit when it

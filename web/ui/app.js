@@ -62,9 +62,15 @@ function Time({iso}) {
 	if (isZeroTime(iso)) {
 		return html`<span class="muted">never</span>`;
 	}
+	// UTC, zone named, as the CLI and the logs print times: one clock for
+	// everyone looking at the same rollout.
 	const d = new Date(iso);
-	const text = d.toLocaleString(undefined, {month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit'});
-	return html`<time datetime=${iso} title=${d.toString()}>${text}</time>`;
+	return html`<time datetime=${iso} title=${d.toString()}>${utc(d)}</time>`;
+}
+
+// utc formats a time as "2026-12-02 07:35:50 UTC".
+function utc(d) {
+	return d.toISOString().slice(0, 19).replace('T', ' ') + ' UTC';
 }
 
 function ago(iso, now) {
@@ -319,11 +325,21 @@ function SplitBar({kind, label, targets, weights}) {
 		<div class="split-label">${label} <span class="ratio" data-ratio=${kind}>${ratio(weights)}</span></div>
 		<div class="bar" data-kind=${kind} role="img" aria-label=${`${label}: ${said}`}>
 			${targets.map((t, i) => html`<div class=${`seg seg-${i % 8}`} data-upstream=${t.upstream} data-weight=${weights[i]}
-				hidden=${weights[i] === 0} style=${{flexGrow: weights[i]}}>
-				${weights[i] / total >= 0.12 ? html`<span>${t.upstream} ${pct(weights[i] / total)}</span>` : ''}
+				hidden=${weights[i] === 0} style=${{flexGrow: weights[i]}} title=${`${t.upstream} ${pct(weights[i] / total)}`}>
+				${labelled(weights[i], total) ? html`<span>${t.upstream} ${pct(weights[i] / total)}</span>` : ''}
 			</div>`)}
 		</div>
+		${targets.some((_, i) => weights[i] > 0 && !labelled(weights[i], total)) && html`<div class="bar-legend">
+			${targets.map((t, i) => weights[i] > 0 && !labelled(weights[i], total) && html`<span data-slice-label=${t.upstream}>
+				<span class=${`swatch seg-${i % 8}`} aria-hidden="true"></span>${t.upstream} ${pct(weights[i] / total)}</span>`)}
+		</div>`}
 	</div>`;
+}
+
+// labelled reports whether a slice of weight w of total is wide enough for
+// its label inside the bar; a narrower one is labelled under it.
+function labelled(w, total) {
+	return w / total >= 0.12;
 }
 
 // endpointStates returns the endpoints of upstream (the spec's, and any a
@@ -368,16 +384,23 @@ function Endpoint({s}) {
 	</li>`;
 }
 
-function Targets({svc, spec, gateways, weights}) {
+// Targets is the table of a service's targets: each one's weight (the
+// configured one, and the one in force when the canary controller set
+// another: inForce), its share of traffic as it is served now, and its
+// endpoints.
+function Targets({svc, spec, gateways, inForce}) {
 	const targets = svc.split ? svc.split.targets : [{upstream: svc.upstream, weight: 1}];
-	const ws = weights || targets.map(t => t.weight);
+	const configured = targets.map(t => t.weight);
+	const ws = inForce || configured;
 	const total = sum(ws);
 	return html`<div class="table-wrap"><table class="targets">
 		<thead><tr><th scope="col">Target</th><th scope="col">Weight</th><th scope="col" class="col-share">Share</th><th scope="col">Endpoints</th></tr></thead>
 		<tbody>${targets.map((t, i) => html`<tr data-target=${t.upstream}>
 			<th scope="row"><span class=${`swatch seg-${i % 8}`} aria-hidden="true"></span>${t.upstream}${svc.split && i === 0 ? html` <span class="muted">baseline</span>` : ''}</th>
-			<td>${svc.split ? ws[i] : '–'}</td>
-			<td class="col-share">${pct(ws[i] / total)}</td>
+			<td>${!svc.split ? '–' : inForce
+				? html`<span data-in-force-weight>${ws[i]}</span> <span class="muted">in force (configured ${configured[i]})</span>`
+				: ws[i]}</td>
+			<td class="col-share" data-share>${pct(ws[i] / total)}</td>
 			<td><ul class="eps">${endpointStates(spec, gateways, t.upstream).map(s => html`<${Endpoint} s=${s}/>`)}</ul></td>
 		</tr>`)}</tbody>
 	</table></div>`;
@@ -632,7 +655,7 @@ function ServiceCard({svc, spec, group, gateways, generation, ask, mutate}) {
 			${svc.mirror && html`<div><dt>Mirror</dt><dd data-mirror>${mirrorText(svc.mirror)}</dd></div>`}
 			<div><dt>Exposures</dt><dd><${Exposures} state=${exposures} generation=${generation}/></dd></div>
 		</dl>
-		<${Targets} svc=${svc} spec=${spec} gateways=${gateways}/>
+		<${Targets} svc=${svc} spec=${spec} gateways=${gateways} inForce=${inForce}/>
 		${split && html`<div class="actions">
 			${targets.length === 2 && html`<button type="button" data-action="flip" onClick=${flip}>Flip</button>`}
 			<button type="button" data-action="edit-weights" aria-expanded=${editing} onClick=${() => setEditing(!editing)}>Edit weights</button>
@@ -1054,9 +1077,6 @@ function App() {
 					<${Section} id="services" title="Services">
 						<${Services} current=${current} canary=${data.canary} gateways=${liveGateways(data.gateways)} ask=${setDialog} mutate=${mutate}/>
 					</${Section}>
-					<${Section} id="canary" title="Canary groups">
-						<${Canary} canary=${data.canary} current=${current} now=${now} ask=${setDialog} mutate=${mutate}/>
-					</${Section}>
 				</div>
 				<div class="col-side">
 					<${Section} id="history" title="History">
@@ -1065,6 +1085,9 @@ function App() {
 					</${Section}>
 				</div>
 			</div>
+			<${Section} id="canary" title="Canary groups" wide>
+				<${Canary} canary=${data.canary} current=${current} now=${now} ask=${setDialog} mutate=${mutate}/>
+			</${Section}>
 			<${Section} id="gateways" title="Gateways" wide>
 				<${Gateways} gateways=${data.gateways} current=${current} now=${now}/>
 			</${Section}>

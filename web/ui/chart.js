@@ -12,8 +12,10 @@ const PAD = {left: 44, right: 14, top: 14, bottom: 30};
 // MIN_SPAN_MS keeps a young generation's timeline from being a dot.
 const MIN_SPAN_MS = 15 * 1000;
 
+// clock formats a time of the timeline's axis in UTC, as every time of
+// the dashboard: "07:35:50".
 export function clock(ms) {
-	return new Date(ms).toLocaleTimeString(undefined, {hour: '2-digit', minute: '2-digit', second: '2-digit'});
+	return new Date(ms).toISOString().slice(11, 19);
 }
 
 function kind(action) {
