@@ -247,7 +247,9 @@ func TestCanaryRelativeJudgement(t *testing.T) {
 	a.SetFailRate(0.03)
 	b.SetFailRate(0.04)
 	serve, replica := canaryProcs(t, "", url, nil)
-	ca := analysis(10, 400, 1)
+	// A cooldown of a minute: after the first rollback nothing more
+	// moves while the test looks.
+	ca := analysis(10, 400, 60)
 	ca.Promote.Threshold = 0.001
 	ca.Rollback = config.Threshold{Metric: config.MetricErrorRate, Relative: &config.Relative{Factor: 2}}
 	g := publish(t, serve.Admin, spectest.SplitOver([]*demo.Pool{a, b}, 50, 50).Analysis(ca).JSON())
