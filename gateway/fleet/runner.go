@@ -288,10 +288,12 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 		}
 		r.gauges(g.Service, &w)
 		a, ok := canary.Evaluate(now, g, s, &w)
-		if rb, failed := r.rolloutChecks(now, hk, gen, g, s); failed {
+		// The webhooks' bookkeeping keeps this process's clock, as their
+		// calls do.
+		if rb, failed := r.rolloutChecks(time.Now(), hk, gen, g, s); failed {
 			a, ok = rb, true
 		}
-		if ok && a.Kind == apiv1.CanaryPromote && r.promotionWaits(now, hk, gen, g, s, st.Transient, log) {
+		if ok && a.Kind == apiv1.CanaryPromote && r.promotionWaits(time.Now(), hk, gen, g, s, st.Transient, log) {
 			continue
 		}
 		if !ok || (a.Kind == apiv1.CanaryRollback && a.To == a.From) {
