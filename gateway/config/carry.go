@@ -26,6 +26,9 @@ func CanaryKeys(s *Spec) map[string]string {
 		if svc.Split == nil || svc.Split.CanaryAnalysis == nil || len(svc.Split.Targets) != 2 {
 			continue
 		}
+		if svc.Split.CanaryAnalysis.Gate == GateAuto {
+			svc.Split.CanaryAnalysis.Gate = "" // the same gate, spelled out
+		}
 		ident := struct {
 			Targets   []Target        `json:"targets"`
 			Analysis  *CanaryAnalysis `json:"canary_analysis"`

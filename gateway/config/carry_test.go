@@ -27,6 +27,8 @@ func TestCanaryReset(t *testing.T) {
 		{"another service changed", func(s *config.Spec) { s.Services[1].BasePath = "/web" }, []string{}},
 		{"another upstream changed", func(s *config.Spec) { s.Upstreams[2].Endpoints = []string{"127.0.0.1:7001"} }, []string{}},
 		{"a default spelled out", func(s *config.Spec) { s.Services[0].Split.CanaryAnalysis.WindowSeconds = config.DefaultCanaryWindowS }, []string{}},
+		{"gate auto spelled out", func(s *config.Spec) { s.Services[0].Split.CanaryAnalysis.Gate = config.GateAuto }, []string{}},
+		{"gate final", func(s *config.Spec) { s.Services[0].Split.CanaryAnalysis.Gate = config.GateFinal }, []string{"api"}},
 		{"weights", func(s *config.Spec) { s.Services[0].Split.Targets[1].Weight = 20 }, []string{"api"}},
 		{"analysis", func(s *config.Spec) { s.Services[0].Split.CanaryAnalysis.MinRequests = 99 }, []string{"api"}},
 		{"canary endpoints", func(s *config.Spec) { s.Upstreams[1].Endpoints = []string{"127.0.0.1:9999"} }, []string{"api"}},
