@@ -19,6 +19,7 @@ import (
 const (
 	actionCanaryPause  = "canary_pause"
 	actionCanaryResume = "canary_resume"
+	actionCanaryGate   = "canary_promote"
 )
 
 // listCanary answers GET /api/v1/canary: every canary group of the active
@@ -195,11 +196,12 @@ func (s *Server) adoptCanary(w http.ResponseWriter, r *http.Request) {
 			message = fmt.Sprintf("adopt canary weights %s of %s", ratio(ws), name)
 		}
 		gen, err := s.store.Publish(ctx, db.PublishParams{
-			Spec:    body,
-			Action:  apiv1.ActionAdopt,
-			Author:  actorFrom(ctx),
-			Message: message,
-			IfMatch: &cur.ID,
+			Spec:       body,
+			CanaryKeys: config.CanaryKeys(next),
+			Action:     apiv1.ActionAdopt,
+			Author:     actorFrom(ctx),
+			Message:    message,
+			IfMatch:    &cur.ID,
 		})
 		switch {
 		case err == nil:
@@ -302,6 +304,65 @@ func (s *Server) holdCanary(w http.ResponseWriter, r *http.Request, pause bool) 
 
 // activeGroup returns the active generation and its canary group of
 // service; the error is a 404 Problem when there is no generation or no
+// promoteCanary answers POST /api/v1/services/{name}/canary/promote: an
+// operator passes the gate that waits at the canary weight in force, and
+// the canary takes the step up (recorded as a promote with the caller as
+// actor); 200 with the group's state. 409 when no gate waits (the schedule
+// has no gate, or its hold has not passed yet, or a rollback moved it).
+func (s *Server) promoteCanary(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	name, req, err := serviceMessage(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	cur, g, err := s.activeGroup(ctx, name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	noteGeneration(r, cur.ID)
+	states, err := s.store.CanaryStates(ctx, cur.ID)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	st := states[name]
+	from := weightInForce(g, st)
+	if !st.Gate {
+		s.writeProblem(w, r, problemf(http.StatusConflict,
+			"no gate waits for service %q: its canary is at weight %d of %d (%s); a gate waits once a step that canary_analysis.gate holds has passed its hold",
+			name, from, g.Total, canaryState(g, st, from)))
+		return
+	}
+	to := g.Above(from)
+	actor := actorFrom(ctx)
+	reason := fmt.Sprintf("gate passed by %s: step %d -> %d", actor, from, to)
+	if req.Message != "" {
+		reason += ": " + req.Message
+	}
+	_, err = s.store.PassCanaryGate(ctx, cur.ID, name, from, to, g.Configured, actor, reason)
+	switch {
+	case errors.Is(err, db.ErrNoGate), errors.Is(err, db.ErrPreconditionFailed):
+		s.writeProblem(w, r, problemf(http.StatusConflict,
+			"the gate of service %q is no longer waiting (the controller moved the canary, or a publish started it afresh); read GET /api/v1/canary and retry", name))
+		return
+	case err != nil:
+		s.internalError(w, r, err)
+		return
+	}
+	if states, err = s.store.CanaryStates(ctx, cur.ID); err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	item, err := s.canaryGroup(ctx, cur.ID, g, states[name])
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, item)
+}
+
 // such service, a 409 Problem when the service has no canary analysis.
 func (s *Server) activeGroup(ctx context.Context, service string) (apiv1.Generation, canary.Group, error) {
 	cur, err := s.store.Current(ctx)
@@ -361,6 +422,8 @@ func canaryState(g canary.Group, st db.CanaryState, weight int) string {
 	switch {
 	case !g.Analysis.Enabled:
 		return apiv1.CanaryDisabled
+	case g.ManagedBy != "":
+		return apiv1.CanaryManaged
 	case st.Paused:
 		return apiv1.CanaryPaused
 	case weight == g.Total:
@@ -390,6 +453,10 @@ func (s *Server) canaryGroup(ctx context.Context, generation int64, g canary.Gro
 		return apiv1.CanaryGroup{}, fmt.Errorf("canary window of %q in generation %d: %w", g.Service, generation, err)
 	}
 	weight := weightInForce(g, st)
+	var holdSince *time.Time
+	if !st.HoldSince.IsZero() {
+		holdSince = &st.HoldSince
+	}
 	return apiv1.CanaryGroup{
 		Service:        g.Service,
 		GenerationID:   generation,
@@ -403,6 +470,9 @@ func (s *Server) canaryGroup(ctx context.Context, generation int64, g canary.Gro
 		BaselineWindow: baseFig,
 		CanaryWindow:   canFig,
 		LastEvent:      st.LastEvent,
+		HoldSince:      holdSince,
+		GateWaiting:    st.Gate,
+		ManagedBy:      g.ManagedBy,
 	}, nil
 }
 

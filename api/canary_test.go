@@ -185,9 +185,27 @@ func TestCanaryListStates(t *testing.T) {
 		t.Errorf("rolled-back: last event %+v", last)
 	}
 
-	// A new generation starts over from its configured weights; the hold
-	// lasts.
-	e.publish(b.Edit(func(s *config.Spec) { s.Services[0].BasePath = "/v2" }), "")
+	// A new generation that leaves the groups as they were carries their
+	// canaries over: the weights in force, a rollback, the last event.
+	e.publish(b.Edit(func(s *config.Spec) { s.Services[1].BasePath = "/web" }), "")
+	list = e.canaryList()
+	if got := group(t, list, "promoted"); !got.Transient || got.Weights != [2]int{85, 15} || got.State != apiv1.CanaryRunning ||
+		got.LastEvent == nil || got.LastEvent.ID != promoted.ID {
+		t.Errorf("promoted after an unrelated publish = %+v", got)
+	}
+	if got := group(t, list, "rolled-back"); got.Weights != [2]int{100, 0} || got.State != apiv1.CanaryRolledBack {
+		t.Errorf("rolled-back after an unrelated publish = %+v", got)
+	}
+	// One that changes a group's settings starts that canary afresh from
+	// its configured weights; the hold lasts.
+	e.publish(b.Edit(func(s *config.Spec) {
+		s.Services[1].BasePath = "/web"
+		for i := range s.Services {
+			if sp := s.Services[i].Split; sp != nil && sp.CanaryAnalysis != nil {
+				sp.CanaryAnalysis.MinRequests = 77
+			}
+		}
+	}), "")
 	list = e.canaryList()
 	if got := group(t, list, "promoted"); got.Transient || got.Weights != [2]int{90, 10} || got.State != apiv1.CanaryRunning || got.LastEvent != nil {
 		t.Errorf("promoted in the next generation = %+v", got)
@@ -537,5 +555,27 @@ func TestCanaryAuth(t *testing.T) {
 	}
 	if events, err := e.store.ListCanaryEvents(context.Background(), "", 0, 10, 0); err != nil || len(events) != 2 {
 		t.Errorf("events %+v, %v; want the authorized pause and resume only", events, err)
+	}
+}
+
+// TestCanaryManagedAndGate shows a split managed by something else as
+// managed, with its manager, and refuses a promote with 409 while no gate
+// waits; an invalid manager is refused with 422 naming the field.
+func TestCanaryManagedAndGate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	b := spectest.Canary(90, 10).Analysis(analysis(true)).Edit(func(s *config.Spec) { s.Services[0].Split.ManagedBy = "argo-rollouts" })
+	e.publish(b, "")
+	if got := group(t, e.canaryList(), "api"); got.State != apiv1.CanaryManaged || got.ManagedBy != "argo-rollouts" || got.GateWaiting || got.HoldSince != nil {
+		t.Errorf("managed group = %+v", got)
+	}
+	r := e.do(call{method: "POST", path: "/api/v1/services/api/canary/promote", body: map[string]any{}}).want(t, http.StatusConflict)
+	if !strings.Contains(string(r.body), "no gate waits") {
+		t.Errorf("promote with no gate: %s", r.body)
+	}
+	bad := spectest.Canary(90, 10).Edit(func(s *config.Spec) { s.Services[0].Split.ManagedBy = "Argo!" })
+	r = e.do(call{method: "POST", path: "/api/v1/generations", body: map[string]any{"spec": bad}, violates: true}).want(t, http.StatusUnprocessableEntity)
+	if !strings.Contains(string(r.body), "services[0].split.managed_by") {
+		t.Errorf("invalid manager: %s", r.body)
 	}
 }

@@ -48,10 +48,11 @@ func (s *Server) diffGeneration(w http.ResponseWriter, r *http.Request) {
 func diffSpecs(from, to *int64, old, new *config.Spec) apiv1.Diff {
 	cd := config.Diff(old, new)
 	d := apiv1.Diff{
-		From:      from,
-		To:        to,
-		Services:  make([]apiv1.ServiceDiff, len(cd.Services)),
-		Upstreams: make([]apiv1.UpstreamDiff, len(cd.Upstreams)),
+		From:        from,
+		To:          to,
+		Services:    make([]apiv1.ServiceDiff, len(cd.Services)),
+		Upstreams:   make([]apiv1.UpstreamDiff, len(cd.Upstreams)),
+		CanaryReset: cd.CanaryReset,
 	}
 	for i, s := range cd.Services {
 		d.Services[i] = apiv1.ServiceDiff{Name: s.Name, Change: s.Change, Details: s.Details, MovedShare: s.MovedShare}

@@ -188,8 +188,9 @@ func (s *Server) Run(ctx context.Context) error {
 // toEvent turns a notification into its event: a published generation is
 // loaded without its spec (and sent so); a gateway instance is re-encoded; a
 // controller's canary action is re-encoded as canary_promoted or
-// canary_rolled_back. An operator's pause or resume of a canary group is no
-// event: toEvent returns an event without a name and no error.
+// canary_rolled_back. An operator's pause or resume of a canary group, and
+// a wait (hold, hold_reset, gate, breach, breach_reset), is no event: toEvent
+// returns an event without a name and no error.
 func (s *Server) toEvent(ctx context.Context, n notification) (event, error) {
 	switch n.channel {
 	case db.NotifyChannel:
@@ -223,7 +224,8 @@ func (s *Server) toEvent(ctx context.Context, n notification) (event, error) {
 			name = apiv1.EventCanaryPromoted
 		case apiv1.CanaryRollback, apiv1.CanarySevereRollback:
 			name = apiv1.EventCanaryRolledBack
-		case apiv1.CanaryPause, apiv1.CanaryResume:
+		case apiv1.CanaryPause, apiv1.CanaryResume, apiv1.CanaryHold, apiv1.CanaryHoldReset, apiv1.CanaryGate,
+			apiv1.CanaryBreach, apiv1.CanaryBreachReset, apiv1.CanaryWebhook:
 			return event{}, nil
 		default:
 			return event{}, fmt.Errorf("unknown canary action %q", e.Action)

@@ -108,7 +108,7 @@ func (s *Server) publishAllocated(w http.ResponseWriter, r *http.Request, spec *
 		if err != nil {
 			return db.PublishParams{}, err
 		}
-		p.Spec = body
+		p.Spec, p.CanaryKeys = body, config.CanaryKeys(next)
 		return p, nil
 	})
 	if err != nil {
@@ -186,7 +186,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request, spec *config.Sp
 		s.internalError(w, r, err)
 		return
 	}
-	p.Spec = body
+	p.Spec, p.CanaryKeys = body, config.CanaryKeys(spec)
 	g, err := s.store.Publish(r.Context(), p)
 	if err != nil {
 		s.publishError(w, r, err, p.IfMatch)

@@ -76,6 +76,7 @@ func (s *Server) routes() chi.Router {
 		r.Post("/services/{name}/canary/adopt", s.mutation(apiv1.ActionAdopt, s.adoptCanary))
 		r.Post("/services/{name}/canary/pause", s.mutation(actionCanaryPause, s.pauseCanary))
 		r.Post("/services/{name}/canary/resume", s.mutation(actionCanaryResume, s.resumeCanary))
+		r.Post("/services/{name}/canary/promote", s.mutation(actionCanaryGate, s.promoteCanary))
 	})
 	return r
 }

@@ -98,7 +98,8 @@ func (s *Server) editService(w http.ResponseWriter, r *http.Request, action, mes
 			return db.PublishParams{}, err
 		}
 		next = edited
-		return db.PublishParams{Spec: body, Action: action, Author: actorFrom(ctx), Message: message}, nil
+		return db.PublishParams{Spec: body, Action: action, Author: actorFrom(ctx), Message: message,
+			CanaryKeys: config.CanaryKeys(edited)}, nil
 	})
 	if err != nil {
 		s.writeError(w, r, err)

@@ -25,9 +25,12 @@ const fullSpec = `{
      "split": {"targets": [{"upstream": "a", "weight": 90}, {"upstream": "b", "weight": 10}], "allocation": "hash",
                "match": [{"name": "beta", "headers": {"X-Group": {"exact": "beta"}, "X-Region": {"prefix": "eu-"}, "User-Agent": {"regex": "Mobile"}},
                           "cookies": {"plan": {"regex": "^pro"}, "tier": {"exact": "gold"}, "ab": {"prefix": "b"}}, "target": "b"}],
-               "canary_analysis": {"enabled": true, "window_seconds": 60, "step": 10, "min_requests": 100, "cooldown_seconds": 60,
+               "canary_analysis": {"enabled": true, "window_seconds": 60, "min_requests": 100, "cooldown_seconds": 60,
                                    "promote": {"metric": "error_rate", "threshold": 0.01},
-                                   "rollback": {"metric": "latency_p99", "threshold": 500}}},
+                                   "gate": "final", "steps": [50, 100],
+                                   "webhooks": [{"name": "chat", "type": "event", "url": "http://127.0.0.1:7000/events"}],
+                                   "rollback": {"metric": "latency_p99", "threshold": 500}},
+               "managed_by": "argo-rollouts"},
      "sticky": {"cookie": "dwara", "ttl_s": 60},
      "override": {"header": "X-Branch"}}
   ]

@@ -233,6 +233,14 @@ func (c *Client) ResumeCanary(ctx context.Context, service, message string) (api
 	return c.hold(ctx, service, "resume", message)
 }
 
+// PromoteCanary passes the gate service's canary waits at (POST
+// /api/v1/services/{name}/canary/promote): the canary takes the step up,
+// recorded with message (optional) and the caller as actor. It returns the
+// group as it is afterwards; a 409 Problem when no gate waits.
+func (c *Client) PromoteCanary(ctx context.Context, service, message string) (apiv1.CanaryGroup, error) {
+	return c.hold(ctx, service, "promote", message)
+}
+
 func (c *Client) hold(ctx context.Context, service, verb, message string) (apiv1.CanaryGroup, error) {
 	var g apiv1.CanaryGroup
 	err := c.do(ctx, http.MethodPost, canaryPath(service, verb), apiv1.MessageRequest{Message: message}, nil, &g)

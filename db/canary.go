@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -123,14 +124,15 @@ func (s *Store) FlushCanaryWindows(ctx context.Context, instance string, rows []
 
 // CanaryWindow returns the fleet's totals of the baseline and the canary of
 // service in generation over the last window (by the database's clock),
+// the rows of the generations its canary was carried over from included,
 // and the database's time of the reading.
 func (s *Store) CanaryWindow(ctx context.Context, generation int64, service string, window time.Duration) (baseline, canary CanaryTotals, now time.Time, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
 		secs := window.Seconds()
 		rows, err := tx.Query(ctx, `
 			SELECT version, sum(requests), sum(errors), now()
-			FROM canary_windows
-			WHERE generation_id = $1 AND service = $2 AND second > now() - make_interval(secs => $3)
+			FROM canary_windows w
+			WHERE w.service = $2 AND `+inCanary("w", "$1", "$2")+` AND second > now() - make_interval(secs => $3)
 			GROUP BY version`, generation, service, secs)
 		if err != nil {
 			return err
@@ -155,8 +157,8 @@ func (s *Store) CanaryWindow(ctx context.Context, generation int64, service stri
 		}
 		rows, err = tx.Query(ctx, `
 			SELECT version, (p->>0)::bigint AS b, sum((p->>1)::bigint)
-			FROM canary_windows, jsonb_array_elements(latency) AS p
-			WHERE generation_id = $1 AND service = $2 AND second > now() - make_interval(secs => $3)
+			FROM canary_windows w, jsonb_array_elements(latency) AS p
+			WHERE w.service = $2 AND `+inCanary("w", "$1", "$2")+` AND second > now() - make_interval(secs => $3)
 			GROUP BY version, b
 			ORDER BY version, b`, generation, service, secs)
 		if err != nil {
@@ -200,19 +202,33 @@ func (s *Store) PruneCanaryWindows(ctx context.Context, retention time.Duration)
 }
 
 // CanaryState is what storage knows of one canary group in one generation.
+// "This canary" is the group's events in the generation and in the earlier
+// generations it was carried over from (canary_groups: same origin).
 type CanaryState struct {
 	// Transient is true when the controller changed the canary's weight
-	// in this generation; Weight is then the canary weight in force.
+	// in this canary; Weight is then the canary weight in force.
 	Transient bool
 	Weight    int
 	// LastAction is the time of the newest controller action on the group
-	// in this generation (the database's clock); zero when none.
+	// in this canary (the database's clock); zero when none.
 	LastAction time.Time
 	// Paused is true when the newest pause or resume of the service, in
 	// any generation, is a pause: a hold lasts until it is resumed.
 	Paused bool
-	// LastEvent is the newest event of the group in this generation; nil
-	// when none.
+	// HoldSince is the time of the hold event that started the hold
+	// running at the weight in force; zero when none runs (none since the
+	// newest weight change, or broken by a hold_reset since, or a gate
+	// waits).
+	HoldSince time.Time
+	// Gate is true when a gate event waits at the weight in force: no
+	// weight change since it.
+	Gate bool
+	// BreachSince is the time of the breach event since which the
+	// rollback condition holds (rollback.for_seconds); zero when none
+	// (none since the newest weight change, or a breach_reset since).
+	BreachSince time.Time
+	// LastEvent is the newest event of the group in this canary, webhook
+	// results aside; nil when none.
 	LastEvent *apiv1.CanaryEvent
 }
 
@@ -220,8 +236,16 @@ type CanaryState struct {
 // ones that change weights.
 const controllerActions = `('promote', 'rollback', 'severe_rollback')`
 
+// waitActions is the SQL list of the waits of a schedule and of a
+// sustained rollback.
+const waitActions = `('hold', 'hold_reset', 'gate', 'breach', 'breach_reset')`
+
+// waitKind is the SQL expression that sorts a wait into its kind: the
+// newest event of each kind, since the newest weight change, is in force.
+const waitKind = `CASE WHEN action = 'gate' THEN 0 WHEN action IN ('hold', 'hold_reset') THEN 1 ELSE 2 END`
+
 // CanaryStates returns the state of every service of generation that has
-// canary events in it or a pause in force. A service missing from the map
+// canary events in its canary (carried over included) or a pause in force. A service missing from the map
 // has no transient weight, was never acted on and is not paused.
 func (s *Store) CanaryStates(ctx context.Context, generation int64) (map[string]CanaryState, error) {
 	return canaryStates(ctx, s.pool, generation)
@@ -231,7 +255,7 @@ func canaryStates(ctx context.Context, q querier, generation int64) (map[string]
 	states := make(map[string]CanaryState)
 	rows, err := q.Query(ctx, `
 		SELECT DISTINCT ON (service) `+canaryEventColumns+`
-		FROM canary_events WHERE generation_id = $1 AND action IN `+controllerActions+`
+		FROM canary_events e WHERE `+inCanary("e", "$1", "")+` AND action IN `+controllerActions+`
 		ORDER BY service, id DESC`, generation)
 	if err != nil {
 		return nil, fmt.Errorf("load canary weights of generation %d: %w", generation, err)
@@ -240,8 +264,49 @@ func canaryStates(ctx context.Context, q querier, generation int64) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("load canary weights of generation %d: %w", generation, err)
 	}
+	changed := make(map[string]int64, len(actions))
 	for _, e := range actions {
 		states[e.Service] = CanaryState{Transient: true, Weight: e.ToWeight, LastAction: e.CreatedAt}
+		changed[e.Service] = e.ID
+	}
+	rows, err = q.Query(ctx, `
+		SELECT DISTINCT ON (service, `+waitKind+`) id, service, action, created_at
+		FROM canary_events e WHERE `+inCanary("e", "$1", "")+` AND action IN `+waitActions+`
+		ORDER BY service, `+waitKind+`, id DESC`, generation)
+	if err != nil {
+		return nil, fmt.Errorf("load canary waits of generation %d: %w", generation, err)
+	}
+	var (
+		id       int64
+		service  string
+		action   string
+		at       time.Time
+		holdFrom = map[string]time.Time{}
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &service, &action, &at}, func() error {
+		if id < changed[service] {
+			return nil // before the newest weight change: over
+		}
+		st := states[service]
+		switch action {
+		case apiv1.CanaryGate:
+			st.Gate = true
+		case apiv1.CanaryHold:
+			holdFrom[service] = at
+		case apiv1.CanaryBreach:
+			st.BreachSince = at
+		}
+		states[service] = st
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load canary waits of generation %d: %w", generation, err)
+	}
+	for service, at := range holdFrom {
+		if st := states[service]; !st.Gate {
+			st.HoldSince = at
+			states[service] = st
+		}
 	}
 	rows, err = q.Query(ctx, `
 		SELECT DISTINCT ON (service) service, action = 'pause'
@@ -250,7 +315,6 @@ func canaryStates(ctx context.Context, q querier, generation int64) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("load canary holds: %w", err)
 	}
-	var service string
 	var paused bool
 	_, err = pgx.ForEachRow(rows, []any{&service, &paused}, func() error {
 		if paused {
@@ -265,7 +329,7 @@ func canaryStates(ctx context.Context, q querier, generation int64) (map[string]
 	}
 	rows, err = q.Query(ctx, `
 		SELECT DISTINCT ON (service) `+canaryEventColumns+`
-		FROM canary_events WHERE generation_id = $1
+		FROM canary_events e WHERE `+inCanary("e", "$1", "")+` AND action <> 'webhook'
 		ORDER BY service, id DESC`, generation)
 	if err != nil {
 		return nil, fmt.Errorf("load canary events of generation %d: %w", generation, err)
@@ -501,13 +565,17 @@ func (l *CanaryLock) States(ctx context.Context, generation int64) (map[string]C
 // Record stores a controller action and announces it on
 // CanaryNotifyChannel, in one transaction on the lock's session, only when
 // e.GenerationID is still the newest generation and e.FromWeight is the
-// canary weight in force (the newest action's ToWeight in that generation,
-// else configured): a compare-and-set, so an action judged on a state that
+// canary weight in force (the newest action's ToWeight in that
+// generation's canary, carried over included, else configured): a compare-and-set, so an action judged on a state that
 // changed is never recorded. It returns the stored event and whether it
 // was recorded.
 func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured int) (apiv1.CanaryEvent, bool, error) {
 	switch e.Action {
 	case apiv1.CanaryPromote, apiv1.CanaryRollback, apiv1.CanarySevereRollback:
+	case apiv1.CanaryHold, apiv1.CanaryHoldReset, apiv1.CanaryGate, apiv1.CanaryBreach, apiv1.CanaryBreachReset:
+		if e.FromWeight != e.ToWeight {
+			return apiv1.CanaryEvent{}, false, fmt.Errorf("record canary %s: a wait changes no weight (%d -> %d)", e.Action, e.FromWeight, e.ToWeight)
+		}
 	default:
 		return apiv1.CanaryEvent{}, false, fmt.Errorf("record canary event: %q is not a controller action", e.Action)
 	}
@@ -519,24 +587,46 @@ func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured
 	if err != nil {
 		return apiv1.CanaryEvent{}, false, err
 	}
+	var ruleFigures []byte
+	if e.RuleFigures != nil {
+		// JSON has no NaN or infinity: such a figure is left out rather
+		// than let it refuse the event.
+		finite := make(map[string]float64, len(e.RuleFigures))
+		for k, v := range e.RuleFigures {
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				finite[k] = v
+			}
+		}
+		e.RuleFigures = finite
+		if ruleFigures, err = json.Marshal(e.RuleFigures); err != nil {
+			return apiv1.CanaryEvent{}, false, fmt.Errorf("encode rule figures: %w", err)
+		}
+	}
 	var stored apiv1.CanaryEvent
 	recorded := false
 	err = pgx.BeginFunc(ctx, l.conn, func(tx pgx.Tx) error {
+		// A publish in flight (which holds the publish lock) commits
+		// before this is judged against the newest generation, so an
+		// action is never recorded on a generation a new one already
+		// replaced and carried over without it.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, publishLockKey); err != nil {
+			return err
+		}
 		row := tx.QueryRow(ctx, `
 			WITH cur AS (
 				SELECT coalesce((
-					SELECT to_weight FROM canary_events
-					WHERE generation_id = $1 AND service = $2 AND action IN `+controllerActions+`
+					SELECT to_weight FROM canary_events e
+					WHERE e.service = $2 AND `+inCanary("e", "$1", "$2")+` AND action IN `+controllerActions+`
 					ORDER BY id DESC LIMIT 1), $11) AS w
 			)
 			INSERT INTO canary_events (generation_id, service, from_weight, to_weight, action, reason,
-			                           baseline, canary, p_value, instance_id)
-			SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10
+			                           baseline, canary, p_value, instance_id, rule, rule_figures)
+			SELECT $1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9, $10, $12, $13::jsonb
 			FROM cur
 			WHERE cur.w = $3 AND (SELECT max(id) FROM generations) = $1
 			RETURNING `+canaryEventColumns,
 			e.GenerationID, e.Service, e.FromWeight, e.ToWeight, e.Action, e.Reason,
-			baseline, canary, e.PValue, e.InstanceID, configured)
+			baseline, canary, e.PValue, e.InstanceID, configured, e.Rule, ruleFigures)
 		var err error
 		stored, err = scanCanaryEvent(row)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -587,14 +677,25 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-const canaryEventColumns = `id, generation_id, service, from_weight, to_weight, action, reason, baseline, canary, p_value, instance_id, actor, created_at`
+const canaryEventColumns = `id, generation_id, service, from_weight, to_weight, action, reason, baseline, canary, p_value, instance_id, actor, rule, rule_figures, webhook, created_at`
 
 func scanCanaryEvent(row pgx.Row) (apiv1.CanaryEvent, error) {
 	var e apiv1.CanaryEvent
-	var baseline, canary []byte
+	var baseline, canary, ruleFigures, webhook []byte
 	if err := row.Scan(&e.ID, &e.GenerationID, &e.Service, &e.FromWeight, &e.ToWeight, &e.Action, &e.Reason,
-		&baseline, &canary, &e.PValue, &e.InstanceID, &e.Actor, &e.CreatedAt); err != nil {
+		&baseline, &canary, &e.PValue, &e.InstanceID, &e.Actor, &e.Rule, &ruleFigures, &webhook, &e.CreatedAt); err != nil {
 		return apiv1.CanaryEvent{}, err
+	}
+	if webhook != nil {
+		e.Webhook = new(apiv1.CanaryWebhookResult)
+		if err := json.Unmarshal(webhook, e.Webhook); err != nil {
+			return apiv1.CanaryEvent{}, fmt.Errorf("decode webhook result of canary event %d: %w", e.ID, err)
+		}
+	}
+	if ruleFigures != nil {
+		if err := json.Unmarshal(ruleFigures, &e.RuleFigures); err != nil {
+			return apiv1.CanaryEvent{}, fmt.Errorf("decode rule figures of canary event %d: %w", e.ID, err)
+		}
 	}
 	for _, f := range []struct {
 		raw []byte

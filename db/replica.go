@@ -19,7 +19,7 @@ func ReplicaGrants(role, database string) []string {
 	return []string{
 		fmt.Sprintf("GRANT CONNECT ON DATABASE %s TO %s", quoteIdent(database), r),
 		"GRANT USAGE ON SCHEMA public TO " + r,
-		"GRANT SELECT ON generations, canary_events, canary_windows, gateway_instances, canary_runner_lease, exposures TO " + r,
+		"GRANT SELECT ON generations, canary_events, canary_windows, canary_groups, gateway_instances, canary_runner_lease, exposures TO " + r,
 		// Upserts: an instance's report, the runner's lease, a second's
 		// window merged with what was flushed of it already.
 		"GRANT INSERT, UPDATE ON gateway_instances, canary_runner_lease, canary_windows TO " + r,

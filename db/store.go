@@ -323,6 +323,9 @@ func publishLocked(ctx context.Context, tx pgx.Tx, newest int64, p PublishParams
 		}
 		return apiv1.Generation{}, fmt.Errorf("insert generation %d: %w", newest+1, err)
 	}
+	if err := recordCanaryGroups(ctx, tx, g.ID, newest, p.CanaryKeys); err != nil {
+		return apiv1.Generation{}, err
+	}
 	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprint(g.ID)); err != nil {
 		return apiv1.Generation{}, fmt.Errorf("notify generation %d: %w", g.ID, err)
 	}

@@ -33,13 +33,20 @@ const NotifyChannel = "dwara_generation"
 //
 // Message and Author are stored as text, which cannot hold a NUL character
 // or invalid UTF-8: the caller refuses such input (Publish would fail).
+//
+// CanaryKeys names, by service, the key of each canary group of Spec
+// (gateway/config.CanaryKeys): a group whose key equals the parent
+// generation's keeps its canary's state (the weight in force, the hold,
+// a rollback: canary_groups' origin); any other starts afresh. Nil means
+// every group starts afresh.
 type PublishParams struct {
-	Spec     json.RawMessage
-	Action   string
-	SourceID *int64
-	Author   string
-	Message  string
-	IfMatch  *int64
+	Spec       json.RawMessage
+	Action     string
+	SourceID   *int64
+	Author     string
+	Message    string
+	IfMatch    *int64
+	CanaryKeys map[string]string
 }
 
 // EditFunc computes what Edit publishes from the active generation, which

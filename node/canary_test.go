@@ -83,11 +83,19 @@ func ids(seed uint64) func() string {
 // status.
 func send(t *testing.T, addr, id string) (string, int) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+	return sendAt(t, addr, "/", id)
+}
+
+// sendAt sends one GET path with request id id through the proxy at addr
+// and returns the pool that answered ("" for an answer without X-Pool) and
+// the status.
+func sendAt(t *testing.T, addr, path, id string) (string, int) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
 	req.Header.Set("X-Request-Id", id)
 	resp, err := httpc.Do(req)
 	if err != nil {
-		t.Fatalf("GET through %s: %v", addr, err)
+		t.Fatalf("GET %s through %s: %v", path, addr, err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()

@@ -449,14 +449,7 @@ func dashboardBranches(t *testing.T, browser context.Context, shots string) {
 // addr; the answer does not matter.
 func sendPath(t *testing.T, addr, path, id string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
-	req.Header.Set("X-Request-Id", id)
-	resp, err := httpc.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s through %s: %v", path, addr, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	sendAt(t, addr, path, id)
 }
 
 // authed sends an API request with the bearer token and returns the status.

@@ -214,6 +214,7 @@ func publishDemo(ctx context.Context, store *db.Store, stable, canary []string, 
 	}
 	return store.Publish(ctx, db.PublishParams{
 		Spec: js, Action: apiv1.ActionCreate, Author: DemoAuthor, Message: message, IfMatch: ifMatch,
+		CanaryKeys: config.CanaryKeys(spec),
 	})
 }
 

@@ -73,8 +73,13 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	})
 	apiSrv := api.New(api.Options{
 		Version: c.Version,
-		// The API validated spec once; the proxy serves it before the 201.
+		// The API validated spec once; the proxy serves it before the 201,
+		// with the weights in force of the canaries it carries over.
 		OnPublish: func(ctx context.Context, generation int64, spec *config.Spec) error {
+			spec, err := fleet.Overlay(ctx, store, spec, generation)
+			if err != nil {
+				return err // the database source applies it, overlaid, when it can
+			}
 			return apply(ctx, spec, generation)
 		},
 		Store:            store,

@@ -227,6 +227,13 @@ type Diff struct {
 	Services []ServiceDiff `json:"services"`
 	// Upstreams lists every upstream of either side, in the same order.
 	Upstreams []UpstreamDiff `json:"upstreams"`
+	// CanaryReset names, in the new side's order, every canary group of
+	// both sides whose targets, weights, canary_analysis or target
+	// upstreams differ: publishing the new side over the old starts that
+	// canary afresh (at its configured weight, its hold and any rollback
+	// forgotten). A group of the other side only is not listed. Never
+	// null.
+	CanaryReset []string `json:"canary_reset"`
 }
 
 // ServiceDiff is what changed in one service.
@@ -335,15 +342,62 @@ func ValidRequestID(v string) bool {
 }
 
 // Canary event actions (CanaryEvent.Action). The controller writes
-// promote, rollback and severe_rollback; an operator's pause and resume of
-// a group are recorded as events too, with equal from and to weights.
+// promote, rollback and severe_rollback (weight changes), and the waits of
+// a schedule: hold (a hold of hold_seconds starts at the weight in force),
+// hold_reset (an evaluation that was not clean broke it) and gate (a step
+// up waits for an operator's promote, which is recorded as a promote with
+// its actor). An operator's pause and resume of a group are recorded as
+// events too. A wait, a pause and a resume have equal from and to weights.
 const (
 	CanaryPromote        = "promote"
 	CanaryRollback       = "rollback"
 	CanarySevereRollback = "severe_rollback"
 	CanaryPause          = "pause"
 	CanaryResume         = "resume"
+	CanaryHold           = "hold"
+	CanaryHoldReset      = "hold_reset"
+	CanaryGate           = "gate"
+	// CanaryBreach: the rollback condition starts to hold and must go on
+	// holding rollback.for_seconds before a rollback; CanaryBreachReset:
+	// it stopped before.
+	CanaryBreach      = "breach"
+	CanaryBreachReset = "breach_reset"
+	// CanaryWebhook: the result of one call of a webhook
+	// (CanaryEvent.Webhook), recorded beside the events.
+	CanaryWebhook = "webhook"
 )
+
+// CanaryWebhookResult is the result of one call of a canary webhook: its
+// name, type and URL, the id of the event it was called for (0 for a
+// rollout, pre_rollout or confirm_promotion check), the HTTP status (0
+// when none came), whether it counts as a success (a 2xx), the error,
+// the attempts made and the seconds the call took.
+type CanaryWebhookResult struct {
+	Name            string  `json:"name"`
+	Type            string  `json:"type"`
+	URL             string  `json:"url"`
+	EventID         int64   `json:"event_id,omitempty"`
+	Status          int     `json:"status"`
+	OK              bool    `json:"ok"`
+	Error           string  `json:"error,omitempty"`
+	Attempts        int     `json:"attempts"`
+	DurationSeconds float64 `json:"duration_seconds"`
+}
+
+// CanaryWebhookCall is the JSON body of a call of a canary webhook: the
+// hook's name and type, the group's service, the generation, the weights
+// in force (baseline first) and, for an event hook (and a post_rollout
+// hook, the event that ended the rollout), the event and a line of text
+// a chat webhook can show.
+type CanaryWebhookCall struct {
+	Name         string       `json:"name"`
+	Type         string       `json:"type"`
+	Service      string       `json:"service"`
+	GenerationID int64        `json:"generation_id"`
+	Weights      [2]int       `json:"weights"`
+	Event        *CanaryEvent `json:"event,omitempty"`
+	Text         string       `json:"text,omitempty"`
+}
 
 // Canary group states (CanaryGroup.State).
 const (
@@ -358,6 +412,9 @@ const (
 	CanaryRolledBack = "rolled_back"
 	// CanaryDisabled: canary_analysis.enabled is false.
 	CanaryDisabled = "disabled"
+	// CanaryManaged: the split's managed_by names something else that
+	// drives its weights; the controller stands down.
+	CanaryManaged = "managed"
 )
 
 // Server-sent event names of the canary controller's actions.
@@ -397,7 +454,17 @@ type CanaryEvent struct {
 	PValue       *float64       `json:"p_value"`
 	InstanceID   string         `json:"instance_id"`
 	Actor        string         `json:"actor,omitempty"`
-	CreatedAt    time.Time      `json:"created_at"`
+	// Rule names the canary_analysis rule that decided a controller
+	// event (e.g. "rollback.relative", "promote.threshold",
+	// "hold_seconds"); RuleFigures the figures it used (the thresholds,
+	// the baseline's and the canary's values, the bound, the p-value and
+	// min_confidence, the seconds held). Empty for an operator's events.
+	Rule        string             `json:"rule,omitempty"`
+	RuleFigures map[string]float64 `json:"rule_figures,omitempty"`
+	// Webhook is the result of a webhook call (action webhook); nil for
+	// every other event.
+	Webhook   *CanaryWebhookResult `json:"webhook,omitempty"`
+	CreatedAt time.Time            `json:"created_at"`
 }
 
 // CanaryEventList is one page of canary events, newest first.
@@ -415,7 +482,8 @@ type CanaryGroup struct {
 	Baseline     string `json:"baseline"` // upstream name
 	Canary       string `json:"canary"`   // upstream name
 	// Configured are the generation's weights, baseline first; Weights the
-	// ones in force (equal to Configured until the controller acts).
+	// ones in force (equal to Configured until the controller acts, in
+	// this generation or one it was carried over from).
 	Configured [2]int `json:"configured"`
 	Weights    [2]int `json:"weights"`
 	Transient  bool   `json:"transient"`
@@ -426,9 +494,18 @@ type CanaryGroup struct {
 	WindowSeconds  int           `json:"window_seconds"`
 	BaselineWindow CanaryFigures `json:"baseline_window"`
 	CanaryWindow   CanaryFigures `json:"canary_window"`
-	// LastEvent is the group's newest event of this generation; nil when
-	// none.
+	// LastEvent is the group's newest event of this canary (this
+	// generation, or the ones it was carried over from); nil when none.
 	LastEvent *CanaryEvent `json:"last_event"`
+	// HoldSince is when the hold running at the weight in force started
+	// (canary_analysis.hold_seconds); nil when none runs.
+	HoldSince *time.Time `json:"hold_since"`
+	// GateWaiting is true while a step up waits for POST
+	// /api/v1/services/{name}/canary/promote.
+	GateWaiting bool `json:"gate_waiting"`
+	// ManagedBy is the split's managed_by; empty when the controller
+	// drives it.
+	ManagedBy string `json:"managed_by,omitempty"`
 }
 
 // CanaryList is every canary group of the active generation.

@@ -50,6 +50,7 @@ const Usage = `Client verbs (they call the REST API of a running "dwara serve"):
                                                                    changed, and the share of keys it moves
   dwara canary [SERVICE]                                           canary groups: state, weights, the window's
                                                                    figures, and the last 10 canary events
+  dwara canary promote SERVICE [-m MESSAGE]                        pass the gate SERVICE's canary waits at
   dwara adopt SERVICE [-m MESSAGE]                                 publish the canary weights in force as configured
   dwara pause SERVICE [-m MESSAGE]                                 hold the canary controller off a group
   dwara resume SERVICE [-m MESSAGE]                                let the canary controller act on it again
@@ -101,8 +102,8 @@ var clientVerbs = map[string]clientVerb{
 		"List the generations, newest first, a page at a time.", false, listingOutputs, setupHistory, false},
 	"diff": {"[ID] [--against ID]",
 		"Show what generation ID (default: the active one) changed, and the share of keys it moves.", false, listingOutputs, setupDiff, false},
-	"canary": {"[SERVICE]",
-		"Show the canary groups (or SERVICE's) and the last 10 canary events.", false, listingOutputs, setupCanary, false},
+	"canary": {"[SERVICE] | promote SERVICE [-m MESSAGE]",
+		"Show the canary groups (or SERVICE's) and the last 10 canary events; promote passes the gate SERVICE's canary waits at.", true, listingOutputs, setupCanary, false},
 	"adopt": {"SERVICE [-m MESSAGE] [--if-match ID]",
 		"Publish the canary weights in force for SERVICE as a generation.", true, changeOutputs, setupAdopt, false},
 	"pause": {"SERVICE [-m MESSAGE]",
@@ -705,7 +706,28 @@ func setupDiff(fs *flag.FlagSet) func(context.Context, *clientCall, []string) er
 const canaryEvents = 10
 
 func setupCanary(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+	message := fs.String("m", "", "with promote: why, recorded with the promote event")
 	return func(ctx context.Context, cc *clientCall, args []string) error {
+		if len(args) > 0 && args[0] == "promote" {
+			if len(args) != 2 {
+				return usagef("give exactly one SERVICE to promote")
+			}
+			g, err := cc.c.PromoteCanary(ctx, args[1], *message)
+			if err != nil {
+				return err
+			}
+			switch {
+			case cc.printAnswer():
+			case cc.output == outputName:
+				fmt.Fprintf(cc.io.Out, "service/%s\n", clean(g.Service))
+			default:
+				fmt.Fprintf(cc.io.Out, "canary group %s: gate passed, %s at %s (generation %d)\n", clean(g.Service), clean(g.State), weightPair(g.Weights), g.GenerationID)
+			}
+			return nil
+		}
+		if *message != "" {
+			return usagef("-m goes with promote")
+		}
 		var service string
 		switch len(args) {
 		case 0:
@@ -781,12 +803,19 @@ func printCanaryGroups(w io.Writer, groups []apiv1.CanaryGroup, wide bool) {
 		if g.Transient || g.Weights != g.Configured {
 			weights += " -> " + weightPair(g.Weights)
 		}
+		state := clean(g.State)
+		switch {
+		case g.GateWaiting:
+			state += " (gate waiting)"
+		case g.HoldSince != nil:
+			state += " (holding since " + g.HoldSince.UTC().Format("15:04:05 UTC") + ")"
+		}
 		if wide {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%ds\t%s\t%s\n", clean(g.Service), g.GenerationID, clean(g.State), weights, g.WindowSeconds,
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%ds\t%s\t%s\n", clean(g.Service), g.GenerationID, state, weights, g.WindowSeconds,
 				figuresText(g.BaselineWindow), figuresText(g.CanaryWindow))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%ds\t%s\t%s\n", clean(g.Service), clean(g.State), weights, g.WindowSeconds,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%ds\t%s\t%s\n", clean(g.Service), state, weights, g.WindowSeconds,
 			figuresText(g.BaselineWindow), figuresText(g.CanaryWindow))
 	}
 	tw.Flush()
@@ -946,8 +975,8 @@ func printGeneration(w io.Writer, g apiv1.Generation) {
 }
 
 // printDiff prints a diff or a dry run's impact: every service with its
-// change, the share of keys that moves and the details, then the upstreams
-// that changed.
+// change, the share of keys that moves and the details, the canaries the
+// publish starts afresh, then the upstreams that changed.
 func printDiff(w io.Writer, d apiv1.Diff, wide bool) {
 	side := func(id *int64, none string) string {
 		if id == nil {
@@ -962,6 +991,13 @@ func printDiff(w io.Writer, d apiv1.Diff, wide bool) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", clean(s.Name), clean(s.Change), percent(s.MovedShare), clean(strings.Join(s.Details, "; ")))
 	}
 	tw.Flush()
+	if len(d.CanaryReset) > 0 {
+		names := make([]string, len(d.CanaryReset))
+		for i, n := range d.CanaryReset {
+			names[i] = clean(n)
+		}
+		fmt.Fprintf(w, "canary reset: %s (started afresh at the configured weights; the weight in force, hold and any rollback are dropped)\n", strings.Join(names, ", "))
+	}
 	var changed []apiv1.UpstreamDiff
 	for _, u := range d.Upstreams {
 		if wide || u.Change != apiv1.ChangeUnchanged {

@@ -260,6 +260,24 @@ func TestApplyDryRun(t *testing.T) {
 	}
 }
 
+// TestApplyDryRunCanaryReset shows, on a dry run and a diff, the canary a
+// publish would start afresh, and no such line when none is.
+func TestApplyDryRunCanaryReset(t *testing.T) {
+	t.Parallel()
+	a := startCLIAPI(t, "")
+	ca := config.CanaryAnalysis{Enabled: true, Promote: config.Threshold{Metric: config.MetricErrorRate, Threshold: 0.01},
+		Rollback: config.Threshold{Metric: config.MetricErrorRate, Threshold: 0.05}}
+	a.must(t, "apply", "-f", writeSpec(t, "spec.yaml", spectest.Canary(90, 10).Analysis(ca).YAML()))
+	reset := regexp.MustCompile(`(?m)^canary reset: api \(started afresh`)
+	if r := a.run(t, "apply", "--dry-run", "-f", writeSpec(t, "spec.yaml", spectest.Canary(80, 20).Analysis(ca).YAML())); r.code != 0 || !reset.MatchString(r.stdout) {
+		t.Errorf("dry run of new weights: %s", r)
+	}
+	carried := spectest.Canary(90, 10).Analysis(ca).Host("example.test").YAML()
+	if r := a.run(t, "apply", "--dry-run", "-f", writeSpec(t, "spec.yaml", carried)); r.code != 0 || strings.Contains(r.stdout, "canary reset") {
+		t.Errorf("dry run of a new host: %s", r)
+	}
+}
+
 func TestApplyInvalid(t *testing.T) {
 	t.Parallel()
 	a := startCLIAPI(t, "")
@@ -499,7 +517,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"history", "--limit", "501"}, "--limit must be from 1 to 500, not 501"},
 		{[]string{"history", "--actor", "bob"}, "flag provided but not defined: --actor"},
 		{[]string{"diff", "--actor", "bob"}, "flag provided but not defined: --actor"},
-		{[]string{"canary", "--actor", "bob"}, "flag provided but not defined: --actor"},
+		{[]string{"canary", "promote"}, "give exactly one SERVICE to promote"},
+		{[]string{"canary", "promote", "a", "b"}, "give exactly one SERVICE to promote"},
+		{[]string{"canary", "api", "-m", "why"}, "-m goes with promote"},
 		{[]string{"flip", "api", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"diff", "1", "2"}, "at most one generation ID"},
 		{[]string{"diff", "--against", "0", "2"}, "--against must be a generation id"},

@@ -1,6 +1,10 @@
 package canary
 
-import "time"
+import (
+	"time"
+
+	"github.com/dwara/dwara/api/apiv1"
+)
 
 // Controller applies Evaluate to a fixed set of groups over time, keeping
 // each group's State: a new controller starts every group at its
@@ -51,8 +55,7 @@ func (c *Controller) SetState(service string, s State) {
 
 // Evaluate evaluates, in group order, every group that has a window in
 // windows (keyed by service; a missing or nil window skips the group), and
-// applies each action to that group's state: the canary weight becomes the
-// action's To and LastAction becomes now. It returns the actions taken, nil
+// applies each action to that group's state (State.After). It returns the actions taken, nil
 // when none.
 func (c *Controller) Evaluate(now time.Time, windows map[string]*Window) []Action {
 	var actions []Action
@@ -65,9 +68,32 @@ func (c *Controller) Evaluate(now time.Time, windows map[string]*Window) []Actio
 		if !ok {
 			continue
 		}
-		c.states[i].CanaryWeight = a.To
-		c.states[i].LastAction = now
+		c.states[i] = c.states[i].After(a, now)
 		actions = append(actions, a)
 	}
 	return actions
+}
+
+// After returns s as action a, taken at now, leaves it: a weight change
+// sets the weight and LastAction and ends any hold or gate; a hold starts
+// the hold at now; a hold_reset ends it; a gate sets Gate and ends the
+// hold (it has passed); a breach starts the wait of rollback.for_seconds
+// at now, a breach_reset ends it.
+func (s State) After(a Action, now time.Time) State {
+	switch {
+	case a.Changes():
+		s.CanaryWeight, s.LastAction = a.To, now
+		s.HoldSince, s.Gate, s.BreachSince = time.Time{}, false, time.Time{}
+	case a.Kind == apiv1.CanaryHold:
+		s.HoldSince = now
+	case a.Kind == apiv1.CanaryHoldReset:
+		s.HoldSince = time.Time{}
+	case a.Kind == apiv1.CanaryGate:
+		s.Gate, s.HoldSince = true, time.Time{}
+	case a.Kind == apiv1.CanaryBreach:
+		s.BreachSince = now
+	case a.Kind == apiv1.CanaryBreachReset:
+		s.BreachSince = time.Time{}
+	}
+	return s
 }

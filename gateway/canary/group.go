@@ -1,6 +1,10 @@
 package canary
 
-import "github.com/dwara/dwara/gateway/config"
+import (
+	"slices"
+
+	"github.com/dwara/dwara/gateway/config"
+)
 
 // Group is one canary group of a generation: a service whose split has
 // canary_analysis and exactly two targets, the first the baseline and the
@@ -20,6 +24,53 @@ type Group struct {
 	Configured int
 	// Analysis is the split's canary_analysis.
 	Analysis config.CanaryAnalysis
+	// ManagedBy is the split's managed_by: when not empty, something else
+	// drives the weights and Evaluate never acts.
+	ManagedBy string
+}
+
+// Above returns the canary weight of the step up from weight w: the first
+// weight of the schedule (Analysis.Steps, as config.StepWeight of Total)
+// above w, or without a schedule w + Analysis.Step; at most Total.
+func (g Group) Above(w int) int {
+	if len(g.Analysis.Steps) == 0 {
+		return min(g.Total, w+g.Analysis.Step)
+	}
+	for _, pc := range g.Analysis.Steps {
+		if sw := config.StepWeight(g.Total, pc); sw > w {
+			return min(sw, g.Total)
+		}
+	}
+	return g.Total
+}
+
+// Below returns the canary weight of the step down from weight w: the last
+// weight of the schedule below w (0 when none), or without a schedule
+// w - Analysis.Step; at least 0.
+func (g Group) Below(w int) int {
+	if len(g.Analysis.Steps) == 0 {
+		return max(0, w-g.Analysis.Step)
+	}
+	below := 0
+	for _, pc := range g.Analysis.Steps {
+		if sw := config.StepWeight(g.Total, pc); sw < w {
+			below = sw
+		}
+	}
+	return below
+}
+
+// Gated reports whether the step up to weight to waits for an operator:
+// always under config.GateManual, only the step to Total under
+// config.GateFinal, never otherwise.
+func (g Group) Gated(to int) bool {
+	switch g.Analysis.Gate {
+	case config.GateManual:
+		return true
+	case config.GateFinal:
+		return to >= g.Total
+	}
+	return false
 }
 
 // Weights returns the target weights with the canary at weight canary,
@@ -46,13 +97,17 @@ func Groups(spec *config.Spec) []Group {
 		if len(t) != 2 {
 			continue
 		}
+		ca := *svc.Split.CanaryAnalysis
+		ca.Steps = slices.Clone(ca.Steps)
+		ca.Webhooks = slices.Clone(ca.Webhooks)
 		groups = append(groups, Group{
 			Service:    svc.Name,
 			Baseline:   t[0].Upstream,
 			Canary:     t[1].Upstream,
 			Total:      t[0].Weight + t[1].Weight,
 			Configured: t[1].Weight,
-			Analysis:   *svc.Split.CanaryAnalysis,
+			Analysis:   ca,
+			ManagedBy:  svc.Split.ManagedBy,
 		})
 	}
 	return groups

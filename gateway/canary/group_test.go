@@ -1,6 +1,7 @@
 package canary
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/dwara/dwara/gateway/config"
@@ -37,7 +38,7 @@ func TestGroups(t *testing.T) {
 		t.Fatalf("Groups = %+v, want %+v", got, want)
 	}
 	for i := range want {
-		if got[i] != want[i] {
+		if !reflect.DeepEqual(got[i], want[i]) {
 			t.Errorf("group %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}

@@ -126,6 +126,12 @@ func (s *Spec) Clone() *Spec {
 					sp.Match[j].Cookies = cloneMatches(sp.Match[j].Cookies)
 				}
 			}
+			if ca := sp.CanaryAnalysis; ca != nil {
+				ca.Steps = cloneSlice(ca.Steps)
+				ca.Webhooks = cloneSlice(ca.Webhooks)
+				ca.Promote.Relative = clonePtr(ca.Promote.Relative)
+				ca.Rollback.Relative = clonePtr(ca.Rollback.Relative)
+			}
 			if sp.Slots != nil {
 				runs := make([][]int, len(sp.Slots))
 				for i, r := range sp.Slots {

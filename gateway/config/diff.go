@@ -22,6 +22,9 @@ type SpecDiff struct {
 	Services []ServiceDiff
 	// Upstreams lists every upstream of either spec, in the same order.
 	Upstreams []UpstreamDiff
+	// CanaryReset names the canary groups that publishing the new spec
+	// over the old would start afresh (CanaryReset).
+	CanaryReset []string
 }
 
 // ServiceDiff is what changed in one service.
@@ -59,7 +62,7 @@ func Diff(old, new *Spec) SpecDiff {
 	if new == nil {
 		new = &Spec{}
 	}
-	d := SpecDiff{Services: []ServiceDiff{}, Upstreams: []UpstreamDiff{}}
+	d := SpecDiff{Services: []ServiceDiff{}, Upstreams: []UpstreamDiff{}, CanaryReset: CanaryReset(old, new)}
 	for i := range new.Services {
 		n := &new.Services[i]
 		o, _ := old.Service(n.Name)

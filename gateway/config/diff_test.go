@@ -153,6 +153,7 @@ func TestDiffAddedRemoved(t *testing.T) {
 			{Name: "admin-pool", Change: ChangeAdded, Details: []string{"endpoints 10.0.0.1:80, 10.0.0.2:80"}},
 			{Name: "api-canary", Change: ChangeRemoved, Details: []string{}},
 		},
+		CanaryReset: []string{},
 	}
 	if got := Diff(old, new); !reflect.DeepEqual(got, want) {
 		t.Errorf("Diff =\n  %+v\nwant\n  %+v", got, want)

@@ -177,6 +177,10 @@ type Split struct {
 	// Match are rules checked in order before the weighted pick; the first
 	// whose conditions a request meets serves it (see MatchRule).
 	Match []MatchRule `json:"match,omitempty"`
+	// ManagedBy, when not empty, names what drives this split's weights
+	// from outside (e.g. "argo-rollouts"): the canary controller then
+	// never acts on it. It follows the name rule of upstreams.
+	ManagedBy string `json:"managed_by,omitempty"`
 	// Slots is the computed slot table of a stable split, run-length
 	// encoded: [target index, run length] pairs that cover slots 0..9999 in
 	// order, adjacent runs of different targets (see EncodeSlots). The API
@@ -196,20 +200,87 @@ type Target struct {
 // CanaryAnalysis configures the auto-canary controller for a 2-target split:
 // Targets[0] is the baseline and Targets[1] the canary.
 type CanaryAnalysis struct {
-	Enabled         bool      `json:"enabled"`
-	WindowSeconds   int       `json:"window_seconds"`
-	Step            int       `json:"step"`
-	MinRequests     int       `json:"min_requests"`
-	CooldownSeconds int       `json:"cooldown_seconds"`
-	Promote         Threshold `json:"promote"`
-	Rollback        Threshold `json:"rollback"`
+	Enabled       bool `json:"enabled"`
+	WindowSeconds int  `json:"window_seconds"`
+	// Step is the weight each promotion or rollback moves when Steps is
+	// empty.
+	Step            int `json:"step"`
+	MinRequests     int `json:"min_requests"`
+	CooldownSeconds int `json:"cooldown_seconds"`
+	// Steps, when not empty, is the schedule of the canary's share in
+	// percent of the total, strictly increasing, ending at 100; it
+	// replaces Step. Each share is the weight round(total * share / 100).
+	Steps []int `json:"steps,omitempty"`
+	// HoldSeconds is how long every evaluation at a step must judge the
+	// canary clean before the next step; 0 means no hold.
+	HoldSeconds int `json:"hold_seconds,omitempty"`
+	// Gate is GateAuto ("" means auto), GateManual or GateFinal.
+	Gate string `json:"gate,omitempty"`
+	// MinConfidence, when above 0 (below 1), makes a rollback that is not
+	// severe also need the p-value of the canary's error rate against the
+	// baseline's below 1 - MinConfidence; rollback.metric must then be
+	// error_rate.
+	MinConfidence float64 `json:"min_confidence,omitempty"`
+	// Webhooks are the group's HTTP hooks (see the Webhook* types).
+	Webhooks []Webhook `json:"webhooks,omitempty"`
+	Promote  Threshold `json:"promote"`
+	Rollback Threshold `json:"rollback"`
+}
+
+// Gates of CanaryAnalysis.Gate: which steps up wait for an operator's
+// POST /api/v1/services/{name}/canary/promote.
+const (
+	// GateAuto: none; the controller promotes on its own.
+	GateAuto = "auto"
+	// GateManual: every step up waits.
+	GateManual = "manual"
+	// GateFinal: only the step to the whole total (100%) waits.
+	GateFinal = "final"
+)
+
+// StepWeight returns the canary weight of a share of percent (0..100) of
+// total: round(total * percent / 100), halves up.
+func StepWeight(total, percent int) int {
+	return (total*percent*2 + 100) / 200
 }
 
 // Threshold compares one canary metric against a bound. latency_p99 is in
 // seconds; error_rate is a fraction in [0, 1].
 type Threshold struct {
-	Metric    string  `json:"metric"`
+	Metric string `json:"metric"`
+	// Threshold is the absolute bound. With Relative set, 0 means none.
 	Threshold float64 `json:"threshold"`
+	// Relative, when set, judges the canary against the baseline's value
+	// of the same metric (see Relative.Worse); nil means absolute only.
+	Relative *Relative `json:"relative,omitempty"`
+	// ForSeconds (rollback only) is how long the rollback condition must
+	// hold, every evaluation, before a rollback that is not severe; 0
+	// means at once.
+	ForSeconds int `json:"for_seconds,omitempty"`
+}
+
+// Absolute reports whether t has an absolute bound: always without
+// Relative, else when Threshold is above 0.
+func (t Threshold) Absolute() bool {
+	return t.Relative == nil || t.Threshold > 0
+}
+
+// Relative is a bound relative to the baseline: the canary is worse when
+// its value is above baseline + Margin and above baseline x Factor; a
+// field left 0 is not checked, and at least one is set.
+type Relative struct {
+	Margin float64 `json:"margin,omitempty"`
+	Factor float64 `json:"factor,omitempty"`
+}
+
+// Worse reports whether a canary value c is worse than the baseline's b
+// by r: c > b + Margin (when Margin is set) and c > b x Factor (when
+// Factor is set). A nil r is never worse.
+func (r *Relative) Worse(c, b float64) bool {
+	if r == nil || (r.Margin <= 0 && r.Factor <= 0) {
+		return false
+	}
+	return (r.Margin <= 0 || c > b+r.Margin) && (r.Factor <= 0 || c > b*r.Factor)
 }
 
 // Sticky pins a client session to one target with an affinity cookie.

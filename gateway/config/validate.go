@@ -502,6 +502,9 @@ func (v *validator) split(sp *Split, path string) {
 	if len(sp.Match) > 0 {
 		v.match(sp, member(path, "match"))
 	}
+	if sp.ManagedBy != "" && !namePattern.MatchString(sp.ManagedBy) {
+		v.probs.add(member(path, "managed_by"), "invalid manager %s; %s (e.g. argo-rollouts)", quote(sp.ManagedBy), nameRule)
+	}
 	if sp.CanaryAnalysis != nil {
 		if !weightsOK || n > MaxTargets {
 			total = 0 // unknown: the weights are invalid
@@ -565,22 +568,91 @@ func (v *validator) canary(ca *CanaryAnalysis, path string, n, total int) {
 		v.probs.add(path, "needs exactly 2 targets (baseline, canary), got %d", n)
 	}
 	v.between(member(path, "window_seconds"), ca.WindowSeconds, 1, MaxWindowSeconds)
-	if total > 0 {
+	switch {
+	case ca.Steps != nil:
+		// steps replaces step (checked there).
+	case total > 0:
 		if ca.Step < 1 || ca.Step > total {
 			v.probs.add(member(path, "step"), "must be 1..%d (the total weight), got %d", total, ca.Step)
 		}
-	} else if ca.Step < 1 {
+	case ca.Step < 1:
 		v.probs.add(member(path, "step"), "must be at least 1, got %d", ca.Step)
 	}
 	if ca.MinRequests < 1 {
 		v.probs.add(member(path, "min_requests"), "must be at least 1, got %d", ca.MinRequests)
 	}
 	v.between(member(path, "cooldown_seconds"), ca.CooldownSeconds, 0, MaxCooldownS)
+	v.steps(ca, path, total)
+	v.webhooks(ca.Webhooks, path)
+	v.between(member(path, "hold_seconds"), ca.HoldSeconds, 0, MaxCooldownS)
+	if ca.Gate != "" && !slices.Contains(gates, ca.Gate) {
+		v.probs.add(member(path, "gate"), "unknown gate %s; allowed: %s", quote(ca.Gate), strings.Join(gates, ", "))
+	}
 	promoteOK := v.threshold(ca.Promote, member(path, "promote"))
 	rollbackOK := v.threshold(ca.Rollback, member(path, "rollback"))
-	if promoteOK && rollbackOK && ca.Promote.Metric == ca.Rollback.Metric && ca.Promote.Threshold >= ca.Rollback.Threshold {
+	if ca.Promote.ForSeconds != 0 {
+		v.probs.add(member(path, "promote.for_seconds"), "is for rollback only; a promotion waits with hold_seconds")
+	}
+	v.between(member(path, "rollback.for_seconds"), ca.Rollback.ForSeconds, 0, MaxCooldownS)
+	if mc := ca.MinConfidence; mc != 0 {
+		switch {
+		case !(mc > 0 && mc < 1):
+			v.probs.add(member(path, "min_confidence"), "must be in (0, 1), e.g. 0.95 (a rollback then needs p < 0.05), got %g", mc)
+		case ca.Rollback.Metric != MetricErrorRate:
+			v.probs.add(member(path, "min_confidence"), "needs rollback.metric error_rate: the p-value compares error rates")
+		}
+	}
+	if promoteOK && rollbackOK && ca.Promote.Metric == ca.Rollback.Metric && ca.Promote.Absolute() && ca.Rollback.Absolute() &&
+		ca.Promote.Threshold >= ca.Rollback.Threshold {
 		v.probs.add(member(path, "promote.threshold"), "must be below rollback.threshold (%g) when both use %s, got %g",
 			ca.Rollback.Threshold, ca.Promote.Metric, ca.Promote.Threshold)
+	}
+}
+
+var gates = []string{GateAuto, GateManual, GateFinal}
+
+// MaxCanarySteps is the most entries canary_analysis.steps may have.
+const MaxCanarySteps = 20
+
+// steps checks the schedule of ca (total is the split's total weight, 0
+// when unknown): 1..MaxCanarySteps shares in percent, strictly increasing
+// within 1..100, ending at 100, each a distinct weight of the total, and
+// no step beside it.
+func (v *validator) steps(ca *CanaryAnalysis, path string, total int) {
+	if ca.Steps == nil {
+		return
+	}
+	sp := member(path, "steps")
+	if len(ca.Steps) == 0 || len(ca.Steps) > MaxCanarySteps {
+		v.probs.add(sp, "must list 1..%d shares in percent, got %d", MaxCanarySteps, len(ca.Steps))
+		return
+	}
+	if ca.Step != 0 && ca.Step != DefaultCanaryStep {
+		v.probs.add(member(path, "step"), "steps replaces step; leave step out")
+	}
+	prev, prevWeight := 0, 0
+	for i, pc := range ca.Steps {
+		ip := fmt.Sprintf("%s[%d]", sp, i)
+		switch {
+		case pc < 1 || pc > 100:
+			v.probs.add(ip, "must be a share in percent, 1..100, got %d", pc)
+			return
+		case pc <= prev:
+			v.probs.add(ip, "must be above the step before it (%d): steps are strictly increasing, got %d", prev, pc)
+			return
+		}
+		if total > 0 {
+			w := StepWeight(total, pc)
+			if w <= prevWeight {
+				v.probs.add(ip, "%d%% of the total weight %d is weight %d, no more than the step before it: use a larger total or fewer steps", pc, total, w)
+				return
+			}
+			prevWeight = w
+		}
+		prev = pc
+	}
+	if prev != 100 {
+		v.probs.add(fmt.Sprintf("%s[%d]", sp, len(ca.Steps)-1), "the last step must be 100 (the canary at the whole total), got %d", prev)
 	}
 }
 
@@ -596,21 +668,41 @@ func (v *validator) threshold(t Threshold, path string) bool {
 		return false
 	}
 	x := t.Threshold
-	switch t.Metric {
-	case MetricErrorRate:
-		// Written so that NaN fails too.
-		if !(x >= 0 && x <= 1) {
-			v.probs.add(member(path, "threshold"), "must be in [0, 1] for error_rate (a fraction of requests), got %g", x)
-			return false
+	ok := true
+	switch {
+	case t.Metric == MetricErrorRate && !(x >= 0 && x <= 1): // written so that NaN fails too
+		v.probs.add(member(path, "threshold"), "must be in [0, 1] for error_rate (a fraction of requests), got %g", x)
+		ok = false
+	case t.Metric == MetricLatencyP99 && t.Relative != nil && !(x >= 0 && x <= MaxLatencyP99S):
+		v.probs.add(member(path, "threshold"), "must be in [0, %d] for latency_p99 (seconds; 0: none, beside relative), got %g", MaxLatencyP99S, x)
+		ok = false
+	case t.Metric == MetricLatencyP99 && t.Relative == nil && !(x > 0 && x <= MaxLatencyP99S):
+		v.probs.add(member(path, "threshold"), "must be in (0, %d] for latency_p99 (seconds), got %g", MaxLatencyP99S, x)
+		ok = false
+	}
+	if r := t.Relative; r != nil {
+		rp := member(path, "relative")
+		maxMargin := 1.0
+		if t.Metric == MetricLatencyP99 {
+			maxMargin = MaxLatencyP99S
 		}
-	case MetricLatencyP99:
-		if !(x > 0 && x <= MaxLatencyP99S) {
-			v.probs.add(member(path, "threshold"), "must be in (0, %d] for latency_p99 (seconds), got %g", MaxLatencyP99S, x)
-			return false
+		switch {
+		case !(r.Margin >= 0 && r.Margin <= maxMargin):
+			v.probs.add(member(rp, "margin"), "must be in [0, %g] (%s, added to the baseline's), got %g", maxMargin, t.Metric, r.Margin)
+			ok = false
+		case !(r.Factor == 0 || (r.Factor >= 1 && r.Factor <= MaxRelativeFactor)):
+			v.probs.add(member(rp, "factor"), "must be in [1, %d] (times the baseline's %s), got %g", MaxRelativeFactor, t.Metric, r.Factor)
+			ok = false
+		case r.Margin == 0 && r.Factor == 0:
+			v.probs.add(rp, "needs margin, factor or both above 0")
+			ok = false
 		}
 	}
-	return true
+	return ok
 }
+
+// MaxRelativeFactor is the largest relative.factor of a threshold.
+const MaxRelativeFactor = 1000
 
 func (v *validator) sticky(st *Sticky, path string) {
 	if !isCookieToken(st.Cookie) {

@@ -294,6 +294,80 @@ func TestValidate(t *testing.T) {
 			want: []problem{{canary + ".cooldown_seconds", "must be 0..86400, got 86401", ""}}},
 		{name: "canary cooldown negative", mutate: func(s *Spec) { ca(s).CooldownSeconds = -1 },
 			want: []problem{{canary + ".cooldown_seconds", "must be 0..86400, got -1", ""}}},
+		{name: "canary steps", mutate: func(s *Spec) {
+			ca(s).Steps = []int{1, 5, 10, 25, 50, 100}
+			ca(s).HoldSeconds = 300
+			ca(s).Gate = GateFinal
+		}},
+		{name: "canary steps not increasing", mutate: func(s *Spec) { ca(s).Steps = []int{5, 5, 100} },
+			want: []problem{{canary + ".steps[1]", "must be above the step before it (5): steps are strictly increasing, got 5", ""}}},
+		{name: "canary step of 0%", mutate: func(s *Spec) { ca(s).Steps = []int{0, 100} },
+			want: []problem{{canary + ".steps[0]", "must be a share in percent, 1..100, got 0", ""}}},
+		{name: "canary step above 100%", mutate: func(s *Spec) { ca(s).Steps = []int{50, 101} },
+			want: []problem{{canary + ".steps[1]", "must be a share in percent, 1..100, got 101", ""}}},
+		{name: "canary steps not ending at 100", mutate: func(s *Spec) { ca(s).Steps = []int{10, 50} },
+			want: []problem{{canary + ".steps[1]", "the last step must be 100 (the canary at the whole total), got 50", ""}}},
+		{name: "canary steps empty", mutate: func(s *Spec) { ca(s).Steps = []int{} },
+			want: []problem{{canary + ".steps", "must list 1..20 shares in percent, got 0", ""}}},
+		{name: "canary steps beside step", mutate: func(s *Spec) { ca(s).Steps = []int{50, 100}; ca(s).Step = 10 },
+			want: []problem{{canary + ".step", "steps replaces step; leave step out", ""}}},
+		{name: "canary steps finer than the total", mutate: func(s *Spec) { weights(9, 1)(s); ca(s).Step = 0; ca(s).Steps = []int{10, 14, 100} },
+			want: []problem{{canary + ".steps[1]", "14% of the total weight 10 is weight 1, no more than the step before it", ""}}},
+		{name: "canary steps on a total below the default step", mutate: func(s *Spec) { weights(2, 1)(s); ca(s).Step = DefaultCanaryStep; ca(s).Steps = []int{34, 67, 100} }},
+		{name: "canary gate unknown", mutate: func(s *Spec) { ca(s).Gate = "always" },
+			want: []problem{{canary + ".gate", `unknown gate "always"; allowed: auto, manual, final`, ""}}},
+		{name: "canary hold negative", mutate: func(s *Spec) { ca(s).HoldSeconds = -1 },
+			want: []problem{{canary + ".hold_seconds", "must be 0..86400, got -1", ""}}},
+		{name: "canary relative rollback", mutate: func(s *Spec) {
+			ca(s).Rollback = Threshold{Metric: MetricErrorRate, Relative: &Relative{Margin: 0.005, Factor: 2}, ForSeconds: 120}
+			ca(s).MinConfidence = 0.95
+		}},
+		{name: "canary relative latency promote", mutate: func(s *Spec) {
+			ca(s).Promote = Threshold{Metric: MetricLatencyP99, Relative: &Relative{Factor: 1.2}}
+		}},
+		{name: "canary relative empty", mutate: func(s *Spec) { ca(s).Rollback.Relative = &Relative{} },
+			want: []problem{{canary + ".rollback.relative", "needs margin, factor or both above 0", ""}}},
+		{name: "canary relative factor below 1", mutate: func(s *Spec) { ca(s).Rollback.Relative = &Relative{Factor: 0.5} },
+			want: []problem{{canary + ".rollback.relative.factor", "must be in [1, 1000]", ""}}},
+		{name: "canary relative margin negative", mutate: func(s *Spec) { ca(s).Rollback.Relative = &Relative{Margin: -0.1} },
+			want: []problem{{canary + ".rollback.relative.margin", "must be in [0, 1]", ""}}},
+		{name: "canary promote for_seconds", mutate: func(s *Spec) { ca(s).Promote.ForSeconds = 10 },
+			want: []problem{{promote + ".for_seconds", "is for rollback only; a promotion waits with hold_seconds", ""}}},
+		{name: "canary rollback for_seconds negative", mutate: func(s *Spec) { ca(s).Rollback.ForSeconds = -1 },
+			want: []problem{{canary + ".rollback.for_seconds", "must be 0..86400, got -1", ""}}},
+		{name: "canary min_confidence 1", mutate: func(s *Spec) { ca(s).MinConfidence = 1 },
+			want: []problem{{canary + ".min_confidence", "must be in (0, 1)", ""}}},
+		{name: "canary min_confidence on latency", mutate: func(s *Spec) {
+			ca(s).MinConfidence = 0.9
+			ca(s).Rollback = Threshold{Metric: MetricLatencyP99, Threshold: 0.5}
+			ca(s).Promote = Threshold{Metric: MetricLatencyP99, Threshold: 0.2}
+		}, want: []problem{{canary + ".min_confidence", "needs rollback.metric error_rate", ""}}},
+		{name: "canary webhooks", mutate: func(s *Spec) {
+			ca(s).Webhooks = []Webhook{
+				{Name: "smoke", Type: WebhookPreRollout, URL: "http://127.0.0.1:7000/check", TimeoutS: 5},
+				{Name: "chat", Type: WebhookEvent, URL: "https://hooks.example.com/services/T0/B0?x=1"},
+			}
+		}},
+		{name: "canary webhook of another scheme", mutate: func(s *Spec) { ca(s).Webhooks = []Webhook{{Name: "a", Type: WebhookEvent, URL: "ftp://127.0.0.1/x"}} },
+			want: []problem{{canary + ".webhooks[0].url", `scheme must be http or https, got "ftp"`, ""}}},
+		{name: "canary webhook to the metadata address", mutate: func(s *Spec) {
+			ca(s).Webhooks = []Webhook{{Name: "a", Type: WebhookEvent, URL: "http://169.254.169.254/latest"}}
+		}, want: []problem{{canary + ".webhooks[0].url", "link-local or metadata address", ""}}},
+		{name: "canary webhook with userinfo", mutate: func(s *Spec) {
+			ca(s).Webhooks = []Webhook{{Name: "a", Type: WebhookEvent, URL: "http://u:p@127.0.0.1/"}}
+		},
+			want: []problem{{canary + ".webhooks[0].url", "must not contain userinfo", ""}}},
+		{name: "canary webhook of an unknown type", mutate: func(s *Spec) { ca(s).Webhooks = []Webhook{{Name: "a", Type: "slack", URL: "http://127.0.0.1/"}} },
+			want: []problem{{canary + ".webhooks[0].type", `unknown webhook type "slack"; allowed: pre_rollout, rollout, confirm_promotion, post_rollout, event`, ""}}},
+		{name: "canary webhooks of one name", mutate: func(s *Spec) {
+			ca(s).Webhooks = []Webhook{{Name: "a", Type: WebhookEvent, URL: "http://127.0.0.1/"}, {Name: "a", Type: WebhookRollout, URL: "http://127.0.0.1/"}}
+		}, want: []problem{{canary + ".webhooks[1].name", `duplicate webhook name "a"`, ""}}},
+		{name: "canary webhook timeout above a minute", mutate: func(s *Spec) {
+			ca(s).Webhooks = []Webhook{{Name: "a", Type: WebhookEvent, URL: "http://127.0.0.1/", TimeoutS: 61}}
+		}, want: []problem{{canary + ".webhooks[0].timeout_s", "must be 0..60, got 61", ""}}},
+		{name: "managed by argo-rollouts", mutate: func(s *Spec) { api(s).Split.ManagedBy = "argo-rollouts" }},
+		{name: "managed by an invalid name", mutate: func(s *Spec) { api(s).Split.ManagedBy = "Argo Rollouts" },
+			want: []problem{{"services[0].split.managed_by", `invalid manager "Argo Rollouts"; must match`, ""}}},
 		{name: "canary metric unknown", mutate: func(s *Spec) { ca(s).Promote.Metric = "p50" },
 			want: []problem{{promote + ".metric", `unknown metric "p50"; allowed: error_rate, latency_p99`, ""}}},
 		{name: "canary metric missing", mutate: func(s *Spec) { ca(s).Rollback.Metric = "" },

@@ -34,7 +34,8 @@ const (
 //
 // Every Interval the holder judges each canary group of the newest
 // generation on the fleet's windows and records what canary.Evaluate
-// decides. Its clock is the database's: the windows, the cooldowns and the
+// decides: a weight change, or a wait of the schedule (a hold starting or
+// broken, a gate). Its clock is the database's: the windows, the cooldowns and the
 // events share one. Set the fields, then call Run once.
 type Runner struct {
 	// Store is the database. Required.
@@ -54,6 +55,9 @@ type Runner struct {
 	Lease time.Duration
 	// Metrics receives the controller's metrics; nil registers them
 	// nowhere.
+	// The counters dwara_canary_promotions_total and
+	// dwara_canary_rollbacks_total of every group of the newest
+	// generation exist at 0 in every runner, leading or not.
 	Metrics prometheus.Registerer
 	// Logger logs the lock changing hands and every action; nil means
 	// slog.Default().
@@ -148,6 +152,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 			log.Warn("canary runner: lost the lock", "err", err)
 		}
+		r.prime(ctx, log)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -174,10 +179,20 @@ func (r *Runner) hold(ctx context.Context, lock *db.CanaryLock, log *slog.Logger
 	defer tick.Stop()
 	renew := time.NewTicker(r.Lease / 5)
 	defer renew.Stop()
+	hk := newHooks(ctx)
+	defer hk.Close()
+	// The event hooks get the events recorded from now on.
+	lctx, cancel := context.WithTimeout(ctx, opTimeout)
+	last, err := r.Store.LastCanaryEventID(lctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	hk.lastEvent = last
 	lastPrune := time.Time{}
 	for {
 		ectx, cancel := context.WithTimeout(ctx, opTimeout)
-		err := r.evaluate(ectx, lock, log)
+		err := r.evaluate(ectx, lock, log, hk)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -226,7 +241,8 @@ func (r *Runner) wait(ctx context.Context, lock *db.CanaryLock, next, renew <-ch
 // evaluate judges every group of the newest generation once. An error of
 // the lock's session is returned (the lock may be lost); an error of one
 // group's window read is logged and that group skipped.
-func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Logger) error {
+func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Logger, hk *hooks) error {
+	r.hookResults(ctx, hk, log)
 	gen, _, err := lock.Newest(ctx)
 	if err != nil || gen == 0 {
 		return err
@@ -236,6 +252,7 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 		log.Warn("canary runner: generation not loaded", "generation", gen, "err", err)
 		return nil
 	}
+	hk.generation(gen)
 	if len(groups) == 0 {
 		return nil
 	}
@@ -243,12 +260,14 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 	if err != nil {
 		return err
 	}
+	defer r.deliverEvents(ctx, hk, gen, groups, log)
 	for _, g := range groups {
-		if !g.Analysis.Enabled {
+		if !g.Analysis.Enabled || g.ManagedBy != "" {
 			continue
 		}
 		st := states[g.Service]
-		s := canary.State{CanaryWeight: g.Configured, LastAction: st.LastAction, Paused: st.Paused}
+		s := canary.State{CanaryWeight: g.Configured, LastAction: st.LastAction, Paused: st.Paused,
+			HoldSince: st.HoldSince, Gate: st.Gate, BreachSince: st.BreachSince}
 		if st.Transient {
 			s.CanaryWeight = st.Weight
 		}
@@ -269,7 +288,15 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 		}
 		r.gauges(g.Service, &w)
 		a, ok := canary.Evaluate(now, g, s, &w)
-		if !ok {
+		// The webhooks' bookkeeping keeps this process's clock, as their
+		// calls do.
+		if rb, failed := r.rolloutChecks(time.Now(), hk, gen, g, s); failed {
+			a, ok = rb, true
+		}
+		if ok && a.Kind == apiv1.CanaryPromote && r.promotionWaits(time.Now(), hk, gen, g, s, st.Transient, log) {
+			continue
+		}
+		if !ok || (a.Kind == apiv1.CanaryRollback && a.To == a.From) {
 			continue
 		}
 		pv := a.PValue
@@ -277,7 +304,7 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 		e, recorded, err := lock.Record(ctx, apiv1.CanaryEvent{
 			GenerationID: gen, Service: g.Service, FromWeight: a.From, ToWeight: a.To,
 			Action: a.Kind, Reason: a.Reason, Baseline: &bf, Canary: &cf, PValue: &pv,
-			InstanceID: r.Instance,
+			InstanceID: r.Instance, Rule: a.Rule, RuleFigures: a.RuleFigures,
 		}, g.Configured)
 		if err != nil {
 			return err
@@ -285,13 +312,14 @@ func (r *Runner) evaluate(ctx context.Context, lock *db.CanaryLock, log *slog.Lo
 		if !recorded {
 			continue // the state changed under the judgement: judge again next time
 		}
-		if a.Kind == apiv1.CanaryPromote {
+		switch a.Kind {
+		case apiv1.CanaryPromote:
 			r.m.promotions.WithLabelValues(g.Service).Inc()
-		} else {
+		case apiv1.CanaryRollback, apiv1.CanarySevereRollback:
 			r.m.rollbacks.WithLabelValues(g.Service).Inc()
 		}
 		log.Info("canary "+a.Kind, "service", g.Service, "generation", gen,
-			"from", a.From, "to", a.To, "reason", a.Reason, "p_value", a.PValue)
+			"from", a.From, "to", a.To, "rule", a.Rule, "reason", a.Reason, "p_value", a.PValue)
 		if r.Acted != nil {
 			r.Acted(e)
 		}
@@ -314,13 +342,45 @@ func (r *Runner) groupsOf(ctx context.Context, gen int64) ([]canary.Group, error
 		return nil, fmt.Errorf("decode generation %d: %w", gen, err)
 	}
 	groups := canary.Groups(spec)
-	// A new generation: its groups' figures start over.
+	// A new generation: its groups' figures start over; the counters of
+	// each of its groups exist from now on, at 0 for a group that never
+	// acted, so that increase() shows the first action; a group gone
+	// loses its series.
+	keep := make(map[string]bool, len(groups))
+	for _, g := range groups {
+		keep[g.Service] = true
+		r.m.promotions.WithLabelValues(g.Service)
+		r.m.rollbacks.WithLabelValues(g.Service)
+	}
+	for _, old := range r.groups {
+		for _, g := range old {
+			if !keep[g.Service] {
+				r.m.promotions.DeleteLabelValues(g.Service)
+				r.m.rollbacks.DeleteLabelValues(g.Service)
+			}
+		}
+	}
 	clear(r.groups)
 	r.m.requests.Reset()
 	r.m.errorRate.Reset()
 	r.m.p99.Reset()
 	r.groups[gen] = groups
 	return groups, nil
+}
+
+// prime loads the groups of the newest generation while the runner does
+// not hold the lock, so that its counters exist at 0 before it ever acts
+// (groupsOf); errors are left to the next try.
+func (r *Runner) prime(ctx context.Context, log *slog.Logger) {
+	pctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	gen, err := r.Store.NewestID(pctx)
+	if err != nil || gen == 0 {
+		return
+	}
+	if _, err := r.groupsOf(pctx, gen); err != nil && ctx.Err() == nil {
+		log.Debug("canary runner: groups not loaded", "generation", gen, "err", err)
+	}
 }
 
 func fill(s *canary.Stats, t db.CanaryTotals) error {

@@ -1,0 +1,7 @@
+DELETE FROM canary_events WHERE action = 'webhook';
+ALTER TABLE canary_events DROP CONSTRAINT canary_events_action_check;
+ALTER TABLE canary_events
+    ADD CONSTRAINT canary_events_action_check
+        CHECK (action IN ('promote', 'rollback', 'severe_rollback', 'pause', 'resume', 'hold', 'hold_reset', 'gate',
+                          'breach', 'breach_reset')),
+    DROP COLUMN webhook;
