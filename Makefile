@@ -114,6 +114,15 @@ $(H2SPEC): tools/h2spec/go.mod tools/h2spec/go.sum
 h2spec: $(H2SPEC)
 	DWARA_H2SPEC=$(abspath $(H2SPEC)) $(GO) test -race -count=1 -run '^TestH2spec$$' -v ./cmd/dwara/
 
+# The integrations in modules of their own (README "Argo Rollouts"): the
+# traffic-router plugin's test starts the plugin through go-plugin with
+# Argo Rollouts' own RPC types against a dwara serve and gateway it builds
+# from this tree, on a database of its own.
+.PHONY: test-integrations
+test-integrations:
+	cd integrations/argo-rollouts && $(GO) vet ./... && \
+		DWARA_TEST_DATABASE_URL="$$($(CURDIR)/scripts/postgres.sh postgres)" $(GO) test -race -count=1 -timeout 10m ./...
+
 # The alerting and recording rules (deploy/prometheus, README "Alerts"):
 # promtool checks them and runs their unit tests; make test does the same
 # through deploy/prometheus's TestRules when promtool is on PATH.

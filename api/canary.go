@@ -469,6 +469,7 @@ func (s *Server) canaryGroup(ctx context.Context, generation int64, g canary.Gro
 		WindowSeconds:  g.Analysis.WindowSeconds,
 		BaselineWindow: baseFig,
 		CanaryWindow:   canFig,
+		PValue:         canary.PValue(uint64(canFig.Errors), uint64(canFig.Requests), uint64(baseFig.Errors), uint64(baseFig.Requests)),
 		LastEvent:      st.LastEvent,
 		HoldSince:      holdSince,
 		GateWaiting:    st.Gate,

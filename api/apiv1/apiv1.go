@@ -494,6 +494,11 @@ type CanaryGroup struct {
 	WindowSeconds  int           `json:"window_seconds"`
 	BaselineWindow CanaryFigures `json:"baseline_window"`
 	CanaryWindow   CanaryFigures `json:"canary_window"`
+	// PValue is the two-sided p-value of the two-proportion test of the
+	// canary's error rate against the baseline's over the window (1 when
+	// either side has no requests): what an analysis outside Dwara (an
+	// Argo Rollouts AnalysisTemplate's web provider) can judge by.
+	PValue float64 `json:"p_value"`
 	// LastEvent is the group's newest event of this canary (this
 	// generation, or the ones it was carried over from); nil when none.
 	LastEvent *CanaryEvent `json:"last_event"`

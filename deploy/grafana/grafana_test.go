@@ -481,7 +481,8 @@ func metricsOfServe(t *testing.T) (map[string]map[string]bool, string) {
 		],
 		"services": [
 			{"name": "web", "base_path": "/", "sticky": {"cookie": "dwara_affinity", "ttl_s": 3600},
-			 "split": {"targets": [{"upstream": "stable", "weight": 90}, {"upstream": "canary", "weight": 10}]},
+			 "split": {"targets": [{"upstream": "stable", "weight": 90}, {"upstream": "canary", "weight": 10}],
+			           "match": [{"name": "beta", "headers": {"X-Group": {"exact": "beta"}}, "target": "canary"}]},
 			 "override": {"header": "X-Dwara-Branch"}, "mirror": {"upstream": "broken", "percent": 50}},
 			{"name": "shop", "base_path": "/shop",
 			 "split": {"targets": [{"upstream": "stable", "weight": 90}, {"upstream": "canary", "weight": 10}], %s}},
