@@ -511,8 +511,11 @@ func metricsOfServe(t *testing.T) (map[string]map[string]bool, string) {
 	for i := 0; ; i++ {
 		if i%25 == 0 {
 			m, body := scrape(t, admin)
+			// The canary counters exist at 0 from the start: wait for the
+			// actions themselves (a promotion and a rollback counted).
 			if m["dwara_canary_promotions_total"] != nil && m["dwara_canary_rollbacks_total"] != nil &&
-				m["dwara_canary_window_requests"] != nil {
+				m["dwara_canary_window_requests"] != nil && m["dwara_requests_total"] != nil &&
+				counted(body, "dwara_canary_promotions_total") && counted(body, "dwara_canary_rollbacks_total") {
 				return m, body
 			}
 		}
@@ -586,4 +589,19 @@ func scrape(t *testing.T, admin string) (map[string]map[string]bool, string) {
 		}
 	}
 	return out, string(body)
+}
+
+// counted reports whether a series of the counter name in the metrics
+// text body has a value above 0.
+func counted(body, name string) bool {
+	for line := range strings.Lines(body) {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		if v := f[len(f)-1]; v != "0" {
+			return true
+		}
+	}
+	return false
 }
