@@ -185,7 +185,8 @@ func TestServeDemoPortsMoved(t *testing.T) {
 	url := dbtest.New(t)
 	p := startProc(t, "serve", "--demo", "--demo-ports", strings.Join(ports, ","), "--database-url", url,
 		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
-	p.log.waitFor(t, 0, bannerTryRe)
+	// The fail line comes after "try:": wait for it, not for "try:".
+	p.log.waitFor(t, 0, regexp.MustCompile(`/fail\?rate=`))
 	log := p.log.String()
 	want := "  demo pools: web-stable (127.0.0.1:" + ports[0] + ", 127.0.0.1:" + ports[1] + ") and web-canary (127.0.0.1:" + ports[2] + ")\n"
 	if !strings.Contains(log, want) || !strings.Contains(log, "curl -s -X POST 'http://127.0.0.1:"+ports[2]+"/fail?rate=0.2'") {
