@@ -30,7 +30,7 @@
 // mints the handle first and sets it on the response), picks the target with
 // the split, lets the target upstream's balancer pick an endpoint, and
 // forwards the request with the X-Request-Id, X-Forwarded-* and X-Dwara-*
-// headers of the README's "How a request is routed".
+// headers of docs/spec.md, "How a request is routed".
 //
 // Failover to the next target with an endpoint up runs when every endpoint
 // of the picked target is marked down in its balance.State, which the active
