@@ -22,8 +22,8 @@ const scheduleHold = 10
 
 // dashboardSchedule drives the canary panel of a group on a schedule in
 // the browser: shop 90/10 under steps [10, 50, 100], a 10 s hold at each
-// step, gate manual and an event webhook, with steady healthy traffic. The
-// page shows the schedule as a row of three steps with the first marked
+// step, gate manual and an event webhook, with steady healthy traffic once
+// the page is up. The page shows the schedule as a row of three steps with the first marked
 // in force (90/10) and a gate before each step up; the hold counting down
 // (at least two falling values, each within the hold); then the gate
 // waiting with a Promote button. Pressed and confirmed, it promotes:
@@ -45,7 +45,6 @@ func dashboardSchedule(t *testing.T, browser context.Context, shots string) {
 	ca.Webhooks = []config.Webhook{{Name: "chat", Type: config.WebhookEvent, URL: hs.url + "/events", TimeoutS: 5}}
 	g := publish(t, srv.Admin, shopSpec(a, b, 90, 10, ca).JSON())
 	srv.waitApplied(t, g.ID)
-	steady(t, srv.Proxy, "/shop/", 200000)
 	shop := func() apiv1.CanaryGroup {
 		t.Helper()
 		var list apiv1.CanaryList
@@ -70,8 +69,10 @@ func dashboardSchedule(t *testing.T, browser context.Context, shots string) {
 		t.Errorf("the step in force says %q, want the weights in force 90/10", got)
 	}
 
-	// The hold counts down: the page shows at least two falling values of
-	// seconds left, each within the hold.
+	// Traffic from now on, so the hold starts with the page up; it counts
+	// down: the page shows at least two falling values of seconds left,
+	// each within the hold.
+	steady(t, srv.Proxy, "/shop/", 200000)
 	p.waitFor("the hold counting down", `(() => {
 		const el = document.querySelector('`+card+` [data-hold-left]');
 		const seen = (window.holdSeen ||= []);
