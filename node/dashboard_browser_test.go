@@ -55,9 +55,7 @@ const (
 // share of sessions a change moves before saving it; a canary rolled back
 // by the controller shows up live; the page fits a phone; and nothing is
 // requested from another host, with no script error. With a token, the
-// page asks for it and then works, event stream included. A canary group
-// on a schedule shows its steps, its hold counting down and its gate,
-// whose button promotes (dashboardSchedule).
+// page asks for it and then works, event stream included.
 func TestDashboard(t *testing.T) {
 	t.Parallel()
 	webtest.RequireChromium(t)
@@ -66,7 +64,6 @@ func TestDashboard(t *testing.T) {
 	t.Run("operator", func(t *testing.T) { dashboardOperator(t, browser, shots) })
 	t.Run("token", func(t *testing.T) { dashboardToken(t, browser, shots) })
 	t.Run("branches", func(t *testing.T) { dashboardBranches(t, browser, shots) })
-	t.Run("schedule", func(t *testing.T) { dashboardSchedule(t, browser, shots) })
 }
 
 // dashboardSpec has service web on "/" split 90/10 between pools a and b

@@ -13,12 +13,23 @@ import (
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/web/webtest"
 )
 
 // scheduleHold is the hold of dashboardSchedule's steps: long enough for
 // the page to show it counting down, under the 2 s refresh of a moving
 // schedule and a busy machine.
 const scheduleHold = 10
+
+// TestDashboardSchedule drives the canary panel of a group on a schedule
+// in headless Chromium (dashboardSchedule), in a browser of its own: a
+// session of TestDashboard's shared browser is bounded as a whole.
+func TestDashboardSchedule(t *testing.T) {
+	t.Parallel()
+	webtest.RequireChromium(t)
+	browser := webtest.StartBrowser(t, viewW, viewH)
+	dashboardSchedule(t, browser, webtest.ScreenshotDir(t, *dashboardShots))
+}
 
 // dashboardSchedule drives the canary panel of a group on a schedule in
 // the browser: shop 90/10 under steps [10, 50, 100], a 10 s hold at each
