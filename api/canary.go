@@ -454,27 +454,58 @@ func (s *Server) canaryGroup(ctx context.Context, generation int64, g canary.Gro
 	}
 	weight := weightInForce(g, st)
 	var holdSince *time.Time
+	var holdLeft *float64
 	if !st.HoldSince.IsZero() {
 		holdSince = &st.HoldSince
+		hold := time.Duration(g.Analysis.HoldSeconds) * time.Second
+		left := max(0, hold-time.Since(st.HoldSince)).Seconds()
+		holdLeft = &left
 	}
+	gate := g.Analysis.Gate
+	if gate == "" {
+		gate = config.GateAuto
+	}
+	next := g.Above(weight)
 	return apiv1.CanaryGroup{
-		Service:        g.Service,
-		GenerationID:   generation,
-		Baseline:       g.Baseline,
-		Canary:         g.Canary,
-		Configured:     g.Weights(g.Configured),
-		Weights:        g.Weights(weight),
-		Transient:      st.Transient,
-		State:          canaryState(g, st, weight),
-		WindowSeconds:  g.Analysis.WindowSeconds,
-		BaselineWindow: baseFig,
-		CanaryWindow:   canFig,
-		PValue:         canary.PValue(uint64(canFig.Errors), uint64(canFig.Requests), uint64(baseFig.Errors), uint64(baseFig.Requests)),
-		LastEvent:      st.LastEvent,
-		HoldSince:      holdSince,
-		GateWaiting:    st.Gate,
-		ManagedBy:      g.ManagedBy,
+		Service:         g.Service,
+		GenerationID:    generation,
+		Baseline:        g.Baseline,
+		Canary:          g.Canary,
+		Configured:      g.Weights(g.Configured),
+		Weights:         g.Weights(weight),
+		Transient:       st.Transient,
+		State:           canaryState(g, st, weight),
+		WindowSeconds:   g.Analysis.WindowSeconds,
+		BaselineWindow:  baseFig,
+		CanaryWindow:    canFig,
+		PValue:          canary.PValue(uint64(canFig.Errors), uint64(canFig.Requests), uint64(baseFig.Errors), uint64(baseFig.Requests)),
+		LastEvent:       st.LastEvent,
+		HoldSince:       holdSince,
+		GateWaiting:     st.Gate,
+		HoldSeconds:     g.Analysis.HoldSeconds,
+		HoldLeftSeconds: holdLeft,
+		Gate:            gate,
+		NextWeight:      next,
+		NextGated:       next != weight && g.Gated(next),
+		Schedule:        schedule(g, weight),
+		ManagedBy:       g.ManagedBy,
 	}, nil
+}
+
+// schedule is the wire schedule of g with the canary at weight; nil when
+// g has no steps.
+func schedule(g canary.Group, weight int) *apiv1.CanarySchedule {
+	if len(g.Analysis.Steps) == 0 {
+		return nil
+	}
+	sc := &apiv1.CanarySchedule{Steps: g.Analysis.Steps, Weights: make([]int, len(g.Analysis.Steps)), Step: -1}
+	for i, pc := range g.Analysis.Steps {
+		sc.Weights[i] = config.StepWeight(g.Total, pc)
+		if sc.Weights[i] <= weight {
+			sc.Step = i
+		}
+	}
+	return sc
 }
 
 // figures turns the stored totals of one version into the figures the

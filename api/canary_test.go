@@ -579,3 +579,89 @@ func TestCanaryManagedAndGate(t *testing.T) {
 		t.Errorf("invalid manager: %s", r.body)
 	}
 }
+
+// TestCanarySchedule follows a schedule 1 -> 5 -> 25 -> 100 with a hold and
+// the final gate through GET /api/v1/canary: the steps as weights with the
+// step in force, the hold running with what is left of it, the step up and
+// whether it waits, the gate waiting and passed by a promote. A group that
+// moves by step has no schedule, gate auto, and the step up by step.
+func TestCanarySchedule(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	ca := analysis(true)
+	ca.Step, ca.Steps, ca.HoldSeconds, ca.Gate = 0, []int{1, 5, 25, 100}, 300, config.GateFinal
+	g := e.publish(spectest.Canary(99, 1).Analysis(ca).
+		Split("plain", "/plain", spectest.T("api-stable", 90), spectest.T("api-canary", 10)).Analysis(analysis(true)), "")
+	c := e.newController()
+
+	type want struct {
+		step      int
+		weights   [2]int
+		holding   bool
+		gate      bool
+		next      int
+		nextGated bool
+		state     string
+	}
+	check := func(when string, w want) apiv1.CanaryGroup {
+		t.Helper()
+		got := group(t, e.canaryList(), "api")
+		if got.Schedule == nil {
+			t.Fatalf("%s: no schedule in %+v", when, got)
+		}
+		sc := *got.Schedule
+		if !slices.Equal(sc.Steps, []int{1, 5, 25, 100}) || !slices.Equal(sc.Weights, []int{1, 5, 25, 100}) || sc.Step != w.step {
+			t.Errorf("%s: schedule %+v, want steps and weights [1 5 25 100] at step %d", when, sc, w.step)
+		}
+		if got.Weights != w.weights || got.GateWaiting != w.gate || got.NextWeight != w.next || got.NextGated != w.nextGated ||
+			got.State != w.state || got.Gate != config.GateFinal || got.HoldSeconds != 300 {
+			t.Errorf("%s: weights %v, gate_waiting %v, next %d (gated %v), state %s, gate %q, hold_seconds %d; want %v, %v, %d (%v), %s, final, 300",
+				when, got.Weights, got.GateWaiting, got.NextWeight, got.NextGated, got.State, got.Gate, got.HoldSeconds,
+				w.weights, w.gate, w.next, w.nextGated, w.state)
+		}
+		switch {
+		case w.holding && (got.HoldSince == nil || got.HoldLeftSeconds == nil):
+			t.Errorf("%s: hold_since %v, hold_left_seconds %v; want a hold running", when, got.HoldSince, got.HoldLeftSeconds)
+		case w.holding && (*got.HoldLeftSeconds <= 250 || *got.HoldLeftSeconds > 300):
+			t.Errorf("%s: hold_left_seconds %v, want a little under 300 (the hold just started)", when, *got.HoldLeftSeconds)
+		case !w.holding && (got.HoldSince != nil || got.HoldLeftSeconds != nil):
+			t.Errorf("%s: hold_since %v, hold_left_seconds %v; want no hold", when, got.HoldSince, got.HoldLeftSeconds)
+		}
+		return got
+	}
+
+	check("at the start", want{step: 0, weights: [2]int{99, 1}, next: 5, state: apiv1.CanaryRunning})
+	c.act(g.ID, "api", apiv1.CanaryHold, 1, 1, 1)
+	check("holding at 1", want{step: 0, weights: [2]int{99, 1}, holding: true, next: 5, state: apiv1.CanaryRunning})
+	c.act(g.ID, "api", apiv1.CanaryPromote, 1, 5, 1)
+	check("at 5", want{step: 1, weights: [2]int{95, 5}, next: 25, state: apiv1.CanaryRunning})
+	c.act(g.ID, "api", apiv1.CanaryPromote, 5, 25, 1)
+	check("at 25", want{step: 2, weights: [2]int{75, 25}, next: 100, nextGated: true, state: apiv1.CanaryRunning})
+	c.act(g.ID, "api", apiv1.CanaryHold, 25, 25, 1)
+	c.act(g.ID, "api", apiv1.CanaryGate, 25, 25, 1)
+	check("at the gate", want{step: 2, weights: [2]int{75, 25}, gate: true, next: 100, nextGated: true, state: apiv1.CanaryRunning})
+
+	var passed apiv1.CanaryGroup
+	e.do(call{method: "POST", path: "/api/v1/services/api/canary/promote", body: map[string]any{}}).want(t, http.StatusOK).decode(t, &passed)
+	if passed.Schedule == nil || passed.Schedule.Step != 3 || passed.Weights != [2]int{0, 100} {
+		t.Errorf("the promote's answer: %+v, want step 3 at 0/100", passed)
+	}
+	check("through the gate", want{step: 3, weights: [2]int{0, 100}, next: 100, state: apiv1.CanaryComplete})
+	c.act(g.ID, "api", apiv1.CanarySevereRollback, 100, 0, 1)
+	check("rolled back", want{step: -1, weights: [2]int{100, 0}, next: 1, state: apiv1.CanaryRolledBack})
+
+	r := e.do(call{method: "GET", path: "/api/v1/canary"}).want(t, http.StatusOK)
+	var raw struct {
+		Items []map[string]any `json:"items"`
+	}
+	r.decode(t, &raw)
+	for _, item := range raw.Items {
+		if item["service"] != "plain" {
+			continue
+		}
+		if _, ok := item["schedule"]; ok || item["gate"] != "auto" || item["next_weight"] != 15.0 || item["next_gated"] != false ||
+			item["hold_seconds"] != 0.0 || item["hold_left_seconds"] != nil {
+			t.Errorf("the group without steps: %v; want no schedule, gate auto, next_weight 15, no hold", item)
+		}
+	}
+}

@@ -508,9 +508,44 @@ type CanaryGroup struct {
 	// GateWaiting is true while a step up waits for POST
 	// /api/v1/services/{name}/canary/promote.
 	GateWaiting bool `json:"gate_waiting"`
+	// HoldSeconds is canary_analysis.hold_seconds (0: no hold);
+	// HoldLeftSeconds how much of the running hold is left as of the
+	// answer, by the API server's clock (0 once it has run: the next
+	// clean evaluation steps up or waits at the gate); nil when no hold
+	// runs.
+	HoldSeconds     int      `json:"hold_seconds"`
+	HoldLeftSeconds *float64 `json:"hold_left_seconds"`
+	// Gate is canary_analysis.gate, defaulted: GateAuto, GateManual or
+	// GateFinal (gateway/config).
+	Gate string `json:"gate"`
+	// NextWeight is the canary weight of the step up from the weight in
+	// force (the next step of the schedule, else the weight plus step, at
+	// most the total); NextGated is true when that step waits for an
+	// operator's promote once its hold has run.
+	NextWeight int  `json:"next_weight"`
+	NextGated  bool `json:"next_gated"`
+	// Schedule is canary_analysis.steps as weights, with the step in
+	// force; nil when the group moves by step.
+	Schedule *CanarySchedule `json:"schedule,omitempty"`
 	// ManagedBy is the split's managed_by; empty when the controller
 	// drives it.
 	ManagedBy string `json:"managed_by,omitempty"`
+}
+
+// CanarySchedule is a canary group's schedule (canary_analysis.steps) as
+// the controller follows it.
+type CanarySchedule struct {
+	// Steps are the canary's shares in percent of the total, as
+	// configured; Weights the canary weights they are,
+	// round(total x share / 100), one per step.
+	Steps   []int `json:"steps"`
+	Weights []int `json:"weights"`
+	// Step is the index in Steps of the step in force: the last whose
+	// weight is at most the canary weight in force; -1 below the first
+	// (rolled back to 0, or configured under it). The weight in force is
+	// Weights[Step] unless a generation configured the canary between
+	// two steps.
+	Step int `json:"step"`
 }
 
 // CanaryList is every canary group of the active generation.

@@ -513,10 +513,18 @@ function WeightsEditor({svc, spec, generation, mutate, onDone}) {
 }
 
 function analysisText(ca) {
-	const metric = th => `${th.metric.replace('_', ' ')} ${th.threshold}`;
-	return `${ca.enabled ? 'on' : 'off'}: steps of ${ca.step}, ${ca.window_seconds} s window, ` +
+	const metric = th => {
+		const name = th.metric.replace('_', ' ');
+		const rel = th.relative && [th.relative.margin && `baseline + ${th.relative.margin}`,
+			th.relative.factor && `baseline × ${th.relative.factor}`].filter(Boolean).join(' and ');
+		return [th.threshold && `${name} ${th.threshold}`, rel && `${name} ${rel}`].filter(Boolean).join(' or ');
+	};
+	const moves = ca.steps && ca.steps.length > 0 ? `steps ${ca.steps.map(p => `${p}%`).join(' → ')}` : `steps of ${ca.step}`;
+	const waits = (ca.hold_seconds ? `, hold ${span(ca.hold_seconds)}` : '') + (ca.gate && ca.gate !== 'auto' ? `, gate ${ca.gate}` : '');
+	const hooks = ca.webhooks && ca.webhooks.length > 0 ? `; webhooks ${ca.webhooks.map(h => `${h.name} (${h.type.replace('_', ' ')})`).join(', ')}` : '';
+	return `${ca.enabled ? 'on' : 'off'}: ${moves}${waits}, ${ca.window_seconds} s window, ` +
 		`${ca.min_requests} requests at least, ${ca.cooldown_seconds} s cooldown; ` +
-		`promote under ${metric(ca.promote)}, roll back over ${metric(ca.rollback)}`;
+		`promote under ${metric(ca.promote)}, roll back over ${metric(ca.rollback)}${hooks}`;
 }
 
 // bytes names a size in bytes the way the spec's limits are written.
@@ -781,21 +789,167 @@ function figures(f) {
 	return f ? `${pct(f.error_rate)} err, p99 ${latency(f.latency_p99)} (${f.requests} req)` : '–';
 }
 
+function pvalue(p) {
+	if (p === null || p === undefined) {
+		return '–';
+	}
+	return p < 0.001 ? p.toExponential(1) : p.toPrecision(2);
+}
+
+// eventRows pairs each event (newest first) with the results of the
+// webhook calls made for it (webhook.event_id); a result made for no
+// listed event (a pre_rollout, rollout or confirm_promotion check) is a
+// row of its own.
+function eventRows(events) {
+	const listed = new Set(events.filter(e => e.action !== 'webhook').map(e => e.id));
+	const hooks = new Map();
+	const rows = [];
+	for (const e of events) {
+		const id = e.action === 'webhook' && e.webhook ? e.webhook.event_id : 0;
+		if (id && listed.has(id)) {
+			hooks.set(id, [...(hooks.get(id) || []), e.webhook]);
+		}
+	}
+	for (const e of events) {
+		if (e.action !== 'webhook') {
+			rows.push({e, hooks: (hooks.get(e.id) || []).reverse()});
+		} else if (!e.webhook || !listed.has(e.webhook.event_id)) {
+			rows.push({e, hooks: e.webhook ? [e.webhook] : []});
+		}
+	}
+	return rows;
+}
+
+// WebhookResult is one call of a webhook: its name and type, whether it
+// counted as a success, the status (none when no answer came), how long
+// it took, and the error.
+function WebhookResult({r}) {
+	const d = r.duration_seconds;
+	const took = d < 0.001 ? 'under 1 ms' : d < 1 ? `${Math.round(d * 1000)} ms` : `${d.toFixed(1)} s`;
+	const answer = `${r.status ? `HTTP ${r.status}` : 'no answer'}, ${took}${r.attempts > 1 ? `, ${r.attempts} attempts` : ''}`;
+	return html`<li class=${`hook ${r.ok ? 'hook-ok' : 'hook-fail'}`} data-webhook=${r.name} data-webhook-type=${r.type}
+		data-webhook-ok=${String(r.ok)} data-webhook-status=${r.status}>
+		<span class=${`badge ${r.ok ? 'ev-promote' : 'warn'}`}>${r.ok ? 'ok' : 'failed'}</span>${' '}
+		<strong>${r.name}</strong>${' '}<span class="muted">${r.type.replace('_', ' ')}</span>${`: ${answer}`}
+		${r.error ? html`: <span class="hook-error">${r.error}</span>` : ''}
+	</li>`;
+}
+
 function CanaryEvents({events}) {
 	return html`<div class="table-wrap"><table class="events">
-		<caption>Events of this generation, newest first</caption>
+		<caption>Events of this generation, newest first, with the webhook calls made for each</caption>
 		<thead><tr><th scope="col">Time</th><th scope="col">Action</th><th scope="col">Canary weight</th>
-			<th scope="col">Baseline</th><th scope="col">Canary</th><th scope="col">p-value</th><th scope="col">Reason</th></tr></thead>
-		<tbody>${events.map(e => html`<tr data-event=${e.id} data-event-action=${e.action}>
+			<th scope="col">Baseline</th><th scope="col">Canary</th><th scope="col">p-value</th><th scope="col">Reason, webhooks</th></tr></thead>
+		<tbody>${eventRows(events).slice(0, 10).map(({e, hooks}) => html`<tr data-event=${e.id} data-event-action=${e.action}>
 			<td><${Time} iso=${e.created_at}/></td>
 			<td><span class=${`badge ev-${e.action}`}>${e.action.replace('_', ' ')}</span></td>
-			<td>${e.from_weight} → ${e.to_weight}</td>
+			<td>${e.from_weight === e.to_weight ? `at ${e.to_weight}` : `${e.from_weight} → ${e.to_weight}`}</td>
 			<td>${figures(e.baseline)}</td>
 			<td>${figures(e.canary)}</td>
-			<td>${e.p_value === null || e.p_value === undefined ? '–' : e.p_value < 0.001 ? e.p_value.toExponential(1) : e.p_value.toPrecision(2)}</td>
-			<td>${e.reason}${e.actor ? ` (${e.actor})` : ''}</td>
+			<td>${pvalue(e.p_value)}</td>
+			<td>${e.action === 'webhook' && hooks.length > 0 ? '' : html`${e.reason}${e.actor ? ` (${e.actor})` : ''}`}
+				${hooks.length > 0 && html`<ul class="hooks" aria-label="Webhook calls">${hooks.map(r => html`<${WebhookResult} r=${r}/>`)}</ul>`}</td>
 		</tr>`)}</tbody>
 	</table></div>`;
+}
+
+// SCHEDULE_REFRESH_MS is how often the canary groups are read again while
+// the controller moves one along a schedule or a hold: holds and gates are
+// no event of /api/v1/events.
+const SCHEDULE_REFRESH_MS = 2000;
+
+// moving reports whether the controller is moving group along its
+// schedule or hold now (not waiting for an operator, not done).
+const moving = g => g.state === 'running' && !g.gate_waiting && (!!g.schedule || g.hold_seconds > 0);
+
+// useHoldLeft is the seconds left of group's running hold, counted down
+// every second from hold_left_seconds as of the answer (the server's
+// clock, so a browser's clock that is off does not matter); null when no
+// hold runs.
+function useHoldLeft(group) {
+	const at = useMemo(() => performance.now(), [group]);
+	const [, setTick] = useState(0);
+	const left = group.hold_left_seconds;
+	const running = left !== null && left !== undefined;
+	useEffect(() => {
+		if (!running) {
+			return undefined;
+		}
+		const id = setInterval(() => setTick(n => n + 1), 1000);
+		return () => clearInterval(id);
+	}, [running]);
+	return running ? Math.max(0, left - (performance.now() - at) / 1000) : null;
+}
+
+// share is a canary weight of total as a percent, "5%" or "12.5%".
+function share(w, total) {
+	const v = total ? w * 100 / total : 0;
+	return `${Number.isInteger(v) ? v : v.toFixed(1)}%`;
+}
+
+// Schedule shows group's steps as a row, the steps done, the one in force
+// (with the weights in force) and the ones ahead, a gate before each step
+// that waits for an operator.
+function Schedule({group}) {
+	const sc = group.schedule;
+	const total = sum(group.configured);
+	const gated = w => group.gate === 'manual' || (group.gate === 'final' && w >= total);
+	const between = sc.step >= 0 && sc.weights[sc.step] !== group.weights[1];
+	return html`<ol class="steps" data-schedule=${group.service}
+		aria-label=${`Schedule: ${sc.steps.map(p => `${p}%`).join(', ')}; ${sc.step < 0 ? 'below the first step' : `step ${sc.step + 1} of ${sc.steps.length}`}`}>
+		${sc.steps.map((p, i) => {
+			const w = sc.weights[i];
+			const where = i < sc.step ? 'done' : i === sc.step ? 'current' : 'ahead';
+			return html`<li class=${`step step-${where}`} data-step=${i} data-step-weight=${w} data-step-state=${where}
+				aria-current=${i === sc.step ? 'step' : undefined}>
+				${i > 0 && gated(w) && html`<span class="gate-mark" data-gate-before=${i} title="An operator's promote takes this step">gate</span>`}
+				<span class="step-share">${p}%</span>
+				<span class="step-weight">${total === 100 ? `step ${i + 1}` : `weight ${w}`}</span>
+				${i === sc.step && html`<span class="step-now" data-step-in-force>${between ? `at ${share(group.weights[1], total)}, ` : ''}in force ${ratio(group.weights)}</span>`}
+			</li>`;
+		})}
+	</ol>`;
+}
+
+// Progress says where group is on its way up: the hold counting down, the
+// gate waiting (with the button that passes it), or why nothing moves.
+function Progress({group, onPromote}) {
+	const left = useHoldLeft(group);
+	const total = sum(group.configured);
+	const at = share(group.weights[1], total);
+	const next = share(group.next_weight, total);
+	if (group.gate_waiting) {
+		return html`<div class="progress gate" data-gate-waiting>
+			<p><strong>The gate waits:</strong> the step ${at} → ${next} waits for an operator (gate ${group.gate}).</p>
+			<button type="button" class="primary" data-action="promote" onClick=${onPromote}>Promote to ${next}</button>
+		</div>`;
+	}
+	if (left !== null) {
+		const s = Math.ceil(left);
+		return html`<div class="progress hold" data-hold>
+			<p>${s > 0
+				? html`Holding at ${at}: <strong data-hold-left=${s}>${s} s</strong> of ${span(group.hold_seconds)} left before the step to ${next}${group.next_gated ? ', which then waits at the gate' : ''}.`
+				: html`Held ${span(group.hold_seconds)} at ${at}: the next clean evaluation ${group.next_gated ? `waits at the gate before ${next}` : `takes the step to ${next}`}.`}</p>
+			<progress max=${group.hold_seconds} value=${group.hold_seconds - left} aria-label="Hold"></progress>
+		</div>`;
+	}
+	let text;
+	switch (group.state) {
+	case 'complete':
+		text = 'Complete: the canary holds the whole total.';
+		break;
+	case 'rolled_back':
+		text = 'Rolled back to 0: nothing is judged until an operator restarts the rollout.';
+		break;
+	case 'running':
+		text = group.hold_seconds > 0
+			? `At ${at}: a clean evaluation starts the ${span(group.hold_seconds)} hold before the step to ${next}.`
+			: `At ${at}: a clean evaluation ${group.next_gated ? `waits at the gate before ${next}` : `takes the step to ${next}`}.`;
+		break;
+	default:
+		text = `At ${at}; the controller does not move it (${group.state.replace('_', ' ')}).`;
+	}
+	return html`<div class="progress"><p class="muted">${text}</p></div>`;
 }
 
 function CanaryGroup({group, events, spec, since, now, ask, mutate}) {
@@ -820,6 +974,16 @@ function CanaryGroup({group, events, spec, since, now, ask, mutate}) {
 		preview: () => dryRun(withWeights(spec, group.service, group.weights)),
 		run: message => mutate(() => api('POST', `/api/v1/services/${name}/canary/adopt`, {body: message ? {message} : {}, ifMatch: group.generation_id})),
 	});
+	const next = [sum(group.configured) - group.next_weight, group.next_weight];
+	const promote = () => ask({
+		title: `Promote the canary of ${group.service}`,
+		body: html`<p class="move" data-move>${group.service}: ${ratio(group.weights)} → ${ratio(next)}</p>
+			<p>Passes the gate: the canary takes the step up at once, recorded as a promote by the dashboard.</p>`,
+		confirm: `Promote to ${ratio(next)}`,
+		withMessage: true,
+		run: message => mutate(() => api('POST', `/api/v1/services/${name}/canary/promote`, {body: message ? {message} : {}})),
+	});
+	const staged = group.schedule || group.hold_seconds > 0 || group.gate !== 'auto';
 	const headId = `canary-${group.service}`;
 	return html`<article class="card canary" data-canary=${group.service} aria-labelledby=${headId}>
 		<header class="card-head">
@@ -829,7 +993,11 @@ function CanaryGroup({group, events, spec, since, now, ask, mutate}) {
 		<p>Baseline <strong>${group.baseline}</strong>, canary <strong>${group.canary}</strong>:
 			configured ${ratio(group.configured)}, in force <strong data-in-force>${ratio(group.weights)}</strong>
 			${group.transient ? ' (set by the controller until the next generation)' : ''}</p>
-		<${CanaryChart} group=${group} events=${events} since=${since} now=${now}/>
+		${staged && html`<div class="rollout">
+			${group.schedule && html`<${Schedule} group=${group}/>`}
+			<${Progress} group=${group} onPromote=${promote}/>
+		</div>`}
+		<${CanaryChart} group=${group} events=${events.filter(e => e.action !== 'webhook')} since=${since} now=${now}/>
 		<${Figures} group=${group}/>
 		<div class="actions">
 			${group.state === 'paused'
@@ -842,7 +1010,19 @@ function CanaryGroup({group, events, spec, since, now, ask, mutate}) {
 	</article>`;
 }
 
-function Canary({canary, current, now, ask, mutate}) {
+function Canary({canary, current, now, ask, mutate, refresh}) {
+	const fast = !!canary && canary.groups.some(moving);
+	useEffect(() => {
+		if (!fast) {
+			return undefined;
+		}
+		const id = setInterval(() => {
+			if (document.visibilityState === 'visible') {
+				refresh('canary');
+			}
+		}, SCHEDULE_REFRESH_MS);
+		return () => clearInterval(id);
+	}, [fast]);
 	if (!canary || current === undefined) {
 		return html`<p class="muted">Loading…</p>`;
 	}
@@ -1006,7 +1186,7 @@ function App() {
 				case 'canary_promoted':
 				case 'canary_rolled_back':
 					refresh('canary');
-					tell(`${d.service}: the canary controller ${name === 'canary_promoted' ? 'promoted' : 'rolled back'} the canary, ${d.from_weight} → ${d.to_weight}.`);
+					tell(`${d.service}: ${d.actor || 'the canary controller'} ${name === 'canary_promoted' ? 'promoted' : 'rolled back'} the canary, ${d.from_weight} → ${d.to_weight}.`);
 					break;
 				}
 			},
@@ -1086,7 +1266,7 @@ function App() {
 				</div>
 			</div>
 			<${Section} id="canary" title="Canary groups" wide>
-				<${Canary} canary=${data.canary} current=${current} now=${now} ask=${setDialog} mutate=${mutate}/>
+				<${Canary} canary=${data.canary} current=${current} now=${now} ask=${setDialog} mutate=${mutate} refresh=${refresh}/>
 			</${Section}>
 			<${Section} id="gateways" title="Gateways" wide>
 				<${Gateways} gateways=${data.gateways} current=${current} now=${now}/>

@@ -31,8 +31,8 @@ function kind(action) {
 }
 
 // marker draws one event at (x, y): a triangle up for a promotion, down for
-// a rollback, a square for a pause or resume, so that the shape says what
-// the colour says.
+// a rollback, a square for a wait (a hold, a gate, a pause or resume), so
+// that the shape says what the colour says.
 function marker(e, x, y) {
 	const k = kind(e.action);
 	let d;
@@ -94,7 +94,7 @@ export function CanaryChart({group, events, since, now}) {
 			Canary weight (${group.canary}) out of ${total}, this generation.
 			<span class="key"><svg viewBox="-8 -8 16 16" class="key-mark" aria-hidden="true"><path class="mk mk-promote" d="M0,-7L7,5L-7,5Z"></path></svg> promotion</span>
 			<span class="key"><svg viewBox="-8 -8 16 16" class="key-mark" aria-hidden="true"><path class="mk mk-rollback" d="M0,7L7,-5L-7,-5Z"></path></svg> rollback</span>
-			<span class="key"><svg viewBox="-8 -8 16 16" class="key-mark" aria-hidden="true"><path class="mk mk-hold" d="M-5,-5h10v10h-10Z"></path></svg> pause or resume</span>
+			<span class="key"><svg viewBox="-8 -8 16 16" class="key-mark" aria-hidden="true"><path class="mk mk-hold" d="M-5,-5h10v10h-10Z"></path></svg> a wait (hold, gate, pause, resume)</span>
 		</figcaption>
 	</figure>`;
 }
