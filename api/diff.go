@@ -55,7 +55,12 @@ func diffSpecs(from, to *int64, old, new *config.Spec) apiv1.Diff {
 		CanaryReset: cd.CanaryReset,
 	}
 	for i, s := range cd.Services {
-		d.Services[i] = apiv1.ServiceDiff{Name: s.Name, Change: s.Change, Details: s.Details, MovedShare: s.MovedShare}
+		mc := make([]apiv1.MatchChange, len(s.MatchChanges))
+		for j, c := range s.MatchChanges {
+			mc[j] = apiv1.MatchChange{Rule: c.Rule, Change: c.Change, Details: c.Details}
+		}
+		d.Services[i] = apiv1.ServiceDiff{Name: s.Name, Change: s.Change, Details: s.Details, MovedShare: s.MovedShare,
+			MatchesDecide: s.MatchesDecide, MatchChanges: mc}
 	}
 	for i, u := range cd.Upstreams {
 		d.Upstreams[i] = apiv1.UpstreamDiff{Name: u.Name, Change: u.Change, Details: u.Details}

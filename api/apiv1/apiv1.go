@@ -214,6 +214,9 @@ const (
 	ChangeRemoved   = "removed"
 	ChangeModified  = "modified"
 	ChangeUnchanged = "unchanged"
+	// ChangeReordered is a MatchChange only: the rule kept its conditions
+	// and target but its place among the other rules changed.
+	ChangeReordered = "reordered"
 )
 
 // Diff compares two specs: the old side From and the new side To.
@@ -244,8 +247,31 @@ type ServiceDiff struct {
 	// Details lists each change in words, e.g. "weights api-stable 95->90".
 	Details []string `json:"details"`
 	// MovedShare is the exact share of the service's request keys whose
-	// upstream changes; 1 for an added or removed service.
+	// upstream changes; 1 for an added or removed service. Where
+	// MatchesDecide, it is the share of the requests the weights decide
+	// (those no match rule takes): the weights tell nothing of the rest.
 	MovedShare float64 `json:"moved_share"`
+	// MatchesDecide is true when either side of the service has match
+	// rules: the requests a rule matches go where the rule says, whatever
+	// the weights ("matches decide"), so MovedShare does not count them;
+	// where MatchChanges is not empty some of them may move, by a share
+	// that depends on the traffic. False for an added or removed service.
+	MatchesDecide bool `json:"matches_decide"`
+	// MatchChanges lists the changes of the service's match rules: the new
+	// side's rules in order, then the removed ones. Never null.
+	MatchChanges []MatchChange `json:"match_changes"`
+}
+
+// MatchChange is one change of a split's match rules.
+type MatchChange struct {
+	// Rule is the rule's name.
+	Rule string `json:"rule"`
+	// Change is ChangeAdded, ChangeRemoved, ChangeModified (its conditions
+	// or target) or ChangeReordered.
+	Change string `json:"change"`
+	// Details says what changed in words, e.g. "header X-User-Group = beta
+	// -> api-canary", "target api-stable->api-canary", "position 2->1".
+	Details []string `json:"details"`
 }
 
 // UpstreamDiff is what changed in one upstream.

@@ -1,6 +1,6 @@
 // Package cli is the command line of Dwara's REST API: the verbs apply,
-// flip, weights, kill, rollback, history, diff, canary, adopt, pause and
-// resume of the dwara command. Each
+// flip, weights, kill, rollback, history, diff, get, canary, adopt, pause
+// and resume of the dwara command. Each
 // verb parses its flags, calls the API through package client and prints a
 // short summary (or, with --json, the API's answer). Specs are read with
 // the one spec decoder of gateway/config, so a file the gateway would refuse
@@ -48,6 +48,8 @@ const Usage = `Client verbs (they call the REST API of a running "dwara serve"):
   dwara history [--limit N] [--cursor C]                           generations, newest first (N: 1..500)
   dwara diff [ID] [--against ID]                                   what generation ID (default: the active one)
                                                                    changed, and the share of keys it moves
+  dwara get services [SERVICE...]                                 the active generation's services: route, weights,
+                                                                   and match rules (name, conditions, target)
   dwara canary [SERVICE]                                           canary groups: state, weights, the window's
                                                                    figures, and the last 10 canary events
   dwara canary promote SERVICE [-m MESSAGE]                        pass the gate SERVICE's canary waits at
@@ -102,6 +104,9 @@ var clientVerbs = map[string]clientVerb{
 		"List the generations, newest first, a page at a time.", false, listingOutputs, setupHistory, false},
 	"diff": {"[ID] [--against ID]",
 		"Show what generation ID (default: the active one) changed, and the share of keys it moves.", false, listingOutputs, setupDiff, false},
+	"get": {"services [SERVICE...]",
+		"Show the active generation's services (or those named): route, weights, and each match rule's name, conditions and target, in the order they are checked.",
+		false, listingOutputs, setupGet, false},
 	"canary": {"[SERVICE] | promote SERVICE [-m MESSAGE]",
 		"Show the canary groups (or SERVICE's) and the last 10 canary events; promote passes the gate SERVICE's canary waits at.", true, listingOutputs, setupCanary, false},
 	"adopt": {"SERVICE [-m MESSAGE] [--if-match ID]",
@@ -987,10 +992,26 @@ func printDiff(w io.Writer, d apiv1.Diff, wide bool) {
 	fmt.Fprintf(w, "%s against %s\n", side(d.To, "the proposed spec"), side(d.From, "an empty configuration (no generation)"))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVICE\tCHANGE\tMOVED\tDETAILS")
+	decide, ruleChanges := false, 0
 	for _, s := range d.Services {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", clean(s.Name), clean(s.Change), percent(s.MovedShare), clean(strings.Join(s.Details, "; ")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", clean(s.Name), clean(s.Change), moved(s), clean(strings.Join(s.Details, "; ")))
+		decide = decide || s.MatchesDecide
+		ruleChanges += len(s.MatchChanges)
 	}
 	tw.Flush()
+	if decide {
+		fmt.Fprintln(w, `matches decide: the requests a match rule takes go where the rule says, whatever the weights; MOVED counts only the requests the weights decide ("of weighted"), and what share a rule change moves ("+ matches decide") depends on the traffic`)
+	}
+	if wide && ruleChanges > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "SERVICE\tMATCH RULE\tCHANGE\tDETAILS")
+		for _, s := range d.Services {
+			for _, c := range s.MatchChanges {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", clean(s.Name), clean(c.Rule), clean(c.Change), clean(strings.Join(c.Details, "; ")))
+			}
+		}
+		tw.Flush()
+	}
 	if len(d.CanaryReset) > 0 {
 		names := make([]string, len(d.CanaryReset))
 		for i, n := range d.CanaryReset {
@@ -1023,6 +1044,20 @@ func printChangedServices(w io.Writer, d apiv1.Diff) {
 			fmt.Fprintf(w, "service/%s\n", clean(sv.Name))
 		}
 	}
+}
+
+// moved is the MOVED column of a service in a diff: the share of keys
+// that moves, "of weighted" when match rules take some requests (the share
+// is of the others), "+ matches decide" when a rule changed, which moves
+// requests by a share no weight tells.
+func moved(s apiv1.ServiceDiff) string {
+	switch {
+	case len(s.MatchChanges) > 0:
+		return percent(s.MovedShare) + " of weighted + matches decide"
+	case s.MatchesDecide:
+		return percent(s.MovedShare) + " of weighted"
+	}
+	return percent(s.MovedShare)
 }
 
 // percent formats a share of keys as a percentage with one decimal; a share

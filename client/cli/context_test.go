@@ -123,6 +123,7 @@ func TestEveryVerbThroughTLSContext(t *testing.T) {
 			{args: []string{"weights", "api", "api-stable=80", "api-canary=20"}, key: "id"},
 			{args: []string{"history", "--limit", "3"}, key: "items"},
 			{args: []string{"diff"}, key: "services"},
+			{args: []string{"get", "services"}, key: "services"},
 			{args: []string{"canary"}, key: "items"},
 			{args: []string{"canary", "api"}, key: "items"},
 			{args: []string{"pause", "api"}, key: "state"},

@@ -37,8 +37,21 @@ type ServiceDiff struct {
 	Details []string
 	// MovedShare is the share of the service's request keys whose upstream
 	// changes (Displacement of the two weightings); 1 for an added or
-	// removed service.
+	// removed service. Where MatchesDecide, it is the share of the
+	// requests the weights decide (those no rule matches): the requests a
+	// rule takes are not counted.
 	MovedShare float64
+	// MatchesDecide is true when either version of the service has match
+	// rules: the requests a rule matches go where the rule says,
+	// whatever the weights, so MovedShare does not count them, and where
+	// MatchChanges is not empty some of them may move, by a share the
+	// weights cannot tell. False for an added or removed service, whose
+	// every request moves.
+	MatchesDecide bool
+	// MatchChanges lists the changes of the split's match rules
+	// (diffMatch); nil when there are none or the service was added or
+	// removed.
+	MatchChanges []MatchChange
 }
 
 // UpstreamDiff is what changed in one upstream.
@@ -96,7 +109,8 @@ func Diff(old, new *Spec) SpecDiff {
 	return d
 }
 
-// describeRouting says where a service sends its traffic.
+// describeRouting says where a service sends its traffic: its upstream,
+// or its split's weights and then the names of its match rules in order.
 func describeRouting(svc *Service) string {
 	if svc.Split == nil {
 		return "upstream " + svc.Upstream
@@ -105,7 +119,15 @@ func describeRouting(svc *Service) string {
 	for i, t := range svc.Split.Targets {
 		parts[i] = fmt.Sprintf("%s %d", t.Upstream, t.Weight)
 	}
-	return "split " + strings.Join(parts, " / ")
+	s := "split " + strings.Join(parts, " / ")
+	if len(svc.Split.Match) > 0 {
+		names := make([]string, len(svc.Split.Match))
+		for i, r := range svc.Split.Match {
+			names[i] = r.Name
+		}
+		s += ", match rules " + strings.Join(names, ", ")
+	}
+	return s
 }
 
 // diffService compares two versions of one service.
@@ -183,7 +205,13 @@ func diffService(o, n *Service) ServiceDiff {
 		}
 	}
 
-	d := ServiceDiff{Name: n.Name, Change: ChangeUnchanged, Details: []string{}}
+	mc := diffMatch(rulesOf(o), rulesOf(n))
+	for _, c := range mc {
+		details = append(details, matchDetail(c))
+	}
+
+	d := ServiceDiff{Name: n.Name, Change: ChangeUnchanged, Details: []string{}, MatchChanges: mc,
+		MatchesDecide: len(rulesOf(o)) > 0 || len(rulesOf(n)) > 0}
 	if len(details) > 0 {
 		d.Change = ChangeModified
 		d.Details = details

@@ -601,6 +601,36 @@ function Exposures({state, generation}) {
 		items.map((c, i) => html`${i ? ', ' : ''}<span data-exposure-branch=${c.branch}>${c.branch} ${c.count}</span>`)}</span>`;
 }
 
+// matchValue is a condition's pattern as the diff and the CLI write it: as
+// it is, or quoted when it would not read as one word.
+function matchValue(p) {
+	return p === '' || /[\s"]|[^\x20-\x7e\u00a0-\uffff]/.test(p) ? JSON.stringify(p) : p;
+}
+
+// matchConditions describes a match rule's conditions, headers then
+// cookies, each sorted by name, as the API's diff does: "header
+// X-User-Group = beta", "header X-Env starts with eu-", "cookie plan ~ ^pro".
+function matchConditions(rule) {
+	const ops = {exact: '=', prefix: 'starts with', regex: '~'};
+	const conds = (kind, m) => Object.keys(m || {}).sort().map(name => {
+		const [op, p] = Object.entries(m[name])[0] || ['', ''];
+		return `${kind} ${name} ${ops[op] || '?'} ${matchValue(p)}`;
+	});
+	return [...conds('header', rule.headers), ...conds('cookie', rule.cookies)];
+}
+
+// MatchRules lists a split's match rules in the order they are checked:
+// name, conditions, target.
+function MatchRules({rules}) {
+	return html`<div class="match-rules" data-match-rules>
+		<div class="split-label">Match rules, checked in order before the weights: the first that matches decides</div>
+		<ol>${rules.map(r => html`<li data-match-rule=${r.name}>
+			<strong>${r.name}</strong>${': '}${matchConditions(r).map((c, i) => html`${i ? ' and ' : ''}<code data-condition>${c}</code>`)}
+			${' → '}<strong data-target>${r.target}</strong>
+		</li>`)}</ol>
+	</div>`;
+}
+
 function ServiceCard({svc, spec, group, gateways, generation, ask, mutate}) {
 	const [editing, setEditing] = useState(false);
 	const exposures = useExposures(svc.name, generation);
@@ -651,6 +681,7 @@ function ServiceCard({svc, spec, group, gateways, generation, ask, mutate}) {
 		${split ? html`
 			<${SplitBar} kind="configured" label="Configured" targets=${targets} weights=${weights}/>
 			${inForce && html`<${SplitBar} kind="in-force" label="In force, set by the canary controller" targets=${targets} weights=${inForce}/>`}
+			${split.match && split.match.length > 0 && html`<${MatchRules} rules=${split.match}/>`}
 		` : html`<p>Every request goes to <strong>${svc.upstream}</strong>.</p>`}
 		<dl class="facts">
 			<div><dt>Sticky</dt><dd data-sticky>${sticky
@@ -689,19 +720,43 @@ function Services({current, canary, gateways, ask, mutate}) {
 
 // ---- History -------------------------------------------------------------
 
+// matchDetail is the service detail the API writes for a match change,
+// shown apart as the change itself.
+const matchDetail = c => `match rule ${c.rule} ${c.change} (${c.details.join('; ')})`;
+
+// MatchesDecide says what a diff cannot count for a service with match
+// rules: the requests a rule takes go where the rule says.
+function MatchesDecide({s}) {
+	const changed = (s.match_changes || []).length > 0;
+	return html`<p class="matches-decide" data-matches-decide=${changed ? 'changed' : 'kept'}><strong>Matches decide</strong>${': '}${changed
+		? `requests that ${s.name}'s changed match rules match go where the rules now say, whatever the weights; what share of the traffic that moves depends on the traffic, which the weights cannot tell.`
+		: `requests that ${s.name}'s match rules match go where the rules say, whatever the weights: they are not counted above, and they do not move.`}</p>`;
+}
+
 function DiffView({diff, service, sticky}) {
 	const svcs = diff.services.filter(s => s.change !== 'unchanged');
 	const ups = diff.upstreams.filter(u => u.change !== 'unchanged');
 	const mine = service && diff.services.find(s => s.name === service);
+	const whose = s => (s.matches_decide ? ' the weights decide' : '');
 	return html`<div class="diff">
 		${mine && html`<p class="moved">Moves <strong data-moved-share=${mine.moved_share}>${pct(mine.moved_share)}</strong>${
-			` of ${service}'s ${sticky ? 'sessions' : 'traffic'} to another target.`}</p>`}
+			` of ${service}'s ${sticky ? 'sessions' : 'traffic'}${whose(mine)} to another target.`}</p>`}
+		${mine && mine.matches_decide && html`<${MatchesDecide} s=${mine}/>`}
 		${svcs.length + ups.length === 0 ? html`<p class="muted">No change.</p>` : html`<ul class="changes">
-			${svcs.map(s => html`<li data-diff-service=${s.name}>
+			${svcs.map(s => {
+				const mc = s.match_changes || [];
+				const details = (s.details || []).filter(d => !mc.some(c => matchDetail(c) === d));
+				return html`<li data-diff-service=${s.name}>
 				<span class=${`chg chg-${s.change}`}>${s.change}</span> service <strong>${s.name}</strong>,
-				moves ${pct(s.moved_share)}
-				${s.details && s.details.length > 0 && html`<ul class="details">${s.details.map(d => html`<li>${d}</li>`)}</ul>`}
-			</li>`)}
+				moves ${pct(s.moved_share)}${s.matches_decide ? ' of what the weights decide' : ''}
+				${details.length > 0 && html`<ul class="details">${details.map(d => html`<li>${d}</li>`)}</ul>`}
+				${mc.length > 0 && html`<ul class="details match-changes">${mc.map(c => html`<li data-match-change=${c.rule} data-change=${c.change}>
+					match rule <strong>${c.rule}</strong> <span class=${`chg chg-${c.change}`}>${c.change}</span>${' '}${c.details.join('; ')}
+					${' — '}<em>matches decide</em>
+				</li>`)}</ul>`}
+				${mc.length > 0 && s.name !== service && html`<${MatchesDecide} s=${s}/>`}
+			</li>`;
+			})}
 			${ups.map(u => html`<li data-diff-upstream=${u.name}>
 				<span class=${`chg chg-${u.change}`}>${u.change}</span> upstream <strong>${u.name}</strong>
 				${u.details && u.details.length > 0 && html`<ul class="details">${u.details.map(d => html`<li>${d}</li>`)}</ul>`}
