@@ -103,8 +103,9 @@ func TestMakeRunStop(t *testing.T) {
 		}
 	}
 	bin := filepath.Join(state, "dwara")
-	env := append(os.Environ(), "DWARA_STATE="+state, "DWARA_PG_PRIVATE=1", "DWARA_PG_PORT="+strconv.Itoa(freePort(t)), "DWARA_DATABASE_URL=")
-	ports := fmt.Sprintf("%d,%d,%d", freePort(t), freePort(t), freePort(t))
+	free := freePorts(t, 4)
+	env := append(os.Environ(), "DWARA_STATE="+state, "DWARA_PG_PRIVATE=1", "DWARA_PG_PORT="+strconv.Itoa(free[0]), "DWARA_DATABASE_URL=")
+	ports := fmt.Sprintf("%d,%d,%d", free[1], free[2], free[3])
 	run := exec.Command("make", "-C", "../..", "run", "BIN="+bin, "DEMO_PORTS="+ports,
 		"RUN_FLAGS=--demo --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0")
 	run.Env = env

@@ -181,7 +181,10 @@ func TestServeDemoPortsMoved(t *testing.T) {
 	if ln, err := net.Listen("tcp", "127.0.0.1:9001"); err == nil {
 		t.Cleanup(func() { ln.Close() })
 	}
-	ports := []string{strconv.Itoa(freePort(t)), strconv.Itoa(freePort(t)), strconv.Itoa(freePort(t))}
+	var ports []string
+	for _, p := range freePorts(t, 3) {
+		ports = append(ports, strconv.Itoa(p))
+	}
 	url := dbtest.New(t)
 	p := startProc(t, "serve", "--demo", "--demo-ports", strings.Join(ports, ","), "--database-url", url,
 		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
@@ -231,10 +234,21 @@ func TestServeDemoPortsMoved(t *testing.T) {
 // freePort returns a port free on 127.0.0.1 when it was asked.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freePorts(t, 1)[0]
+}
+
+// freePorts returns n distinct ports that were free a moment ago: each
+// listener is held until all n are taken, so no two are the same.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
