@@ -346,6 +346,19 @@ func TestModelAliasRefusals(t *testing.T) {
 				t.Fatalf("after %s: %d, model %q", c.name, resp.StatusCode, resp.Header.Get("X-Fake-Model"))
 			}
 		}
+		// A body sent chunked within the bound is routed, and sent on
+		// with its length.
+		body := `{"model":"chat-prod","messages":[{"role":"user","content":"chunked"}]}`
+		req, _ := http.NewRequest(http.MethodPost, g.URL+"/v1/chat/completions", io.MultiReader(strings.NewReader(body[:9]), strings.NewReader(body[9:])))
+		req.Header.Set("X-Request-Id", "chunked-1")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if want := strings.Replace(body, "chat-prod", "gpt-4o", 1); resp.StatusCode != http.StatusOK || string(a.body("chunked-1")) != want {
+			t.Errorf("chunked: %d, upstream got %q, want %q", resp.StatusCode, a.body("chunked-1"), want)
+		}
 	})
 }
 
@@ -426,4 +439,35 @@ func TestModelRoutingAllocs(t *testing.T) {
 	}); allocs != 0 {
 		t.Errorf("another path allocates %.1f times per request, want 0", allocs)
 	}
+}
+
+// TestModelAliasSkipsDownTarget: a target whose every endpoint is marked
+// down is skipped by the alias's walk (counted as a failover of it); with
+// none up the request is 502.
+func TestModelAliasSkipsDownTarget(t *testing.T) {
+	t.Parallel()
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		def := startFake(t, fakeai.Options{Name: "default"})
+		a := startFake(t, fakeai.Options{Name: "openai-a"})
+		b := startFake(t, fakeai.Options{Name: "vllm-b"})
+		g := startGateway(t, front)
+		g.apply(t, 1, modelSpec(def, a, b, 50, 50, ""))
+		g.Registry().Get(b.addr()).SetUp(false)
+		const n = 200
+		for i := range n {
+			body := fmt.Sprintf(`{"model":"chat-prod","user":"u-%d"}`, i)
+			resp, _ := postModel(t, g.URL+"/v1/chat/completions", fmt.Sprintf("down-%d", i), body, nil)
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Fake-Model") != "gpt-4o" {
+				t.Fatalf("request %d: %d, model %q; want gpt-4o, its other target being down", i, resp.StatusCode, resp.Header.Get("X-Fake-Model"))
+			}
+		}
+		if got := testutil.ToFloat64(g.m.failovers.WithLabelValues("llm", "vllm-b")); got == 0 || got == n {
+			t.Errorf("dwara_split_failovers_total{llm,vllm-b} = %v, want the share picked there (about half of %d)", got, n)
+		}
+		g.Registry().Get(a.addr()).SetUp(false)
+		if resp, body := postModel(t, g.URL+"/v1/chat/completions", "none-up", `{"model":"chat-prod"}`, nil); resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "model chat-prod") {
+			t.Errorf("with no target up: %d %s, want 502", resp.StatusCode, body)
+		}
+	})
 }
