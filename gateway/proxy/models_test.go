@@ -471,3 +471,33 @@ func TestModelAliasSkipsDownTarget(t *testing.T) {
 		}
 	})
 }
+
+// TestModelAlias429CountedApart: a provider answering 429 at 30% has those
+// answers counted under their own code, beside the 200s, and relayed as
+// they came.
+func TestModelAlias429CountedApart(t *testing.T) {
+	t.Parallel()
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		def := startFake(t, fakeai.Options{Name: "default"})
+		a := startFake(t, fakeai.Options{Name: "openai-a", RateLimitRate: 0.3, Seed: 3})
+		g := startGateway(t, front)
+		g.apply(t, 1, modelSpec(def, a, a, 1, 0, ""))
+		codes := map[int]int{}
+		for i := range 300 {
+			resp, _ := postModel(t, g.URL+"/v1/chat/completions", fmt.Sprintf("rl-%d", i), `{"model":"chat-prod"}`, nil)
+			codes[resp.StatusCode]++
+			if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") != "1" {
+				t.Fatalf("request %d: 429 without the provider's Retry-After", i)
+			}
+		}
+		if codes[429] == 0 || codes[200]+codes[429] != 300 {
+			t.Fatalf("codes %v", codes)
+		}
+		for code, n := range codes {
+			if got := testutil.ToFloat64(g.m.modelRequests.WithLabelValues("llm", "chat-prod", "openai-a", "gpt-4o", fmt.Sprint(code))); got != float64(n) {
+				t.Errorf("dwara_model_requests_total{code=%d} = %v, want %d", code, got, n)
+			}
+		}
+	})
+}
