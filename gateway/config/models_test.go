@@ -107,3 +107,34 @@ func TestModelsValidate(t *testing.T) {
 		})
 	}
 }
+
+// Diff names what changed in a service's aliases.
+func TestModelsDiff(t *testing.T) {
+	t.Parallel()
+	parse := func(rest string) *Spec {
+		t.Helper()
+		s, err := Parse(modelsYAML(rest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	o := parse(`    models:
+      - {alias: chat, targets: [{upstream: openai-a, model: gpt-4o, weight: 95}, {upstream: vllm-b, model: llama, weight: 5}]}
+      - {alias: old, targets: [{upstream: vllm-b, model: llama}]}`)
+	n := parse(`    max_body_bytes: 4096
+    models:
+      - {alias: chat, affinity: user, targets: [{upstream: openai-a, model: gpt-4o, weight: 90}, {upstream: vllm-b, model: llama, weight: 10}]}
+      - {alias: new, targets: [{upstream: vllm-b, model: llama}]}`)
+	d := Diff(o, n).Services[0]
+	want := []string{
+		"max_body_bytes 1048576->4096",
+		`model alias "chat" targets openai-a:gpt-4o 95 / vllm-b:llama 5 -> openai-a:gpt-4o 90 / vllm-b:llama 10`,
+		`model alias "chat" affinity ""->"user"`,
+		`model alias "new" added (vllm-b:llama 1)`,
+		`model alias "old" removed`,
+	}
+	if d.Change != ChangeModified || strings.Join(d.Details, "\n") != strings.Join(want, "\n") {
+		t.Errorf("diff %s:\n%s\nwant\n%s", d.Change, strings.Join(d.Details, "\n"), strings.Join(want, "\n"))
+	}
+}
