@@ -32,6 +32,11 @@
 // forwards the request with the X-Request-Id, X-Forwarded-* and X-Dwara-*
 // headers of the README's "How a request is routed".
 //
+// A service with model aliases (models.go) has the body of a POST to an
+// OpenAI-style path read by Route, through the front's Request.Body: an
+// alias is picked over its own targets and the body's model rewritten, and
+// the front sends Route.Body in place of the client's stream.
+//
 // Failover to the next target with an endpoint up runs when every endpoint
 // of the picked target is marked down in its balance.State, which the active
 // health checks of the upstreams that declare health_check do
