@@ -8,7 +8,7 @@ PKGS    := ./...
 # Flags for `make run`; override with e.g. make run RUN_FLAGS=
 RUN_FLAGS ?= --demo
 # The version linked into the binary: `dwara version`, /healthz and the
-# dwara_build_info metric report it (README.md, "The commands").
+# dwara_build_info metric report it (docs/operating.md, "The commands").
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X main.version=$(VERSION)
 # How make run calls the binary: ./bin/dwara (as its banner then prints
@@ -71,7 +71,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzEndpointAnswer$$' -fuzztime=120x ./gateway/proxy
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeBody$$' -fuzztime=40000x ./api
 
-# The fault and abuse suite (faults/, README "Tests"): PostgreSQL stopped,
+# The fault and abuse suite (faults/, docs/reliability.md, "Tests"): PostgreSQL stopped,
 # restarted and hung under traffic (in private clusters; the shared server
 # is never stopped), SIGKILL right after a 201, a publish the database
 # refuses, a replica that was down, a rolling restart under load, and a soak
@@ -89,7 +89,7 @@ test-faults:
 	$(GO) test -run='^$$' -fuzz='^FuzzRouteOddPaths$$' -fuzztime=$(FAULTS_FUZZTIME) -fuzzminimizetime=5s ./gateway/proxy
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeBody$$' -fuzztime=$(FAULTS_FUZZ_BODY) -fuzzminimizetime=5s ./api
 
-# The chaos run (faults/chaos_test.go, README "Reliability"): dwara serve,
+# The chaos run (faults/chaos_test.go, docs/reliability.md, "Reliability"): dwara serve,
 # two database replicas and a control-plane replica from the binary on a
 # private PostgreSQL, under load with a flip or weights change every 2 s,
 # for CHAOS_DURATION, with processes killed (SIGKILL, SIGTERM), PostgreSQL
@@ -114,7 +114,7 @@ $(H2SPEC): tools/h2spec/go.mod tools/h2spec/go.sum
 h2spec: $(H2SPEC)
 	DWARA_H2SPEC=$(abspath $(H2SPEC)) $(GO) test -race -count=1 -run '^TestH2spec$$' -v ./cmd/dwara/
 
-# The integrations in modules of their own (README "Argo Rollouts"): the
+# The integrations in modules of their own (docs/integrations.md, "Argo Rollouts"): the
 # traffic-router plugin's test starts the plugin through go-plugin with
 # Argo Rollouts' own RPC types against a dwara serve and gateway it builds
 # from this tree, on a database of its own.
@@ -123,7 +123,7 @@ test-integrations:
 	cd integrations/argo-rollouts && $(GO) vet ./... && \
 		DWARA_TEST_DATABASE_URL="$$($(CURDIR)/scripts/postgres.sh postgres)" $(GO) test -race -count=1 -timeout 10m ./...
 
-# The alerting and recording rules (deploy/prometheus, README "Alerts"):
+# The alerting and recording rules (deploy/prometheus, docs/observability.md, "Alerts"):
 # promtool checks them and runs their unit tests; make test does the same
 # through deploy/prometheus's TestRules when promtool is on PATH.
 PROMTOOL ?= promtool

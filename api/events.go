@@ -140,10 +140,12 @@ func (s *Server) Notify(channel, payload string) {
 // instead of at its next resync or the next publish. It never blocks and is
 // safe for concurrent use.
 func (s *Server) Connected() {
-	s.hub.listenOnce.Do(func() { close(s.hub.listening) })
+	// Drop first, then say listening: a stream opened once listening is
+	// closed is never one of those dropped.
 	if n := s.hub.dropAll(); n > 0 {
 		s.log.Info("event hub: the listener (re)connected; ended the event streams open before, so their clients resync", "streams", n)
 	}
+	s.hub.listenOnce.Do(func() { close(s.hub.listening) })
 }
 
 // Run is the event loop: it turns the notifications handed to Notify into

@@ -107,7 +107,14 @@ func sendAt(t *testing.T, addr, path, id string) (string, int) {
 // wait.
 func sendUntil(t *testing.T, addr string, next func() string, max int, what string, done func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
+	sendUntilWithin(t, addr, next, max, wait, what, done)
+}
+
+// sendUntilWithin is sendUntil bounded by within instead of wait, for a
+// condition that needs a window's worth of time on a busy machine.
+func sendUntilWithin(t *testing.T, addr string, next func() string, max int, within time.Duration, what string, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for i := 0; ; i++ {
 		if i%20 == 0 && done() {
 			return

@@ -444,7 +444,7 @@ func (p *Process) listenURL(store *db.Store) string {
 // and needs no answer from it to return: a replica starts (and serves its
 // last-known generation) while PostgreSQL is away. Its role needs only to
 // read generations and canary records and to write its instance,
-// windows and exposures (README).
+// windows and exposures (docs/canary.md).
 func (p *Process) openReplicaStore(url string) (*db.Store, error) {
 	if url == "" {
 		return nil, errors.New("no database: set --database-url or DWARA_DATABASE_URL")

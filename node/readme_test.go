@@ -19,22 +19,14 @@ import (
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/internal/testdocs"
 )
 
-// readmeSection returns the part of README.md from the heading "## title"
-// to the next "## " heading.
+// readmeSection returns the section "## title" of the documentation
+// (README.md or a page of docs/).
 func readmeSection(t *testing.T, title string) string {
 	t.Helper()
-	data, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(data), "\n## "+title+"\n")
-	if !ok {
-		t.Fatalf("README.md has no section %q", title)
-	}
-	section, _, _ := strings.Cut(rest, "\n## ")
-	return section
+	return testdocs.Section(t, "..", title)
 }
 
 // fencedBlocks returns the fenced blocks of text whose info string is lang,

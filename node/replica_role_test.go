@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/internal/testdocs"
 	"github.com/dwara/dwara/internal/testlog"
 	"github.com/dwara/dwara/internal/testrun"
 )
@@ -112,12 +112,9 @@ func TestReplicaLeastPrivileges(t *testing.T) {
 // The README's grants for a replica's role are db.ReplicaGrants.
 func TestReadmeReplicaGrants(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	readme := testdocs.Text(t, "..")
 	for _, g := range db.ReplicaGrants("dwara_replica", "dwara") {
-		if line := strings.ReplaceAll(g, `"`, "") + ";"; !strings.Contains(string(readme), line) {
+		if line := strings.ReplaceAll(g, `"`, "") + ";"; !strings.Contains(readme, line) {
 			t.Errorf("the README does not have %q", line)
 		}
 	}

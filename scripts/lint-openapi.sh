@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make lint-openapi: openapi/openapi.yaml through Redocly's and Spectral's
-# linters (README.md, "Using the API with curl"), failing on any error or
+# linters (docs/api.md, "Using the API with curl"), failing on any error or
 # warning. The few places set aside are listed in openapi/redocly.yaml's
 # .redocly.lint-ignore.yaml and openapi/.spectral.yaml, each explained by a
 # comment in the spec. The linters are the versions tools/openapi-lint pins

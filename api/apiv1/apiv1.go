@@ -176,8 +176,8 @@ type GatewayList struct {
 type CreateRequest struct {
 	// Message says why; stored with the generation. Optional.
 	Message string `json:"message,omitempty"`
-	// Spec is the routing configuration (the generation spec of the
-	// README's "The generation spec").
+	// Spec is the routing configuration (docs/spec.md, "The generation
+	// spec").
 	Spec json.RawMessage `json:"spec"`
 }
 

@@ -8,10 +8,10 @@ import (
 	"testing"
 )
 
-// allowedImports is the package graph of the README's architecture section:
+// allowedImports is the package graph of docs/architecture.md:
 // for every package of the module, the packages of the module it may import
 // (tests excluded). A package missing here fails the test, so a new package
-// is added to the table, and to the README, on purpose.
+// is added to the table, and to docs/architecture.md, on purpose.
 var allowedImports = map[string][]string{
 	"cmd/dwara":                {"client/cli", "db", "node"},
 	"node":                     {"api", "api/apiv1", "db", "demo", "gateway/config", "gateway/fleet", "gateway/proxy", "gateway/proxy/front", "gateway/source", "web"},
@@ -48,6 +48,7 @@ var allowedImports = map[string][]string{
 	"internal/teststat":        {},
 	"internal/testcert":        {},
 	"internal/fakeai":          {},
+	"internal/testdocs":        {},
 	"bench/compare":            {},
 	"bench/upstream":           {},
 	"web/webtest":              {},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config/spectest"
+	"github.com/dwara/dwara/internal/testdocs"
 )
 
 // h2specCases is the number of cases h2spec 2.2.1 runs (all of them but
@@ -54,22 +55,18 @@ var h2specExplained = []struct {
 	},
 }
 
-// TestH2specREADME: the README gives h2spec's result as TestH2spec
+// TestH2specREADME: the documentation (docs/reliability.md) gives h2spec's result as TestH2spec
 // expects it, and names each explained failure (as "6.5.3 #1").
 func TestH2specREADME(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Join(strings.Fields(string(readme)), " ") // lines wrap anywhere
+	text := strings.Join(strings.Fields(testdocs.Text(t, "../..")), " ") // lines wrap anywhere
 	if want := fmt.Sprintf("%d of its %d cases", h2specCases-len(h2specExplained), h2specCases); !strings.Contains(text, want) {
-		t.Errorf("README.md does not say h2spec passes %q", want)
+		t.Errorf("the documentation does not say h2spec passes %q", want)
 	}
 	for _, e := range h2specExplained {
 		i := strings.LastIndexByte(e.id, '/')
 		if name := strings.TrimPrefix(e.id[:i], "http2/") + " #" + e.id[i+1:]; !strings.Contains(text, name) {
-			t.Errorf("README.md does not explain h2spec's %s (%s)", name, e.id)
+			t.Errorf("the documentation does not explain h2spec's %s (%s)", name, e.id)
 		}
 	}
 }

@@ -52,15 +52,14 @@ func TestMakeVersion(t *testing.T) {
 }
 
 // TestDocReferences checks that the make and script files cite only what
-// the repository has: README sections, not a DESIGN.md it does not have.
+// the repository has: sections of README.md and of the docs/ pages (as
+// `docs/page.md, "Section"`), not a DESIGN.md it does not have.
 func TestDocReferences(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cite := regexp.MustCompile(`README(?:\.md)?, "([^"]+)"`)
-	for _, f := range []string{"../../Makefile", "../../scripts/postgres.sh", "../../Dockerfile", "../../docker-compose.yml"} {
+	cite := regexp.MustCompile(`\b(README|docs/[a-z0-9-]+)(?:\.md)?, "([^"]+)"`)
+	files, _ := filepath.Glob("../../scripts/*.sh")
+	files = append(files, "../../Makefile", "../../Dockerfile", "../../docker-compose.yml", "../../.ci/run")
+	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -69,8 +68,13 @@ func TestDocReferences(t *testing.T) {
 			t.Errorf("%s cites DESIGN.md, which the repository does not have", f)
 		}
 		for _, m := range cite.FindAllStringSubmatch(string(data), -1) {
-			if !strings.Contains(string(readme), "\n## "+m[1]+"\n") {
-				t.Errorf("%s cites README section %q, which README.md does not have", f, m[1])
+			doc, err := os.ReadFile("../../" + m[1] + ".md")
+			if err != nil {
+				t.Errorf("%s cites %s.md, which the repository does not have", f, m[1])
+				continue
+			}
+			if !strings.Contains(string(doc), "\n## "+m[2]+"\n") && !strings.Contains(string(doc), "\n### "+m[2]+"\n") {
+				t.Errorf("%s cites section %q of %s.md, which it does not have", f, m[2], m[1])
 			}
 		}
 	}

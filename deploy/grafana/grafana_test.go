@@ -26,6 +26,7 @@ import (
 
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/internal/testdocs"
 	"github.com/dwara/dwara/node"
 )
 
@@ -282,18 +283,11 @@ func keys(m map[string]bool) []string {
 	return ks
 }
 
-// readmeMetrics returns the metric names of the README's Metrics table.
+// readmeMetrics returns the metric names of the documentation's Metrics
+// table (docs/observability.md).
 func readmeMetrics(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(data), "\n## Metrics\n")
-	if !ok {
-		t.Fatal("README.md has no Metrics section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := testdocs.Section(t, "../..", "Metrics")
 	var names []string
 	for line := range strings.Lines(section) {
 		if !strings.HasPrefix(line, "| `") {
@@ -305,7 +299,7 @@ func readmeMetrics(t *testing.T) []string {
 		}
 	}
 	if len(names) < 10 {
-		t.Fatalf("read %d metrics from the README's Metrics table: %v", len(names), names)
+		t.Fatalf("read %d metrics from the Metrics table: %v", len(names), names)
 	}
 	return names
 }

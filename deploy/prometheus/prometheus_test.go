@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/dwara/dwara/internal/testdocs"
 )
 
 const (
@@ -193,12 +195,7 @@ func TestRuleConventions(t *testing.T) {
 		}
 	}
 
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, alertsSection, _ := strings.Cut(string(readme), "\n## Alerts\n")
-	alertsSection, _, _ = strings.Cut(alertsSection, "\n## ")
+	alertsSection := testdocs.Section(t, "../..", "Alerts")
 
 	alerts := map[string]bool{}
 	for _, g := range f.Groups {
@@ -278,13 +275,8 @@ var linkRE = regexp.MustCompile(`\b((?:README|docs/[a-z0-9-]+)\.md)#([a-z0-9-]*)
 // file.
 func anchors(t *testing.T) map[string]map[string]bool {
 	t.Helper()
-	files := []string{"README.md"}
-	more, _ := filepath.Glob("../../docs/*.md")
-	for _, m := range more {
-		files = append(files, "docs/"+filepath.Base(m))
-	}
 	out := map[string]map[string]bool{}
-	for _, name := range files {
+	for _, name := range testdocs.Files(t, "../..") {
 		data, err := os.ReadFile(filepath.Join("..", "..", name))
 		if err != nil {
 			t.Fatal(err)
@@ -314,32 +306,18 @@ func anchors(t *testing.T) map[string]map[string]bool {
 	return out
 }
 
-// readmeMetrics returns the metric names of the README's Metrics table
-// (the README's, or docs/'s when the section moved there).
+// readmeMetrics returns the metric names of the documentation's Metrics
+// table (docs/observability.md).
 func readmeMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	files := []string{"../../README.md"}
-	more, _ := filepath.Glob("../../docs/*.md")
-	files = append(files, more...)
 	names := map[string]bool{}
-	for _, name := range files {
-		data, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, section, ok := strings.Cut(string(data), "\n## Metrics\n")
-		if !ok {
+	for line := range strings.Lines(testdocs.Section(t, "../..", "Metrics")) {
+		if !strings.HasPrefix(line, "| `") {
 			continue
 		}
-		section, _, _ = strings.Cut(section, "\n## ")
-		for line := range strings.Lines(section) {
-			if !strings.HasPrefix(line, "| `") {
-				continue
-			}
-			first, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " |")
-			for _, m := range metricRE.FindAllString(first, -1) {
-				names[m] = true
-			}
+		first, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " |")
+		for _, m := range metricRE.FindAllString(first, -1) {
+			names[m] = true
 		}
 	}
 	if len(names) < 10 {

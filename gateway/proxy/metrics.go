@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics holds the data-plane collectors of the README's Metrics section.
+// metrics holds the data-plane collectors of docs/observability.md, "Metrics".
 // dwara_upstream_endpoint_up is not among them: endpointCollector reports it
 // from the live endpoint states at each scrape.
 type metrics struct {

@@ -250,10 +250,13 @@ func TestMirrorQueueFull(t *testing.T) {
 				t.Fatalf("request %d: %d", i, resp.StatusCode)
 			}
 		}
+		// A copy that timed out meanwhile (a busy machine) freed its
+		// worker for one more: that many fewer are dropped.
 		d := mirrorCount(g, mirrorDropped)
-		t.Logf("dropped %v of %d", d, n)
-		if d < 200 || d > n-mirrorQueueSize {
-			t.Errorf("dropped = %v, want 200..%d", d, n-mirrorQueueSize)
+		ended := mirrorCount(g, mirrorTimeout) + mirrorCount(g, mirrorFailed)
+		t.Logf("dropped %v of %d, %v ended while blocked", d, n, ended)
+		if d < 200-ended || d > n-mirrorQueueSize {
+			t.Errorf("dropped = %v with %v ended, want %v..%d", d, ended, 200-ended, n-mirrorQueueSize)
 		}
 	})
 }

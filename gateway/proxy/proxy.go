@@ -30,7 +30,7 @@
 // mints the handle first and sets it on the response), picks the target with
 // the split, lets the target upstream's balancer pick an endpoint, and
 // forwards the request with the X-Request-Id, X-Forwarded-* and X-Dwara-*
-// headers of the README's "How a request is routed".
+// headers of docs/spec.md, "How a request is routed".
 //
 // A service with model aliases (models.go) has the body of a POST to an
 // OpenAI-style path read by Route, through the front's Request.Body: an

@@ -18,7 +18,7 @@ import (
 
 // An Argo Rollouts AnalysisTemplate's web metric, run by Argo Rollouts'
 // own web provider, judges a canary by Dwara's fleet-wide window (GET
-// /api/v1/canary) with no Prometheus in between: the README's example
+// /api/v1/canary) with no Prometheus in between: the example of docs/integrations.md
 // metric succeeds on a healthy canary and fails on one erring at 50%.
 func TestAnalysisFromDwaraWindows(t *testing.T) {
 	build(t)
@@ -57,7 +57,7 @@ func TestAnalysisFromDwaraWindows(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	// The README's metric, as an AnalysisTemplate would give it.
+	// The documented metric, as an AnalysisTemplate would give it.
 	metric := v1alpha1.Metric{
 		Name:             "dwara-canary-errors",
 		SuccessCondition: "result < 0.05",

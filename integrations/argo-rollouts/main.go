@@ -2,7 +2,7 @@
 // (TrafficRouterPlugin over hashicorp/go-plugin, as Argo Rollouts loads
 // it) that drives a Dwara split: each call of the rollout controller
 // becomes a call of Dwara's REST API on the service the Rollout names
-// (Config). See the README's "Argo Rollouts" section.
+// (Config). See docs/integrations.md, "Argo Rollouts".
 package main
 
 import (
