@@ -32,9 +32,17 @@ const fullSpec = `{
                                    "rollback": {"metric": "latency_p99", "threshold": 500}},
                "managed_by": "argo-rollouts"},
      "sticky": {"cookie": "dwara", "ttl_s": 60},
-     "override": {"header": "X-Branch"}}
+     "override": {"header": "X-Branch"}},
+    {"name": "three", "base_path": "/three", "upstream": "a", "max_body_bytes": 4096,
+     "models": [{"alias": "chat-prod", "affinity": "header:X-Session",
+                 "targets": [{"upstream": "a", "model": "gpt-4o", "weight": 9}, {"upstream": "b", "model": "llama", "weight": 1}]}]}
   ]
 }`
+
+// notYetInSpecs are the string fields a valid spec cannot set yet:
+// canary_analysis on a model alias is refused until the controller acts
+// on it.
+const notYetInSpecs = "Spec.Services.Models.CanaryAnalysis."
 
 // TestValidationRefusesNUL checks what lets a publish store its encoded
 // spec without looking at the bytes again (encodeSpec): the data plane's
@@ -55,7 +63,7 @@ func TestValidationRefusesNUL(t *testing.T) {
 		n++
 	}
 	for field, set := range fields {
-		if !set {
+		if !set && !strings.HasPrefix(field, notYetInSpecs) {
 			t.Errorf("fullSpec does not set %s; give it a value there", field)
 		}
 	}

@@ -115,6 +115,14 @@ func (s *Spec) Clone() *Spec {
 		svc.Sticky = clonePtr(svc.Sticky)
 		svc.Override = clonePtr(svc.Override)
 		svc.Mirror = clonePtr(svc.Mirror)
+		if svc.Models != nil {
+			svc.Models = cloneSlice(svc.Models)
+			for j := range svc.Models {
+				m := &svc.Models[j]
+				m.Targets = cloneSlice(m.Targets)
+				m.CanaryAnalysis = clonePtr(m.CanaryAnalysis)
+			}
+		}
 		if svc.Split != nil {
 			sp := *svc.Split
 			sp.Targets = cloneSlice(sp.Targets)

@@ -209,6 +209,7 @@ func diffService(o, n *Service) ServiceDiff {
 	for _, c := range mc {
 		details = append(details, matchDetail(c))
 	}
+	details = append(details, diffModels(o, n)...)
 
 	d := ServiceDiff{Name: n.Name, Change: ChangeUnchanged, Details: []string{}, MatchChanges: mc,
 		MatchesDecide: len(rulesOf(o)) > 0 || len(rulesOf(n)) > 0}
@@ -218,6 +219,49 @@ func diffService(o, n *Service) ServiceDiff {
 	}
 	d.MovedShare = ServiceDisplacement(o, n)
 	return d
+}
+
+// diffModels describes the changes of a service's model aliases and
+// max_body_bytes, alias by alias.
+func diffModels(o, n *Service) []string {
+	var details []string
+	if o.ModelMaxBodyBytes() != n.ModelMaxBodyBytes() && (len(o.Models) > 0 || len(n.Models) > 0) {
+		details = append(details, fmt.Sprintf("max_body_bytes %d->%d", o.ModelMaxBodyBytes(), n.ModelMaxBodyBytes()))
+	}
+	find := func(as []ModelAlias, name string) *ModelAlias {
+		for i := range as {
+			if as[i].Alias == name {
+				return &as[i]
+			}
+		}
+		return nil
+	}
+	describe := func(a *ModelAlias) string {
+		parts := make([]string, len(a.Targets))
+		for i, t := range a.Targets {
+			parts[i] = fmt.Sprintf("%s:%s %d", t.Upstream, t.Model, t.Weight)
+		}
+		return strings.Join(parts, " / ")
+	}
+	for i := range n.Models {
+		na := &n.Models[i]
+		oa := find(o.Models, na.Alias)
+		switch {
+		case oa == nil:
+			details = append(details, fmt.Sprintf("model alias %s added (%s)", quote(na.Alias), describe(na)))
+		case !reflect.DeepEqual(oa.Targets, na.Targets):
+			details = append(details, fmt.Sprintf("model alias %s targets %s -> %s", quote(na.Alias), describe(oa), describe(na)))
+		}
+		if oa != nil && oa.Affinity != na.Affinity {
+			details = append(details, fmt.Sprintf("model alias %s affinity %q->%q", quote(na.Alias), oa.Affinity, na.Affinity))
+		}
+	}
+	for i := range o.Models {
+		if find(n.Models, o.Models[i].Alias) == nil {
+			details = append(details, fmt.Sprintf("model alias %s removed", quote(o.Models[i].Alias)))
+		}
+	}
+	return details
 }
 
 // allocationOf is the allocation of sp, "hash" when unset.

@@ -119,6 +119,16 @@ type Service struct {
 	// to another upstream, asynchronously, and drops its answers (see
 	// Mirror); nil mirrors nothing.
 	Mirror *Mirror `json:"mirror,omitempty"`
+	// Models are the service's model aliases for OpenAI-compatible APIs
+	// (see ModelAlias): a POST to /chat/completions, /completions,
+	// /embeddings or /responses under BasePath whose body names an alias
+	// is served by the alias's pick; any other request by Upstream or
+	// Split as usual. nil: no body is read.
+	Models []ModelAlias `json:"models,omitempty"`
+	// MaxBodyBytes bounds the request body read to find the model
+	// (1..MaxModelBodyBytes; 413 beyond it); 0 means
+	// DefaultModelMaxBodyBytes. Only a service with Models may set it.
+	MaxBodyBytes int `json:"max_body_bytes,omitempty"`
 }
 
 // Mirror sends a copy of a share of a service's requests (shadow traffic)

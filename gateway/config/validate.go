@@ -389,6 +389,7 @@ func (v *validator) service(svc *Service, path string) {
 	if m := svc.Mirror; m != nil {
 		v.mirror(m, svc, member(path, "mirror"))
 	}
+	v.models(svc, path)
 }
 
 // mirror checks a service's mirror: a declared upstream that is not one of

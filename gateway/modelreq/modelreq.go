@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Errors of Scan.
@@ -47,7 +48,16 @@ type Fields struct {
 // Scan validates that body is one JSON object and returns its top-level
 // routing fields. It allocates only to unescape a field that holds escapes
 // (or to copy the model and user out of the body).
-func Scan(body []byte) (Fields, error) {
+func Scan(body []byte) (Fields, error) { return scan(body, false) }
+
+// ScanView is Scan whose Model and User, when they hold no escapes, are
+// views of body's bytes rather than copies: it allocates nothing for a
+// body without escapes in those fields, and the strings are valid only
+// while body is unchanged (the proxy's pick reads them before it reuses
+// the buffer).
+func ScanView(body []byte) (Fields, error) { return scan(body, true) }
+
+func scan(body []byte, view bool) (Fields, error) {
 	var f Fields
 	if !json.Valid(body) {
 		return f, ErrNotObject
@@ -80,7 +90,7 @@ func Scan(body []byte) (Fields, error) {
 				return f, fmt.Errorf("%w: \"model\"", ErrNotString)
 			}
 			f.HasModel, f.ModelStart, f.ModelEnd = true, vs, ve
-			f.Model = unquote(s.b[vs:ve])
+			f.Model = unquote(s.b[vs:ve], view)
 		case keyIs(key, "user"):
 			if seenUser {
 				return f, fmt.Errorf("%w: \"user\"", ErrDuplicate)
@@ -89,7 +99,7 @@ func Scan(body []byte) (Fields, error) {
 			if kind != '"' {
 				return f, fmt.Errorf("%w: \"user\"", ErrNotString)
 			}
-			f.User = unquote(s.b[vs:ve])
+			f.User = unquote(s.b[vs:ve], view)
 		case keyIs(key, "stream"):
 			if seenStream {
 				return f, fmt.Errorf("%w: \"stream\"", ErrDuplicate)
@@ -142,18 +152,24 @@ func (s *scanner) eat(c byte) bool {
 func (s *scanner) str() (start, end int) {
 	start = s.i
 	s.i++ // the opening quote
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case '\\':
-			s.i += 2
-		case '"':
-			s.i++
+	for {
+		// The next quote (IndexByte is vectorised), unless an odd run of
+		// backslashes escapes it.
+		j := bytes.IndexByte(s.b[s.i:], '"')
+		if j < 0 {
+			s.i = len(s.b)
 			return start, s.i
-		default:
-			s.i++
+		}
+		q := s.i + j
+		k := q
+		for k > s.i && s.b[k-1] == '\\' {
+			k--
+		}
+		s.i = q + 1
+		if (q-k)%2 == 0 {
+			return start, s.i
 		}
 	}
-	return start, s.i
 }
 
 // value skips one value and returns its first byte ('"', '{', '[', 't',
@@ -200,13 +216,20 @@ func keyIs(key []byte, name string) bool {
 	if len(key) == len(name)+2 && string(key[1:len(key)-1]) == name {
 		return true
 	}
-	return bytes.IndexByte(key, '\\') >= 0 && unquote(key) == name
+	return bytes.IndexByte(key, '\\') >= 0 && unquote(key, false) == name
 }
 
 // unquote returns the value of a JSON string (quotes included), as a
-// decoder reads it (escapes resolved, invalid UTF-8 as U+FFFD).
-func unquote(q []byte) string {
+// decoder reads it (escapes resolved, invalid UTF-8 as U+FFFD); with
+// view, a string without escapes is a view of q's bytes.
+func unquote(q []byte, view bool) string {
 	if bytes.IndexByte(q, '\\') < 0 && utf8.Valid(q) {
+		if view {
+			if len(q) == 2 {
+				return ""
+			}
+			return unsafe.String(&q[1], len(q)-2)
+		}
 		return string(q[1 : len(q)-1])
 	}
 	var s string

@@ -108,6 +108,9 @@ func FuzzScan(f *testing.F) {
 		if fields.HasModel != has || fields.Model != model {
 			t.Fatalf("Scan(%q) model %q (%v), a decode %q (%v)", body, fields.Model, fields.HasModel, model, has)
 		}
+		if view, err := ScanView(body); err != nil || view != fields {
+			t.Fatalf("ScanView(%q) = %+v, %v; Scan %+v", body, view, err, fields)
+		}
 		if !has {
 			return
 		}
@@ -176,5 +179,22 @@ func BenchmarkDecode2K(b *testing.B) {
 		if _, err := json.Marshal(m); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// ScanView finds what Scan finds, and allocates nothing for fields
+// without escapes.
+func TestScanView(t *testing.T) {
+	body := []byte(`{"model":"chat-prod","user":"u-1","stream":true,"messages":[{"role":"user","content":"a \\\" \\\\"}]}`)
+	want, err := Scan(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Fields
+	if allocs := testing.AllocsPerRun(100, func() { got, _ = ScanView(body) }); allocs != 0 && !raceEnabled {
+		t.Errorf("ScanView allocates %.0f times", allocs)
+	}
+	if got != want || got.Model != "chat-prod" || got.User != "u-1" || !got.Stream {
+		t.Errorf("ScanView = %+v, Scan = %+v", got, want)
 	}
 }

@@ -280,6 +280,7 @@ func (c *Conn) ReadAnswer(w *protocolWatch, head, upgrade bool) error {
 		return errAnswerUnaskedSwitch
 	}
 	c.answer.reset(c.Reader, a)
+	c.tap.m = nil // tapped again by ExchangeRetrying for an alias request
 	return nil
 }
 
@@ -361,6 +362,9 @@ func (b *answerBody) Read(p []byte) (int, error) {
 func (c *Conn) AnswerStream() io.Reader {
 	if c.Head.Framing == bodyNone {
 		return nil
+	}
+	if c.tap.m != nil {
+		return &c.tap
 	}
 	return &c.answer
 }

@@ -70,6 +70,10 @@ type sendFunc func(c *Conn, ep *Endpoint, tg *Target) (sent bool, err error)
 // and owns x.Conn on success. A failure while ctx is done is returned at
 // once.
 func (p *Proxy) ExchangeRetrying(ctx context.Context, a *Attempt, req *Request, send sendFunc) (Exchange, error) {
+	var sentAt time.Time // an alias request's, for its time to first token
+	if a.Target.model != nil {
+		sentAt = time.Now()
+	}
 	x, err := p.roundTrip(ctx, a.Endpoint, a.Target, send, req.replayable())
 	for err != nil {
 		if ctx.Err() != nil {
@@ -96,6 +100,9 @@ func (p *Proxy) ExchangeRetrying(ctx context.Context, a *Attempt, req *Request, 
 			return x, err
 		}
 		x, err = p.roundTrip(ctx, a.Endpoint, a.Target, send, req.replayable())
+	}
+	if m := a.Target.model; m != nil {
+		x.Conn.tapAnswer(m, sentAt)
 	}
 	return x, nil
 }

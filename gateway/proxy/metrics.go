@@ -25,6 +25,11 @@ type metrics struct {
 	mirrors *prometheus.CounterVec
 	// matches counts the requests each match rule served.
 	matches *prometheus.CounterVec
+	// modelRequests, modelTTFT and modelTokens are the model aliases'
+	// (models.go).
+	modelRequests *prometheus.CounterVec
+	modelTTFT     *prometheus.HistogramVec
+	modelTokens   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
@@ -64,10 +69,22 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 		matches: counterVec("dwara_split_matches_total",
 			"Requests a match rule of the service's split sent to its target, without the weighted pick.",
 			"service", "rule", "upstream"),
+		modelRequests: counterVec("dwara_model_requests_total",
+			"Requests that named a model alias, by the target that served them (its upstream and model) and the status code; a provider's 429 is its own code.",
+			"service", "alias", "upstream", "model", "code"),
+		modelTTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "dwara_model_ttft_seconds",
+			Help:    "Time from sending a model alias request to the first data: event with content of its streamed answer.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"service", "alias", "upstream"}),
+		modelTokens: counterVec("dwara_model_tokens_total",
+			"Tokens of the answers to model alias requests, from their usage (a JSON answer's, or a stream's final usage chunk), by kind: prompt or completion.",
+			"service", "alias", "upstream", "kind"),
 	}
 	if reg != nil {
 		reg.MustRegister(m.picks, m.forced, m.failovers, m.sticky, m.requests, m.duration,
-			m.generation, m.applySecs, m.canaryWeight, m.mirrors, m.matches, endpointCollector{p})
+			m.generation, m.applySecs, m.canaryWeight, m.mirrors, m.matches,
+			m.modelRequests, m.modelTTFT, m.modelTokens, endpointCollector{p})
 	}
 	return m
 }
@@ -150,6 +167,13 @@ func (p *Proxy) retainTargetMetrics(t *Table) {
 		for _, tg := range svcs.targets {
 			keep[tg.targetMetrics] = true
 		}
+		if svcs.models != nil {
+			for _, a := range svcs.models.aliases {
+				for _, tg := range a.targets {
+					keep[tg.targetMetrics] = true
+				}
+			}
+		}
 	}
 	for key, tm := range p.children {
 		if keep[tm] {
@@ -178,6 +202,7 @@ func (p *Proxy) retainTargetMetrics(t *Table) {
 	}
 	p.retainMirrorMetrics(t)
 	p.retainMatchMetrics(t)
+	p.retainModelMetrics(t)
 }
 
 // matchCounter returns the dwara_split_matches_total child of a rule,

@@ -77,6 +77,8 @@ type Conn struct {
 	// that reading an answer allocates nothing.
 	Head   AnswerHead
 	answer answerBody
+	// tap watches the answer of an alias request (models.go).
+	tap answerTap
 	// peeker looks at the socket of an idle connection (idle_unix.go):
 	// the TCP socket, under the TLS session of an https endpoint's.
 	peeker

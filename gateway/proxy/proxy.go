@@ -32,6 +32,11 @@
 // forwards the request with the X-Request-Id, X-Forwarded-* and X-Dwara-*
 // headers of docs/spec.md, "How a request is routed".
 //
+// A service with model aliases (models.go) has the body of a POST to an
+// OpenAI-style path read by Route, through the front's Request.Body: an
+// alias is picked over its own targets and the body's model rewritten, and
+// the front sends Route.Body in place of the client's stream.
+//
 // Failover to the next target with an endpoint up runs when every endpoint
 // of the picked target is marked down in its balance.State, which the active
 // health checks of the upstreams that declare health_check do
@@ -159,6 +164,9 @@ type Proxy struct {
 	// matchSeries are the (service, rule, upstream) series of
 	// dwara_split_matches_total made so far. Under applyMu.
 	matchSeries map[[3]string]bool
+	// modelSeries are the metric children of each (service, alias,
+	// upstream, model) made so far (models.go). Under applyMu.
+	modelSeries map[[4]string]*modelTarget
 	// mirrors sends the copies of mirrored requests (mirror.go).
 	mirrors mirrorRunner
 	// exp records exposures (Options.Exposures); nil when none.
@@ -320,6 +328,10 @@ type Route struct {
 	SetCookie     string
 	Status        int
 	Title, Detail string
+	// Body, when not nil, is the request body Route read (models.go): the
+	// front sends it instead of the client's stream, with the Request's
+	// Length, and releases it once the exchange is over.
+	Body *ModelBody
 	// walk is how the split picked Target, for the failover of a request
 	// whose every endpoint there refused the connection (Attempt); its
 	// svc is nil for a forced target, which never fails over.
@@ -389,6 +401,11 @@ func (p *Proxy) Route(t *Table, v *Request) Route {
 	if affinityKey == "" {
 		affinityKey = v.ClientIP
 	}
+	if svc.models != nil && v.Method == "POST" && svc.models.handles(v.Path, svc.basePath) {
+		if p.routeModel(svc, v, &rt, key, affinityKey) {
+			return rt
+		}
+	}
 
 	h := split.Hash(key)
 	sp := svc.split.Load()
@@ -449,6 +466,9 @@ func (a *Attempt) End(code int, start time.Time) {
 	tg.duration.Observe(d.Seconds())
 	if tg.rec != nil && code != StatusClientGone {
 		tg.rec.Observe(d, code >= 500)
+	}
+	if tg.model != nil {
+		tg.model.codes.inc(code)
 	}
 }
 

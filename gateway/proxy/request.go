@@ -52,6 +52,10 @@ type Request struct {
 	Service string
 	// CookieBuf holds a front's one Cookie line, for cookies.
 	CookieBuf [1]string
+	// Body gives the request's body to Route for a service whose route
+	// depends on it (model aliases, models.go); nil: such a request is
+	// routed as any other.
+	Body BodySource
 }
 
 // get returns the value of the first of r's fields named name (in any

@@ -55,6 +55,9 @@ type service struct {
 	// without any. matched[i] counts the requests rule i served.
 	rules   *match.Rules
 	matched []prometheus.Counter
+	// models are the service's model aliases (models.go); nil without
+	// any.
+	models *modelRoutes
 }
 
 // canaryGroup is a compiled canary group: a 2-target split with canary
@@ -85,6 +88,9 @@ type Target struct {
 	// Mirror is the service's mirror (mirror.go), shared by its targets;
 	// nil when it has none.
 	Mirror *mirror
+	// model is the alias target's model and metrics (models.go); nil for
+	// a target of a split.
+	model *modelTarget
 }
 
 // upstream is a compiled config.Upstream: its balancer over its endpoints.
@@ -213,6 +219,16 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 			}
 			for _, tg := range cs.targets {
 				tg.Mirror = m
+			}
+		}
+		if err := p.compileModels(s, cs, t, gen); err != nil {
+			return nil, fmt.Errorf("service %q: %w", s.Name, err)
+		}
+		if cs.models != nil && len(cs.targets) > 0 {
+			for _, a := range cs.models.aliases {
+				for _, tg := range a.targets {
+					tg.Mirror = cs.targets[0].Mirror
+				}
 			}
 		}
 		if s.Host == "" {

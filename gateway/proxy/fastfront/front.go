@@ -222,9 +222,13 @@ func (p server) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *proxy.Ta
 	q := &x.req
 	fastOutbound(q, ctx, target, rid, ip)
 	q.Path = path
+	x.p, x.ctx, q.Body = p.Proxy, ctx, x
 	rt := p.Route(t, q)
 	if rt.Status != 0 {
 		return refuse(rt.Status, rt.Title, rt.Detail, false)
+	}
+	if rt.Body != nil { // read by the route: sent instead of the client's
+		ctx.Request.SetBodyStream(rt.Body, int(q.Length))
 	}
 	q.Service = rt.Target.HdrService[0]
 	x.ip = ip
@@ -243,6 +247,7 @@ func (p server) fastServe(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.Ro
 	if p.AccessLog() != nil {
 		x.line = fastAccessLine(ctx, rid)
 	}
+	defer rt.Body.Release() // sent by then; nil when the route read none
 	if rt.Target.Mirror != nil {
 		defer p.mirrorFast(ctx, x, rt).Release()
 	}
@@ -524,6 +529,10 @@ func (x *fastExchange) requestBody(ctx *fasthttp.RequestCtx) io.Reader {
 	x.stallBody = proxy.StallBody{R: body, DL: ctx, Stall: x.p.StallTimeout()}
 	return &x.stallBody
 }
+
+// RequestBody is requestBody for a route that reads the body
+// (proxy.BodySource).
+func (x *fastExchange) RequestBody() io.Reader { return x.requestBody(x.ctx) }
 
 // bodyBuffered reports whether br holds a whole body of length cl (a
 // Content-Length; negative for other framings, which are not counted).

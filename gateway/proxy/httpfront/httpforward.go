@@ -339,6 +339,7 @@ func (p server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := getStatusWriter(w)
 	q := &sw.out
 	httpOutbound(q, r)
+	sw.req, sw.stall, q.Body = r, p.StallTimeout(), sw
 	rt := p.Route(t, q)
 	// Remove every X-Dwara-* header the client sent (an override header
 	// was read by route): only the gateway speaks them upstream. Deleting
@@ -361,6 +362,10 @@ func (p server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.Service = rt.Target.HdrService[0]
+	if rt.Body != nil { // read by the route: sent instead of the client's
+		defer rt.Body.Release()
+		r.Body, r.ContentLength = rt.Body, q.Length
+	}
 	if rt.SetCookie != "" {
 		w.Header().Add("Set-Cookie", rt.SetCookie)
 	}

@@ -2,9 +2,11 @@ package httpfront
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/dwara/dwara/gateway/proxy"
 )
@@ -23,6 +25,20 @@ type statusWriter struct {
 	// values holds the values of the endpoint's fields as CopyAnswer adds
 	// them (stdAnswer): one slice per answer for all of them.
 	values []string
+	// req is the request served, and stall the stall timeout, for
+	// RequestBody.
+	req   *http.Request
+	stall time.Duration
+}
+
+// RequestBody is the request's body as a route that reads it reads it
+// (proxy.BodySource): under the stall timeout, as forward reads it.
+func (w *statusWriter) RequestBody() io.Reader {
+	if dl, ok := w.ResponseWriter.(proxy.Deadliner); ok && w.stall > 0 {
+		w.body = proxy.StallBody{R: w.req.Body, DL: dl, Stall: w.stall}
+		return &w.body
+	}
+	return w.req.Body
 }
 
 var statusWriters = sync.Pool{New: func() any { return new(statusWriter) }}
@@ -38,6 +54,7 @@ func putStatusWriter(sw *statusWriter) {
 	sw.body = proxy.StallBody{}
 	sw.out.Reset()
 	sw.values = nil
+	sw.req = nil
 	statusWriters.Put(sw)
 }
 

@@ -1,0 +1,7 @@
+//go:build race
+
+package proxy
+
+// raceEnabled: the race detector is on, and sync.Pool drops a share of
+// what it is given, so a pooled buffer's reuse cannot be counted on.
+const raceEnabled = true
