@@ -173,3 +173,75 @@ func TestLocalBrakeWithoutTheDatabase(t *testing.T) {
 		t.Errorf("%d events after the report, want %d: %s", n, len(es), fmt.Sprint(canaryEvents(t, store, g.ID)))
 	}
 }
+
+// TestLocalBrakeControlPlaneGateway: a gateway fed by the control plane
+// hears the runner as the control plane answering ready. With serve's
+// database cut, it brakes on its own window (its counter at 1, the canary
+// served nothing); it cannot write the event, so once the database is
+// back the runner judges the windows the gateway flushed and records the
+// rollback itself, which the gateway follows: weight 0 stays.
+func TestLocalBrakeControlPlaneGateway(t *testing.T) {
+	t.Parallel()
+	direct := dbtest.New(t)
+	store := openTestStore(t, direct)
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := testnet.NewRelay(t, u.Host)
+	u.Host = relay.Addr()
+
+	const token = "cp-token"
+	admin := freeAddr(t)
+	sc := ServeConfig{DatabaseURL: u.String(), AdminToken: token}
+	sc.CanaryInterval, sc.CanaryLockRetry, sc.CanaryBrakeInterval = canaryInterval, 4*canaryInterval, canaryInterval
+	serve := startServeOn(t, sc, admin)
+	gc := GatewayConfig{ControlPlane: "http://" + admin, ControlPlaneToken: token}
+	gc.CanaryInterval, gc.CanaryBrakeInterval = canaryInterval, canaryInterval
+	braked := make(chan apiv1.CanaryEvent, 4)
+	gc.CanaryBraked = func(e apiv1.CanaryEvent) { braked <- e }
+	gw := startGateway(t, gc)
+
+	a, b := pools(t)
+	ca := analysis(10, 200, 0)
+	after := 2
+	ca.LocalBrake = &config.LocalBrake{AfterSeconds: &after}
+	g := publishTo(t, store, canarySpec(a, b, ca))
+	serve.waitApplied(t, g.ID)
+	gw.waitApplied(t, g.ID)
+	if v, ok := brakeCount(t, gw); !ok || v != 0 {
+		t.Fatalf("dwara_canary_local_brakes_total{group=web} = %v, %v before any brake; want 0", v, ok)
+	}
+
+	relay.Cut()
+	b.SetFailRate(0.5)
+	next := ids(29)
+	sendUntil(t, gw.Proxy, next, 20000, "a local brake on the gateway", func() bool {
+		v, _ := brakeCount(t, gw)
+		return v == 1
+	})
+	e := <-braked
+	if e.FromWeight != 10 || e.ToWeight != 0 || e.Rule != "local_brake" {
+		t.Errorf("brake %+v, want 10 -> 0 by rule local_brake", e)
+	}
+	if got := shares(t, 200, next, gw); got["pool-a 200"] != 200 {
+		t.Fatalf("after the brake: answers %v, want all 200 from pool-a", got)
+	}
+
+	relay.Restore()
+	waitUntil(t, "the runner's rollback recorded", func() bool {
+		for _, e := range canaryEvents(t, store, g.ID) {
+			if e.Action == apiv1.CanarySevereRollback {
+				return true
+			}
+		}
+		return false
+	}, ticks(t, canaryInterval))
+	waitWeight(t, 0, serve, gw)
+	if got := shares(t, 200, next, gw); got["pool-a 200"] != 200 {
+		t.Fatalf("after the runner's rollback: answers %v, want all 200 from pool-a", got)
+	}
+	if v, _ := brakeCount(t, gw); v != 1 {
+		t.Errorf("dwara_canary_local_brakes_total{group=web} = %v, want 1", v)
+	}
+}
