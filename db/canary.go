@@ -587,20 +587,9 @@ func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured
 	if err != nil {
 		return apiv1.CanaryEvent{}, false, err
 	}
-	var ruleFigures []byte
-	if e.RuleFigures != nil {
-		// JSON has no NaN or infinity: such a figure is left out rather
-		// than let it refuse the event.
-		finite := make(map[string]float64, len(e.RuleFigures))
-		for k, v := range e.RuleFigures {
-			if !math.IsNaN(v) && !math.IsInf(v, 0) {
-				finite[k] = v
-			}
-		}
-		e.RuleFigures = finite
-		if ruleFigures, err = json.Marshal(e.RuleFigures); err != nil {
-			return apiv1.CanaryEvent{}, false, fmt.Errorf("encode rule figures: %w", err)
-		}
+	ruleFigures, err := ruleFiguresJSON(e.RuleFigures)
+	if err != nil {
+		return apiv1.CanaryEvent{}, false, err
 	}
 	var stored apiv1.CanaryEvent
 	recorded := false
@@ -610,6 +599,11 @@ func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured
 		// action is never recorded on a generation a new one already
 		// replaced and carried over without it.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, publishLockKey); err != nil {
+			return err
+		}
+		// Serialised with a proxy's report of a local brake
+		// (RecordLocalBrake), so each compare-and-set sees the other.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, canaryHoldLockKey, e.Service); err != nil {
 			return err
 		}
 		row := tx.QueryRow(ctx, `
@@ -642,6 +636,26 @@ func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured
 		return apiv1.CanaryEvent{}, false, fmt.Errorf("record canary %s of %q: %w", e.Action, e.Service, err)
 	}
 	return stored, recorded, nil
+}
+
+// ruleFiguresJSON encodes an event's rule figures; nil stays nil. JSON
+// has no NaN or infinity: such a figure is left out rather than let it
+// refuse the event.
+func ruleFiguresJSON(figures map[string]float64) ([]byte, error) {
+	if figures == nil {
+		return nil, nil
+	}
+	finite := make(map[string]float64, len(figures))
+	for k, v := range figures {
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			finite[k] = v
+		}
+	}
+	b, err := json.Marshal(finite)
+	if err != nil {
+		return nil, fmt.Errorf("encode rule figures: %w", err)
+	}
+	return b, nil
 }
 
 func figuresJSON(f *apiv1.CanaryFigures) ([]byte, error) {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -60,6 +61,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	px := proxy.New(c.proxyOptions(reg))
 	defer px.Close()             // after every part has stopped: the pooled upstream connections
 	var follower *fleet.Follower // with a database: set below, before any apply
+	var brake *fleet.Brake       // with a database or a control plane: set below, before any apply
 	// The proxy listener accepts its first connection only once a
 	// generation is applied (from the state directory or the source), so
 	// no client of a starting gateway is answered "no generation".
@@ -68,6 +70,9 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	apply := applier(px, func(spec *config.Spec, generation int64) {
 		markReady()
 		state.save(spec, generation)
+		if brake != nil {
+			brake.Serving(spec, generation)
+		}
 		if follower != nil {
 			follower.Notify() // transient weights of the applied generation, if any
 		}
@@ -77,6 +82,8 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	})
 	// The last-known generation serves at once; the source's own applies
 	// only when newer.
+	var saved *config.Spec // the state directory's generation, served from the start
+	var savedGen int64
 	if spec, generation, weights, err := state.load(); err != nil {
 		log.Warn("the state directory's last generation was not served", "err", err)
 	} else if spec != nil {
@@ -89,6 +96,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 				}
 			}
 			log.Info("serving the last generation from the state directory until the source answers", "generation", generation, "dir", c.StateDir)
+			saved, savedGen = spec, generation
 			markReady()
 		}
 	}
@@ -155,33 +163,62 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		base := controlPlaneURL(c.ControlPlane)
 		src := &source.ControlPlane{
 			URL: base, Token: c.ControlPlaneToken, Instance: instance(proxyL.addr()),
-			Apply: apply, Weights: kept, Endpoints: px.Endpoints,
+			Apply: apply, Endpoints: px.Endpoints,
 			Heartbeat: c.Heartbeat, Resync: c.Resync, Client: hc, Logger: log,
 		}
 		// No canary runner: judging needs the database. The windows go to
-		// the API, for the runner of a process that has one.
+		// the API, for the runner of a process that has one. The local
+		// brake hears the runner as the control plane answering ready (its
+		// database answers, and it runs a runner); it cannot record a
+		// brake: it holds until the control plane's weight changes.
+		brake = c.brake(controlPlaneReady(hc, base), nil, src.Instance.ID, kept, reg)
+		src.Weights = brake.Guard(kept)
 		flusher := &fleet.Flusher{
 			Sink:     &fleet.APIWindowSink{URL: base, Token: c.ControlPlaneToken, Client: hc},
 			Instance: src.Instance.ID, Recorders: px.CanaryRecorders, Interval: c.CanaryInterval, Logger: log,
+			Local: brake,
 		}
 		g.Go(func() error { return src.Run(gctx) })
 		g.Go(func() error { return flusher.Run(gctx) })
+		g.Go(func() error { return brake.Run(gctx) })
 	default:
 		src := c.databaseSource(store, proxyL.addr(), px, apply)
-		cp := c.canaryParts(store, src.Instance.ID, px, reg)
-		cp.follower.Proxy = kept
-		follower = cp.follower
+		cp := c.canaryParts(store, src.Instance.ID, px, kept, reg)
+		follower, brake = cp.follower, cp.brake
 		l := listener(c.listenURL(store), log, follows(src), weights(follower))
 		lsn = l
 		cp.run(gctx, g)
 		g.Go(func() error { return l.Run(gctx) })
 		g.Go(func() error { return src.Run(gctx) })
 	}
+	if brake != nil && saved != nil {
+		brake.Serving(saved, savedGen)
+	}
 	serveHTTP(gctx, g, log, c.Limits.ShutdownTimeout, proxyL, metricsL)
 	if c.Started != nil {
 		c.Started(Addrs{Proxy: proxyL.addr(), Metrics: metricsL.addr()})
 	}
 	return g.Wait()
+}
+
+// controlPlaneReady is the local brake's word from the runner of a
+// gateway fed by the control plane at base: GET /readyz answers 200 (the
+// control plane's database answers, and every control plane runs a
+// canary runner).
+func controlPlaneReady(hc *http.Client, base string) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false, err
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}
 }
 
 // controlPlaneURL is the base URL of the control plane's API: raw, with

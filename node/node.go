@@ -95,6 +95,16 @@ type Process struct {
 	// CanaryLeading, when non-nil, is called with true when this process's
 	// canary runner takes the runner lock and false when it loses it.
 	CanaryLeading func(bool)
+	// CanaryBraked, when non-nil, is called with every local brake of this
+	// process's proxy (fleet.Brake.Braked).
+	CanaryBraked func(apiv1.CanaryEvent)
+	// CanaryBrakeReported, when non-nil, is called after each report of a
+	// local brake this process wrote, with whether it was recorded
+	// (fleet.Brake.Reported).
+	CanaryBrakeReported func(e apiv1.CanaryEvent, recorded bool)
+	// CanaryBrakeInterval is how often the proxy checks its local brake;
+	// 0 means fleet.DefaultBrakeInterval. Tests shorten it.
+	CanaryBrakeInterval time.Duration
 	// Limits are the timeouts and caps of the process's listeners.
 	Limits Limits
 	// AccessLog, when non-nil, receives one line per request the proxy
@@ -470,35 +480,63 @@ func (p *Process) openProcessStore(ctx context.Context, url string) (*db.Store, 
 }
 
 // canary is the canary side of a process fed from the database: the
-// flusher of its windows, the follower of transient weights and a runner.
+// flusher of its windows, the follower of transient weights, the local
+// brake and a runner.
 type canaryParts struct {
 	flusher  *fleet.Flusher
 	follower *fleet.Follower
+	brake    *fleet.Brake
 	runner   *fleet.Runner
 	// exposures writes the proxy's exposure records; nil when it has none.
 	exposures *fleet.ExposureWriter
 }
 
-// canaryParts returns the canary parts of a process whose data plane px is
-// reported as instance and whose metrics go to reg.
-func (p *Process) canaryParts(store *db.Store, instance string, px *proxy.Proxy, reg prometheus.Registerer) canaryParts {
+// canaryParts returns the canary parts of a process whose data plane px
+// (changed through w: px itself, or a gateway's weights kept in its state
+// directory) is reported as instance and whose metrics go to reg. The
+// follower sets weights through the brake's guard, so a brake holds until
+// it is reported or a newer weight is recorded; the flusher feeds the
+// brake's local windows and keeps its rows back while a brake waits to be
+// reported; a report wakes the follower.
+func (p *Process) canaryParts(store *db.Store, instance string, px *proxy.Proxy, w fleet.BrakeProxy, reg prometheus.Registerer) canaryParts {
 	var exposures *fleet.ExposureWriter
 	if p.exposures != nil {
 		exposures = &fleet.ExposureWriter{Store: store, Instance: instance, Queue: p.exposures, Retention: p.ExposureRetention, Logger: p.Logger}
 	}
+	brake := p.brake(store.RunnerLive, store.RecordLocalBrake, instance, w, reg)
+	follower := &fleet.Follower{Store: store, Proxy: brake.Guard(w), Resync: p.Resync, Logger: p.Logger}
+	brake.Reported = func(e apiv1.CanaryEvent, recorded bool) {
+		follower.Notify()
+		if p.CanaryBrakeReported != nil {
+			p.CanaryBrakeReported(e, recorded)
+		}
+	}
 	return canaryParts{
 		exposures: exposures,
-		flusher:   &fleet.Flusher{Sink: store, Instance: instance, Recorders: px.CanaryRecorders, Interval: p.CanaryInterval, Logger: p.Logger},
-		follower:  &fleet.Follower{Store: store, Proxy: px, Resync: p.Resync, Logger: p.Logger},
+		flusher: &fleet.Flusher{Sink: store, Instance: instance, Recorders: px.CanaryRecorders, Interval: p.CanaryInterval,
+			Logger: p.Logger, Local: brake},
+		follower: follower,
+		brake:    brake,
 		runner: &fleet.Runner{Store: store, Instance: instance, Interval: p.CanaryInterval, LockRetry: p.CanaryLockRetry,
 			Metrics: reg, Logger: p.Logger, Acted: p.CanaryActed, Leading: p.CanaryLeading},
 	}
+}
+
+// brake returns the local brake of a process's proxy w, reported as
+// instance: live tells whether the runner is heard, report (nil: none)
+// records a brake.
+func (p *Process) brake(live func(context.Context) (bool, error),
+	report func(context.Context, apiv1.CanaryEvent, int) (apiv1.CanaryEvent, bool, error),
+	instance string, w fleet.BrakeProxy, reg prometheus.Registerer) *fleet.Brake {
+	return &fleet.Brake{Live: live, Report: report, Instance: instance, Proxy: w, Interval: p.CanaryBrakeInterval,
+		Metrics: reg, Logger: p.Logger, Braked: p.CanaryBraked}
 }
 
 // run runs the parts under g.
 func (c canaryParts) run(ctx context.Context, g *errgroup.Group) {
 	g.Go(func() error { return c.flusher.Run(ctx) })
 	g.Go(func() error { return c.follower.Run(ctx) })
+	g.Go(func() error { return c.brake.Run(ctx) })
 	g.Go(func() error { return c.runner.Run(ctx) })
 	if c.exposures != nil {
 		g.Go(func() error { return c.exposures.Run(ctx) })

@@ -64,8 +64,10 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	px := proxy.New(c.proxyOptions(reg))
 	defer px.Close()             // after every part has stopped: the pooled upstream connections
 	var follower *fleet.Follower // set below, before any apply
+	var brake *fleet.Brake       // set below, before any apply
 	var lsn *db.Listener         // set below, before anything serves
-	apply := applier(px, func(_ *config.Spec, generation int64) {
+	apply := applier(px, func(spec *config.Spec, generation int64) {
+		brake.Serving(spec, generation)
 		follower.Notify() // transient weights of the applied generation, if any
 		if c.Applied != nil {
 			c.Applied(generation)
@@ -109,8 +111,8 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	src := c.databaseSource(store, proxyL.addr(), px, apply)
-	cp := c.canaryParts(store, src.Instance.ID, px, reg)
-	follower = cp.follower
+	cp := c.canaryParts(store, src.Instance.ID, px, px, reg)
+	follower, brake = cp.follower, cp.brake
 	l := listener(c.listenURL(store), log, follows(src), weights(follower), events(apiSrv))
 	lsn = l
 

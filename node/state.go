@@ -139,6 +139,8 @@ type keptWeights struct {
 
 func (k keptWeights) Generation() int64 { return k.px.Generation() }
 
+func (k keptWeights) CanaryWeight(service string) (int, bool) { return k.px.CanaryWeight(service) }
+
 func (k keptWeights) SetCanaryWeight(generation int64, service string, weight int) (bool, error) {
 	ok, err := k.px.SetCanaryWeight(generation, service, weight)
 	if ok {

@@ -29,6 +29,9 @@ func CanaryKeys(s *Spec) map[string]string {
 		if svc.Split.CanaryAnalysis.Gate == GateAuto {
 			svc.Split.CanaryAnalysis.Gate = "" // the same gate, spelled out
 		}
+		if after, on := svc.Split.CanaryAnalysis.Brake(); on && after == DefaultLocalBrakeAfterS {
+			svc.Split.CanaryAnalysis.LocalBrake = nil // the default brake, spelled out
+		}
 		ident := struct {
 			Targets   []Target        `json:"targets"`
 			Analysis  *CanaryAnalysis `json:"canary_analysis"`

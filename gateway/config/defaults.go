@@ -139,6 +139,11 @@ func (s *Spec) Clone() *Spec {
 				ca.Webhooks = cloneSlice(ca.Webhooks)
 				ca.Promote.Relative = clonePtr(ca.Promote.Relative)
 				ca.Rollback.Relative = clonePtr(ca.Rollback.Relative)
+				if lb := clonePtr(ca.LocalBrake); lb != nil {
+					lb.Enabled = clonePtr(lb.Enabled)
+					lb.AfterSeconds = clonePtr(lb.AfterSeconds)
+					ca.LocalBrake = lb
+				}
 			}
 			if sp.Slots != nil {
 				runs := make([][]int, len(sp.Slots))

@@ -233,8 +233,51 @@ type CanaryAnalysis struct {
 	MinConfidence float64 `json:"min_confidence,omitempty"`
 	// Webhooks are the group's HTTP hooks (see the Webhook* types).
 	Webhooks []Webhook `json:"webhooks,omitempty"`
-	Promote  Threshold `json:"promote"`
-	Rollback Threshold `json:"rollback"`
+	// LocalBrake configures every proxy's local brake (see LocalBrake);
+	// nil means on, after DefaultLocalBrakeAfterS.
+	LocalBrake *LocalBrake `json:"local_brake,omitempty"`
+	Promote    Threshold   `json:"promote"`
+	Rollback   Threshold   `json:"rollback"`
+}
+
+// LocalBrake is canary_analysis.local_brake: a proxy that has heard
+// nothing from the canary runner for AfterSeconds, and whose own window
+// shows the canary's rollback metric above twice the rollback threshold
+// with at least min_requests, puts the canary at 0 on its own. The zero
+// value (and a nil *LocalBrake) is on, after DefaultLocalBrakeAfterS.
+type LocalBrake struct {
+	// Enabled false turns the brake off; nil means on.
+	Enabled *bool `json:"enabled,omitempty"`
+	// AfterSeconds is how long a proxy must have heard nothing from the
+	// runner before it may brake, 1..MaxLocalBrakeAfterS; nil means
+	// DefaultLocalBrakeAfterS.
+	AfterSeconds *int `json:"after_seconds,omitempty"`
+}
+
+// Local brake bounds (canary_analysis.local_brake.after_seconds).
+const (
+	DefaultLocalBrakeAfterS = 10
+	MaxLocalBrakeAfterS     = 3600
+)
+
+// Brake returns whether ca's local brake is on and, when it is, after how
+// many seconds without word from the runner it may act. A nil ca has no
+// brake.
+func (ca *CanaryAnalysis) Brake() (afterSeconds int, on bool) {
+	if ca == nil {
+		return 0, false
+	}
+	lb := ca.LocalBrake
+	if lb == nil {
+		return DefaultLocalBrakeAfterS, true
+	}
+	if lb.Enabled != nil && !*lb.Enabled {
+		return 0, false
+	}
+	if lb.AfterSeconds == nil {
+		return DefaultLocalBrakeAfterS, true
+	}
+	return *lb.AfterSeconds, true
 }
 
 // Gates of CanaryAnalysis.Gate: which steps up wait for an operator's

@@ -586,6 +586,7 @@ func (v *validator) canary(ca *CanaryAnalysis, path string, n, total int) {
 	v.steps(ca, path, total)
 	v.webhooks(ca.Webhooks, path)
 	v.between(member(path, "hold_seconds"), ca.HoldSeconds, 0, MaxCooldownS)
+	v.localBrake(ca.LocalBrake, member(path, "local_brake"))
 	if ca.Gate != "" && !slices.Contains(gates, ca.Gate) {
 		v.probs.add(member(path, "gate"), "unknown gate %s; allowed: %s", quote(ca.Gate), strings.Join(gates, ", "))
 	}
@@ -611,6 +612,24 @@ func (v *validator) canary(ca *CanaryAnalysis, path string, n, total int) {
 }
 
 var gates = []string{GateAuto, GateManual, GateFinal}
+
+// localBrake checks canary_analysis.local_brake at path: after_seconds
+// 1..MaxLocalBrakeAfterS, and none beside enabled: false (it would do
+// nothing).
+func (v *validator) localBrake(lb *LocalBrake, path string) {
+	if lb == nil {
+		return
+	}
+	off := lb.Enabled != nil && !*lb.Enabled
+	switch {
+	case lb.AfterSeconds == nil:
+	case off:
+		v.probs.add(member(path, "after_seconds"), "does nothing with enabled: false; leave it out, or set enabled: true")
+	case *lb.AfterSeconds < 1 || *lb.AfterSeconds > MaxLocalBrakeAfterS:
+		v.probs.add(member(path, "after_seconds"), "must be 1..%d seconds without word from the canary runner (default %d); to turn the brake off, set enabled: false, got %d",
+			MaxLocalBrakeAfterS, DefaultLocalBrakeAfterS, *lb.AfterSeconds)
+	}
+}
 
 // MaxCanarySteps is the most entries canary_analysis.steps may have.
 const MaxCanarySteps = 20

@@ -318,6 +318,15 @@ func TestValidate(t *testing.T) {
 			want: []problem{{canary + ".gate", `unknown gate "always"; allowed: auto, manual, final`, ""}}},
 		{name: "canary hold negative", mutate: func(s *Spec) { ca(s).HoldSeconds = -1 },
 			want: []problem{{canary + ".hold_seconds", "must be 0..86400, got -1", ""}}},
+		{name: "canary local brake after 30", mutate: func(s *Spec) { ca(s).LocalBrake = &LocalBrake{AfterSeconds: new(30)} }},
+		{name: "canary local brake off", mutate: func(s *Spec) { ca(s).LocalBrake = &LocalBrake{Enabled: new(false)} }},
+		{name: "canary local brake on, default after", mutate: func(s *Spec) { ca(s).LocalBrake = &LocalBrake{Enabled: new(true)} }},
+		{name: "canary local brake after 0", mutate: func(s *Spec) { ca(s).LocalBrake = &LocalBrake{AfterSeconds: new(0)} },
+			want: []problem{{canary + ".local_brake.after_seconds", "must be 1..3600 seconds without word from the canary runner (default 10); to turn the brake off, set enabled: false, got 0", ""}}},
+		{name: "canary local brake after above an hour", mutate: func(s *Spec) { ca(s).LocalBrake = &LocalBrake{AfterSeconds: new(3601)} },
+			want: []problem{{canary + ".local_brake.after_seconds", "must be 1..3600", ""}}},
+		{name: "canary local brake off with after", mutate: func(s *Spec) { ca(s).LocalBrake = &LocalBrake{Enabled: new(false), AfterSeconds: new(5)} },
+			want: []problem{{canary + ".local_brake.after_seconds", "does nothing with enabled: false", ""}}},
 		{name: "canary relative rollback", mutate: func(s *Spec) {
 			ca(s).Rollback = Threshold{Metric: MetricErrorRate, Relative: &Relative{Margin: 0.005, Factor: 2}, ForSeconds: 120}
 			ca(s).MinConfidence = 0.95

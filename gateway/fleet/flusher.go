@@ -71,8 +71,24 @@ type Flusher struct {
 	// Flushed, when non-nil, is called after each flush that wrote rows
 	// (tests wait on it).
 	Flushed func()
+	// Local, when non-nil, is given every delta of every group's
+	// recorders (this process's own window, e.g. a *Brake's), and while
+	// its Holding is true nothing is written: the deltas are kept for a
+	// later flush.
+	Local LocalWindows
 
 	pending map[pendingKey]*canary.Stats
+	delta   [2]canary.Stats
+}
+
+// LocalWindows is what a Flusher feeds besides its Sink: a process's own
+// windows (a *Brake).
+type LocalWindows interface {
+	// Observe is given generation's deltas of service's baseline and
+	// canary; it must not keep the pointers.
+	Observe(generation int64, service string, baseline, canary *canary.Stats)
+	// Holding reports whether the flush must wait.
+	Holding() bool
 }
 
 type pendingKey struct {
@@ -128,8 +144,22 @@ func (f *Flusher) flush(ctx context.Context) error {
 		}
 	}
 	for _, r := range recs {
-		r.Baseline.Delta(f.stats(gen, r.Service, db.VersionBaseline))
-		r.Canary.Delta(f.stats(gen, r.Service, db.VersionCanary))
+		if f.Local == nil {
+			r.Baseline.Delta(f.stats(gen, r.Service, db.VersionBaseline))
+			r.Canary.Delta(f.stats(gen, r.Service, db.VersionCanary))
+			continue
+		}
+		b, c := &f.delta[0], &f.delta[1]
+		b.Reset()
+		c.Reset()
+		r.Baseline.Delta(b)
+		r.Canary.Delta(c)
+		f.stats(gen, r.Service, db.VersionBaseline).Add(b)
+		f.stats(gen, r.Service, db.VersionCanary).Add(c)
+		f.Local.Observe(gen, r.Service, b, c)
+	}
+	if f.Local != nil && f.Local.Holding() {
+		return nil // kept for the next flush
 	}
 	var rows []db.CanaryWindowRow
 	for k, s := range f.pending {
