@@ -115,6 +115,11 @@ func (s *Spec) Clone() *Spec {
 		svc.Sticky = clonePtr(svc.Sticky)
 		svc.Override = clonePtr(svc.Override)
 		svc.Mirror = clonePtr(svc.Mirror)
+		if svc.Cache != nil {
+			c := *svc.Cache
+			c.VaryHeaders = cloneSlice(c.VaryHeaders)
+			svc.Cache = &c
+		}
 		if svc.Split != nil {
 			sp := *svc.Split
 			sp.Targets = cloneSlice(sp.Targets)

@@ -119,6 +119,9 @@ type Service struct {
 	// to another upstream, asynchronously, and drops its answers (see
 	// Mirror); nil mirrors nothing.
 	Mirror *Mirror `json:"mirror,omitempty"`
+	// Cache, when non-nil, keeps the service's cacheable answers in
+	// memory, per branch (see Cache); nil caches nothing, at no cost.
+	Cache *Cache `json:"cache,omitempty"`
 }
 
 // Mirror sends a copy of a share of a service's requests (shadow traffic)

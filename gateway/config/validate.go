@@ -389,6 +389,9 @@ func (v *validator) service(svc *Service, path string) {
 	if m := svc.Mirror; m != nil {
 		v.mirror(m, svc, member(path, "mirror"))
 	}
+	if c := svc.Cache; c != nil {
+		v.cache(c, member(path, "cache"))
+	}
 }
 
 // mirror checks a service's mirror: a declared upstream that is not one of
