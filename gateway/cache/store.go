@@ -45,6 +45,8 @@ type Store struct {
 
 	mu      sync.Mutex
 	flights map[string]*Flight
+	// waiting counts the requests waiting for a flight.
+	waiting atomic.Int64
 }
 
 // New returns an empty Store bounded by o.MaxBytes.
@@ -198,6 +200,9 @@ func (s *Store) Purge(prefix string) int {
 func (s *Store) Len() int      { return s.c.EstimatedSize() }
 func (s *Store) Bytes() uint64 { return s.c.WeightedSize() }
 
+// Waiting is how many requests wait for a flight to land.
+func (s *Store) Waiting() int64 { return s.waiting.Load() }
+
 // Close empties the store and stops otter's goroutines; the store is not
 // to be used after.
 func (s *Store) Close() {
@@ -241,6 +246,8 @@ func (f *Flight) Land() {
 // Wait waits for the flight to land, for ctx to be done or for limit to
 // pass, and reports whether it landed.
 func (f *Flight) Wait(ctx context.Context, limit time.Duration) bool {
+	f.s.waiting.Add(1)
+	defer f.s.waiting.Add(-1)
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {

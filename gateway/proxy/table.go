@@ -31,6 +31,8 @@ type Table struct {
 	upstreams map[string]*upstream
 	// canaries are the services with canary analysis, in spec order.
 	canaries []*service
+	// caches are the services' response caches, by service name.
+	caches map[string]*serviceCache
 }
 
 // service is a compiled config.Service. A service routed to one upstream is a
@@ -85,6 +87,9 @@ type Target struct {
 	// Mirror is the service's mirror (mirror.go), shared by its targets;
 	// nil when it has none.
 	Mirror *mirror
+	// cache is the service's response cache (cache.go); nil when it has
+	// none.
+	cache *targetCache
 }
 
 // upstream is a compiled config.Upstream: its balancer over its endpoints.
@@ -214,6 +219,9 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 			for _, tg := range cs.targets {
 				tg.Mirror = m
 			}
+		}
+		if err := p.compileCache(s, cs, t); err != nil {
+			return nil, fmt.Errorf("service %q: %w", s.Name, err)
 		}
 		if s.Host == "" {
 			t.hostless = append(t.hostless, cs)
