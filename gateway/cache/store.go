@@ -200,6 +200,10 @@ func (s *Store) Purge(prefix string) int {
 func (s *Store) Len() int      { return s.c.EstimatedSize() }
 func (s *Store) Bytes() uint64 { return s.c.WeightedSize() }
 
+// CleanUp does the store's pending maintenance (evictions to the bound
+// among them) now rather than when otter next gets to it.
+func (s *Store) CleanUp() { s.c.CleanUp() }
+
 // Waiting is how many requests wait for a flight to land.
 func (s *Store) Waiting() int64 { return s.waiting.Load() }
 

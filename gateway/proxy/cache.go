@@ -372,6 +372,9 @@ func (p *Proxy) cachedExchange(ctx context.Context, a *Attempt, req *Request, se
 		fill.buf = append(make([]byte, 0, len(b)), b...)
 		fill.store1()
 	default:
+		if head.Framing == BodyLength {
+			fill.buf = make([]byte, 0, head.Length) // no more than the bound holds
+		}
 		c.answer.fill = fill
 	}
 	return x, nil
@@ -527,6 +530,11 @@ func (f *cacheFill) store1() {
 	f.done = true
 	e := f.entry
 	e.Body = f.buf
+	if cap(e.Body) > len(e.Body)+len(e.Body)/16 {
+		// Grown by appends (a body of unknown length): kept at its size,
+		// which is what the bound weighs.
+		e.Body = append(make([]byte, 0, len(e.Body)), e.Body...)
+	}
 	if e.Body == nil {
 		e.Body = []byte{}
 	}

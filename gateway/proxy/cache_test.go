@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -463,6 +464,138 @@ func TestCacheInvalidationAndPurge(t *testing.T) {
 		}
 		if _, ok := g.PurgeCache("nope", ""); ok {
 			t.Error("PurgeCache of an unknown service found one")
+		}
+	})
+}
+
+// cacheHeapOverhead is what a full cache may take beyond its max_bytes:
+// otter's own tables and frequency sketch, the heap's fragmentation, and
+// the rest of the test's process between the two measurements.
+const cacheHeapOverhead = 24 << 20
+
+// TestCacheMemoryBound: filling a service whose cache has max_bytes 64 MiB
+// with ten times that in distinct answers (10,240 of 64 KiB) keeps the
+// live heap (after a GC) within the bound plus cacheHeapOverhead, and the
+// store's own weight within the bound; evictions are counted. Not
+// parallel: it measures the process's heap.
+func TestCacheMemoryBound(t *testing.T) {
+	a := startBranch(t, "a")
+	page := strings.Repeat("m", 64<<10)
+	a.handle = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		if strings.HasSuffix(r.URL.Path, "/chunked") {
+			w.(http.Flusher).Flush() // no Content-Length: chunked
+		}
+		io.WriteString(w, page)
+	}
+	const maxBytes = 64 << 20
+	g := cachingGateway(t, "fasthttp", nil, false, fmt.Sprintf("{max_bytes: %d}", maxBytes), a)
+	store := g.Current().caches["web"].store
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	base := heap()
+	const n = 10 * maxBytes / (64 << 10)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	next := atomic.Int64{}
+	for range 8 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= n || failed.Load() > 0 {
+					return
+				}
+				path := fmt.Sprintf("/fill/%d", i)
+				if i%4 == 0 {
+					path += "/chunked"
+				}
+				resp, err := client.Get(g.URL + path)
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if len(body) != len(page) {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d requests failed", failed.Load())
+	}
+	store.CleanUp()
+	grown := int64(heap()) - int64(base)
+	t.Logf("%d answers of 64 KiB; store %d entries, %d bytes weighed; heap grew by %.1f MiB (bound %d MiB + %d MiB)",
+		n, store.Len(), store.Bytes(), float64(grown)/(1<<20), maxBytes>>20, cacheHeapOverhead>>20)
+	if store.Bytes() > maxBytes {
+		t.Errorf("store weighs %d bytes, over max_bytes %d", store.Bytes(), maxBytes)
+	}
+	if store.Bytes() < maxBytes/2 {
+		t.Errorf("store weighs only %d bytes: the fill did not fill it", store.Bytes())
+	}
+	if grown > maxBytes+cacheHeapOverhead {
+		t.Errorf("heap grew by %d bytes, over %d + %d", grown, maxBytes, cacheHeapOverhead)
+	}
+	if got := testutil.ToFloat64(g.cm.evictions.WithLabelValues("web")); got == 0 {
+		t.Error("no eviction counted in dwara_cache_evictions_total")
+	}
+}
+
+// TestCacheHitsAndTheCanary: on a sticky 50/50 canary group with a cache,
+// 200 new sessions each fetch one cacheable page: every session is one
+// exposure and gets its cookie, hit or not, but only the two upstream
+// exchanges (one per branch) are recorded in the canary window and in
+// dwara_requests_total; the hits are in dwara_cache_requests_total.
+func TestCacheHitsAndTheCanary(t *testing.T) {
+	t.Parallel()
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		a, b := startBranch(t, "a"), startBranch(t, "b")
+		sink := &recordingSink{}
+		g := exposureGateway(t, front, sink, 0)
+		spec := mustParse(t, cacheSpec(true, "{max_bytes: 16777216}", a, b))
+		ca := withAnalysis
+		spec.Services[0].Split.CanaryAnalysis = &ca
+		if err := g.Apply(spec, 1); err != nil {
+			t.Fatal(err)
+		}
+		const n = 200
+		for i := range n {
+			resp, _ := do(t, "GET", g.URL+"/page", nil)
+			if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Set-Cookie"), "sid=") {
+				t.Fatalf("session %d: %d, Set-Cookie %q", i, resp.StatusCode, resp.Header.Get("Set-Cookie"))
+			}
+		}
+		testrun.Eventually(t, "an exposure per session", func() bool {
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			return len(sink.list) == n
+		})
+		base, canaryStats := delta(t, g, "web")
+		if got := base.Requests + canaryStats.Requests; got != 2 {
+			t.Errorf("canary window recorded %d requests, want 2 (the upstream exchanges, not the hits)", got)
+		}
+		if got := a.total.Load() + b.total.Load(); got != 2 {
+			t.Errorf("%d upstream requests, want 2", got)
+		}
+		requests, hits := 0.0, 0.0
+		for _, s := range g.samples(t, "dwara_requests_total", "dwara_cache_requests_total") {
+			switch {
+			case s.name == "dwara_requests_total":
+				requests += s.value
+			case s.labels["result"] == "hit":
+				hits += s.value
+			}
+		}
+		if requests != 2 || hits != n-2 {
+			t.Errorf("dwara_requests_total %v (want 2), cache hits %v (want %d)", requests, hits, n-2)
 		}
 	})
 }
