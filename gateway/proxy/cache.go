@@ -321,6 +321,9 @@ func (p *Proxy) cachedExchange(ctx context.Context, a *Attempt, req *Request, se
 	requested := now
 	x, err := p.exchangeRetrying(ctx, a, req, send)
 	if err != nil {
+		if cx.flight != nil {
+			cx.flight.Land()
+		}
 		return x, err
 	}
 	c := x.Conn
@@ -352,6 +355,9 @@ func (p *Proxy) cachedExchange(ctx context.Context, a *Attempt, req *Request, se
 		why = "over max_object_bytes"
 	}
 	if why != "" || stale != nil && head.Status == 304 {
+		if cx.flight != nil {
+			cx.flight.Land() // nothing to wait for: those waiting go their own way now
+		}
 		cx.result = resultBypass
 		markAnswer(head, resultBypass, tc)
 		return x, nil
