@@ -73,6 +73,7 @@ func (s *Server) routes() chi.Router {
 		r.Post("/services/{name}/flip", s.mutation(apiv1.ActionFlip, s.flip))
 		r.Put("/services/{name}/weights", s.mutation(apiv1.ActionWeights, s.setWeights))
 		r.Post("/services/{name}/kill", s.mutation(apiv1.ActionKill, s.kill))
+		r.Post("/services/{name}/cache/purge", s.mutation(actionCachePurge, s.purgeCache))
 		r.Post("/services/{name}/canary/adopt", s.mutation(apiv1.ActionAdopt, s.adoptCanary))
 		r.Post("/services/{name}/canary/pause", s.mutation(actionCanaryPause, s.pauseCanary))
 		r.Post("/services/{name}/canary/resume", s.mutation(actionCanaryResume, s.resumeCanary))

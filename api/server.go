@@ -101,6 +101,12 @@ type Options struct {
 	// for a change that stored nothing (unchanged). Its ctx ends
 	// DatabaseTimeout after the generation was stored.
 	OnPublish func(ctx context.Context, generation int64, spec *config.Spec) error
+	// PurgeCache, when non-nil, empties the response cache of a service
+	// of the processes it reaches (`dwara serve`: its embedded proxy), or
+	// only its entries whose path starts with pathPrefix when that is not
+	// "", and returns how many entries it removed. nil reaches none: a
+	// purge is then answered with removed 0.
+	PurgeCache func(service, pathPrefix string) (removed int)
 	// Version is the build's version (`dwara version`), reported by GET
 	// /healthz as "version"; "" leaves it out.
 	Version string
@@ -122,6 +128,7 @@ type Server struct {
 	metricsHandler http.Handler
 	ready          func() bool
 	onPublish      func(ctx context.Context, generation int64, spec *config.Spec) error
+	purger         func(service, pathPrefix string) int
 	version        string // Options.Version
 	docsHandler    http.Handler
 	handler        http.Handler
@@ -173,6 +180,7 @@ func New(o Options) *Server {
 		metricsHandler: o.Metrics,
 		ready:          o.Ready,
 		onPublish:      o.OnPublish,
+		purger:         o.PurgeCache,
 		version:        o.Version,
 		docsHandler:    web.Docs("/openapi.yaml", "/docs/"),
 		refusals:       newLimiterSet(refusalRate, refusalBurst, maxLimiters),

@@ -20,7 +20,8 @@ const fullSpec = `{
   ],
   "services": [
     {"name": "one", "base_path": "/one", "host": "example.com", "upstream": "a",
-     "mirror": {"upstream": "b", "percent": 10, "max_body_bytes": 1024}},
+     "mirror": {"upstream": "b", "percent": 10, "max_body_bytes": 1024},
+     "cache": {"max_bytes": 1048576, "vary_headers": ["Accept-Language"]}},
     {"name": "two", "base_path": "/two",
      "split": {"targets": [{"upstream": "a", "weight": 90}, {"upstream": "b", "weight": 10}], "allocation": "hash",
                "match": [{"name": "beta", "headers": {"X-Group": {"exact": "beta"}, "X-Region": {"prefix": "eu-"}, "User-Agent": {"regex": "Mobile"}},

@@ -247,6 +247,17 @@ func (c *Client) hold(ctx context.Context, service, verb, message string) (apiv1
 	return g, err
 }
 
+// PurgeCache empties the response cache of service, or only its entries
+// whose request path starts with pathPrefix when that is not "" (POST
+// /api/v1/services/{name}/cache/purge), in the processes the server
+// reaches; message says why. A 409 Problem when the service has no cache.
+func (c *Client) PurgeCache(ctx context.Context, service, pathPrefix, message string) (apiv1.CachePurge, error) {
+	var out apiv1.CachePurge
+	err := c.do(ctx, http.MethodPost, "/api/v1/services/"+url.PathEscape(service)+"/cache/purge",
+		apiv1.CachePurgeRequest{PathPrefix: pathPrefix, Message: message}, nil, &out)
+	return out, err
+}
+
 // canaryPath is the path of a canary call on service.
 func canaryPath(service, verb string) string {
 	return "/api/v1/services/" + url.PathEscape(service) + "/canary/" + verb

@@ -84,6 +84,12 @@ func Serve(ctx context.Context, c ServeConfig) error {
 			}
 			return apply(ctx, spec, generation)
 		},
+		// A purge reaches this process's embedded proxy; gateway replicas
+		// keep their entries until they expire (README, Response cache).
+		PurgeCache: func(service, pathPrefix string) int {
+			n, _ := px.PurgeCache(service, pathPrefix)
+			return n
+		},
 		Store:            store,
 		Token:            c.AdminToken,
 		ReadToken:        c.ReadToken,

@@ -187,6 +187,30 @@ type MessageRequest struct {
 	Message string `json:"message,omitempty"`
 }
 
+// CachePurgeRequest is the body of POST
+// /api/v1/services/{name}/cache/purge; empty or absent empties the whole
+// cache of the service.
+type CachePurgeRequest struct {
+	// PathPrefix, when set, purges only the entries whose request path
+	// starts with it: "/" and at most 1024 characters, no control
+	// characters.
+	PathPrefix string `json:"path_prefix,omitempty"`
+	// Message says why; empty means a generated one.
+	Message string `json:"message,omitempty"`
+}
+
+// CachePurge is the answer of a cache purge.
+type CachePurge struct {
+	Service    string `json:"service"`
+	PathPrefix string `json:"path_prefix"`
+	// Generation is the active generation, whose service was purged.
+	Generation int64 `json:"generation"`
+	// Removed is how many entries the purge removed in the processes it
+	// reached (this one's embedded proxy; gateway replicas are not
+	// reached and keep their entries until they expire).
+	Removed int `json:"removed"`
+}
+
 // WeightsRequest is the body of PUT /api/v1/services/{name}/weights.
 type WeightsRequest struct {
 	// Weights maps target upstream names to new weights; targets not named

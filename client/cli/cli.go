@@ -56,6 +56,7 @@ const Usage = `Client verbs (they call the REST API of a running "dwara serve"):
   dwara adopt SERVICE [-m MESSAGE]                                 publish the canary weights in force as configured
   dwara pause SERVICE [-m MESSAGE]                                 hold the canary controller off a group
   dwara resume SERVICE [-m MESSAGE]                                let the canary controller act on it again
+  dwara cache purge SERVICE [--path-prefix P] [-m MESSAGE]         empty SERVICE's response cache (or under P)
   dwara probe SERVICE [--branch NAME] [--count N] [--proxy URL]    forced requests to each branch, through a gateway
   dwara export --format httproute [SERVICE...] [--upstreams FILE]  the services as Gateway API HTTPRoutes
   dwara import -f ROUTES --upstreams FILE [--dry-run]              publish HTTPRoutes as a generation
@@ -115,6 +116,9 @@ var clientVerbs = map[string]clientVerb{
 		"Hold the canary controller off SERVICE's group until it is resumed.", true, changeOutputs, setupHold(true), false},
 	"resume": {"SERVICE [-m MESSAGE]",
 		"Let the canary controller act on SERVICE's group again.", true, changeOutputs, setupHold(false), false},
+	"cache": {"purge SERVICE [--path-prefix P] [-m MESSAGE]",
+		"Empty SERVICE's response cache in the processes the API reaches (the embedded proxy of dwara serve), or only its entries whose path starts with P.",
+		true, []string{outputJSON, outputYAML, outputName}, setupCache, false},
 	"probe": {"SERVICE [--branch NAME] [--count N] [--proxy URL] [--path P]",
 		"Send forced requests to each branch of SERVICE (its override header) through a gateway; print statuses and latencies.",
 		false, []string{outputJSON, outputYAML}, setupProbe, false},
@@ -886,6 +890,33 @@ func setupAdopt(fs *flag.FlagSet) func(context.Context, *clientCall, []string) e
 		}
 		g, err := cc.c.Adopt(ctx, args[0], client.EditOptions{Message: *message, IfMatch: match})
 		return cc.generation(g, err)
+	}
+}
+
+func setupCache(fs *flag.FlagSet) func(context.Context, *clientCall, []string) error {
+	prefix := fs.String("path-prefix", "", "purge only the entries whose request path starts with `P` (e.g. /img/)")
+	message := fs.String("m", "", "why, recorded in the audit log")
+	return func(ctx context.Context, cc *clientCall, args []string) error {
+		if len(args) != 2 || args[0] != "purge" {
+			return usagef("give purge and exactly one SERVICE")
+		}
+		cc.service = args[1]
+		p, err := cc.c.PurgeCache(ctx, args[1], *prefix, *message)
+		if err != nil {
+			return err
+		}
+		switch {
+		case cc.printAnswer():
+		case cc.output == outputName:
+			fmt.Fprintf(cc.io.Out, "service/%s\n", clean(p.Service))
+		default:
+			under := ""
+			if p.PathPrefix != "" {
+				under = " under " + clean(p.PathPrefix)
+			}
+			fmt.Fprintf(cc.io.Out, "cache of %s purged%s: %d entries removed (generation %d)\n", clean(p.Service), under, p.Removed, p.Generation)
+		}
+		return nil
 	}
 }
 

@@ -892,3 +892,28 @@ func TestCanaryFormats(t *testing.T) {
 		t.Errorf("figuresText = %q", got)
 	}
 }
+
+// TestCachePurgeVerb: dwara cache purge SERVICE [--path-prefix P] calls
+// the purge and prints what it removed (none: the test API reaches no
+// proxy); a service without cache is the API's 409.
+func TestCachePurgeVerb(t *testing.T) {
+	t.Parallel()
+	a := startCLIAPI(t, "")
+	spec := spectest.Canary(95, 5).Route("web", "/", "api-stable").Edit(func(s *config.Spec) {
+		svc, _ := s.Service("web")
+		svc.Cache = &config.Cache{MaxBytes: 1 << 20}
+	})
+	a.must(t, "apply", "-f", writeSpec(t, "spec.yaml", spec.YAML()))
+	if out := a.must(t, "cache", "purge", "web", "--path-prefix", "/img/"); out != "cache of web purged under /img/: 0 entries removed (generation 1)\n" {
+		t.Errorf("cache purge printed %q", out)
+	}
+	if out := a.must(t, "cache", "purge", "web", "-o", "name"); out != "service/web\n" {
+		t.Errorf("cache purge -o name printed %q", out)
+	}
+	if r := a.run(t, "cache", "purge", "api"); r.code != 1 || !strings.Contains(r.stderr, "409 Conflict") {
+		t.Errorf("purge of a service without cache: %s", r)
+	}
+	if r := a.run(t, "cache", "web"); r.code != 2 {
+		t.Errorf("cache without purge: %s", r)
+	}
+}

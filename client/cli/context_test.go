@@ -77,7 +77,10 @@ func TestEveryVerbThroughTLSContext(t *testing.T) {
 	spec := spectest.Canary(90, 10).Analysis(config.CanaryAnalysis{Enabled: true, WindowSeconds: 60, Step: 5, MinRequests: 10,
 		Promote:  config.Threshold{Metric: config.MetricErrorRate, Threshold: 0.01},
 		Rollback: config.Threshold{Metric: config.MetricErrorRate, Threshold: 0.05}}).
-		Edit(func(s *config.Spec) { s.Services[0].Override = &config.Override{Header: "X-Dwara-Branch"} })
+		Edit(func(s *config.Spec) {
+			s.Services[0].Override = &config.Override{Header: "X-Dwara-Branch"}
+			s.Services[0].Cache = &config.Cache{MaxBytes: 1 << 20}
+		})
 	file := writeSpec(t, "spec.yaml", spec.YAML())
 	lock, err := a.store.TryCanaryLock(ctx)
 	if err != nil || lock == nil {
@@ -130,6 +133,7 @@ func TestEveryVerbThroughTLSContext(t *testing.T) {
 			{args: []string{"resume", "api"}, key: "state"},
 			{args: []string{"adopt", "api"}, before: promote, key: "id"},
 			{args: []string{"probe", "api", "--proxy", fakeGateway.URL, "--count", "2"}, key: "branches"},
+			{args: []string{"cache", "purge", "api"}, key: "removed"},
 			{args: []string{"kill", "api"}, key: "id"},
 			{args: []string{"rollback", "1"}, key: "id"},
 			{args: []string{"export", "--format", "httproute", "--upstreams", upsFile}, key: "items", keyYAML: "apiVersion"},

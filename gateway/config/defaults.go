@@ -123,6 +123,11 @@ func (s *Spec) Clone() *Spec {
 				m.CanaryAnalysis = clonePtr(m.CanaryAnalysis)
 			}
 		}
+		if svc.Cache != nil {
+			c := *svc.Cache
+			c.VaryHeaders = cloneSlice(c.VaryHeaders)
+			svc.Cache = &c
+		}
 		if svc.Split != nil {
 			sp := *svc.Split
 			sp.Targets = cloneSlice(sp.Targets)

@@ -204,6 +204,14 @@ func diffService(o, n *Service) ServiceDiff {
 			add("mirror max_body_bytes %d->%d", om.MaxBodyBytes, nm.MaxBodyBytes)
 		}
 	}
+	switch oc, nc := o.Cache, n.Cache; {
+	case oc == nil && nc != nil:
+		add("cache added (max_bytes %d)", nc.MaxBytes)
+	case oc != nil && nc == nil:
+		add("cache removed")
+	case oc != nil && !oc.Equal(nc):
+		add("cache settings changed (its entries are dropped)")
+	}
 
 	mc := diffMatch(rulesOf(o), rulesOf(n))
 	for _, c := range mc {

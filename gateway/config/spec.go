@@ -129,6 +129,9 @@ type Service struct {
 	// (1..MaxModelBodyBytes; 413 beyond it); 0 means
 	// DefaultModelMaxBodyBytes. Only a service with Models may set it.
 	MaxBodyBytes int `json:"max_body_bytes,omitempty"`
+	// Cache, when non-nil, keeps the service's cacheable answers in
+	// memory, per branch (see Cache); nil caches nothing, at no cost.
+	Cache *Cache `json:"cache,omitempty"`
 }
 
 // Mirror sends a copy of a share of a service's requests (shadow traffic)

@@ -390,6 +390,9 @@ func (v *validator) service(svc *Service, path string) {
 		v.mirror(m, svc, member(path, "mirror"))
 	}
 	v.models(svc, path)
+	if c := svc.Cache; c != nil {
+		v.cache(c, member(path, "cache"))
+	}
 }
 
 // mirror checks a service's mirror: a declared upstream that is not one of

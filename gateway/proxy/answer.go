@@ -324,17 +324,35 @@ type answerBody struct {
 	framing Framing
 	left    int64 // of a Content-Length body
 	chunked chunkedBody
+	// fill, when not nil, copies what is read into the response cache
+	// (cache.go); mem is the body of an answer from memory (inMemory).
+	fill     *cacheFill
+	mem      []byte
+	inMemory bool
 }
 
 // reset makes b read the body a frames from br.
 func (b *answerBody) reset(br *bufio.Reader, a *AnswerHead) {
 	b.br, b.framing, b.left = br, a.Framing, a.Length
+	b.fill, b.mem, b.inMemory = nil, nil, false
 	if a.Framing == BodyChunked {
 		b.chunked.reset(br, a)
 	}
 }
 
 func (b *answerBody) Read(p []byte) (int, error) {
+	if b.inMemory {
+		return b.readMemory(p)
+	}
+	if b.fill != nil {
+		n, err := b.read(p)
+		b.tee(p[:n], err)
+		return n, err
+	}
+	return b.read(p)
+}
+
+func (b *answerBody) read(p []byte) (int, error) {
 	switch b.framing {
 	case BodyChunked:
 		return b.chunked.Read(p)

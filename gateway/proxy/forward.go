@@ -69,7 +69,18 @@ type sendFunc func(c *Conn, ep *Endpoint, tg *Target) (sent bool, err error)
 // passive checks (passive.go); the caller reports the answer (Answered)
 // and owns x.Conn on success. A failure while ctx is done is returned at
 // once.
+//
+// For a target whose service has a response cache, the answer may come
+// from memory instead (cache.go): x.Conn is then a connection of memory.
 func (p *Proxy) ExchangeRetrying(ctx context.Context, a *Attempt, req *Request, send sendFunc) (Exchange, error) {
+	if a.Target.cache != nil {
+		return p.cachedExchange(ctx, a, req, send)
+	}
+	return p.exchangeRetrying(ctx, a, req, send)
+}
+
+// exchangeRetrying is ExchangeRetrying without the cache.
+func (p *Proxy) exchangeRetrying(ctx context.Context, a *Attempt, req *Request, send sendFunc) (Exchange, error) {
 	var sentAt time.Time // an alias request's, for its time to first token
 	if a.Target.model != nil {
 		sentAt = time.Now()

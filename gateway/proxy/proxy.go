@@ -171,6 +171,12 @@ type Proxy struct {
 	mirrors mirrorRunner
 	// exp records exposures (Options.Exposures); nil when none.
 	exp *exposures
+	// caches are the response caches of the table served, by service;
+	// guarded by applyMu. cm are their metrics, cacheClock their clock
+	// (nil: time.Now; tests move it).
+	caches     map[string]*serviceCache
+	cm         *cacheMetrics
+	cacheClock func() time.Time
 }
 
 // New returns a Proxy that answers 503 until the first Apply. The health
@@ -197,6 +203,7 @@ func New(o Options) *Proxy {
 	}
 	p.exp = newExposures(o)
 	p.m = newMetrics(o.Metrics, p)
+	p.cm = newCacheMetrics(o.Metrics, p)
 	p.um = newUpstreamMetrics(o.Metrics)
 	if p.reg == nil {
 		p.reg = balance.NewRegistry()
@@ -249,6 +256,7 @@ func (p *Proxy) apply(spec *config.Spec, generation int64, onlyNewer bool) (bool
 	p.retainEndpoints(t)
 	p.health.Reconcile(healthTargets(spec, t))
 	p.retainTargetMetrics(t)
+	p.retainCaches(t)
 	p.m.generation.Set(float64(generation))
 	p.m.applySecs.Observe(time.Since(start).Seconds())
 	return true, nil
@@ -459,6 +467,9 @@ func (p *Proxy) Route(t *Table, v *Request) Route {
 // version it reached). It is each front's deferred bookkeeping of a
 // forwarded request, called once.
 func (a *Attempt) End(code int, start time.Time) {
+	if a.cx != nil && a.cx.end() {
+		return // answered from the cache: no exchange to account for
+	}
 	tg := a.Target
 	a.end(tg.Up, code >= 500)
 	tg.codes.inc(code)

@@ -31,6 +31,8 @@ type Table struct {
 	upstreams map[string]*upstream
 	// canaries are the services with canary analysis, in spec order.
 	canaries []*service
+	// caches are the services' response caches, by service name.
+	caches map[string]*serviceCache
 }
 
 // service is a compiled config.Service. A service routed to one upstream is a
@@ -91,6 +93,9 @@ type Target struct {
 	// model is the alias target's model and metrics (models.go); nil for
 	// a target of a split.
 	model *modelTarget
+	// cache is the service's response cache (cache.go); nil when it has
+	// none.
+	cache *targetCache
 }
 
 // upstream is a compiled config.Upstream: its balancer over its endpoints.
@@ -230,6 +235,9 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 					tg.Mirror = cs.targets[0].Mirror
 				}
 			}
+		}
+		if err := p.compileCache(s, cs, t); err != nil {
+			return nil, fmt.Errorf("service %q: %w", s.Name, err)
 		}
 		if s.Host == "" {
 			t.hostless = append(t.hostless, cs)

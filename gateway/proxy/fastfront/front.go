@@ -382,7 +382,7 @@ func (p server) fastForward(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.
 	}
 	x.conn = xc.Conn
 	x.code = x.conn.Head.Status
-	p.Answered(x.a.Target.Up, x.a.Endpoint, x.code)
+	p.AnsweredBy(&x.a, x.code)
 	return x.respond(ctx, rid)
 }
 

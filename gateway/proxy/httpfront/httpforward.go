@@ -65,13 +65,13 @@ func (p server) forward(w *statusWriter, r *http.Request, a *proxy.Attempt) int 
 	ep := a.Endpoint
 	c := x.Conn
 	code := c.Head.Status
-	p.Answered(a.Target.Up, ep, code)
+	p.AnsweredBy(a, code)
 	if code == http.StatusSwitchingProtocols {
 		return p.tunnel(w, r, ep, c, q.Upgrade, gone)
 	}
 	reusable, clientGone := false, false
 	defer func() { // also when copyResponse aborts the client connection
-		if !gone() {
+		if gone != nil && !gone() { // nil: an answer from memory (the cache)
 			reusable = false // the deadline was set: the connection is spoiled
 		}
 		if reusable {
