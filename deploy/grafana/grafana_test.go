@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/internal/fakeai"
 	"github.com/dwara/dwara/internal/testdocs"
 	"github.com/dwara/dwara/node"
 )
@@ -428,6 +430,8 @@ func metricsOfServe(t *testing.T) (map[string]map[string]bool, string) {
 	canary := startPool(t, "canary", 1)
 	broken := startPool(t, "broken", 1)
 	broken.SetFailRate(1)
+	llm := httptest.NewServer(fakeai.New(fakeai.Options{Name: "llm"}))
+	t.Cleanup(llm.Close)
 
 	started := make(chan node.Addrs, 1)
 	applied := make(chan int64, 16)
@@ -471,7 +475,8 @@ func metricsOfServe(t *testing.T) (map[string]map[string]bool, string) {
 		"upstreams": [
 			{"name": "stable", "endpoints": %s},
 			{"name": "canary", "endpoints": %s},
-			{"name": "broken", "endpoints": %s}
+			{"name": "broken", "endpoints": %s},
+			{"name": "llm", "endpoints": [%q]}
 		],
 		"services": [
 			{"name": "web", "base_path": "/", "sticky": {"cookie": "dwara_affinity", "ttl_s": 3600},
@@ -481,8 +486,12 @@ func metricsOfServe(t *testing.T) (map[string]map[string]bool, string) {
 			{"name": "shop", "base_path": "/shop",
 			 "split": {"targets": [{"upstream": "stable", "weight": 90}, {"upstream": "canary", "weight": 10}], %s}},
 			{"name": "cart", "base_path": "/cart",
-			 "split": {"targets": [{"upstream": "stable", "weight": 90}, {"upstream": "broken", "weight": 10}], %s}}
-		]}}`, jsonList(stable.Addrs), jsonList(canary.Addrs), jsonList(broken.Addrs), analysis, analysis)
+			 "split": {"targets": [{"upstream": "stable", "weight": 90}, {"upstream": "broken", "weight": 10}], %s}},
+			{"name": "llm", "base_path": "/v1", "upstream": "llm",
+			 "models": [{"alias": "chat", "targets": [{"upstream": "llm", "model": "fake-a"}]}]},
+			{"name": "static", "base_path": "/static", "upstream": "stable",
+			 "cache": {"max_bytes": 1048576, "default_ttl_s": 60}}
+		]}}`, jsonList(stable.Addrs), jsonList(canary.Addrs), jsonList(broken.Addrs), strings.TrimPrefix(llm.URL, "http://"), analysis, analysis)
 	admin := "http://" + addrs.Admin
 	resp, err := client.Post(admin+"/api/v1/generations", "application/json", strings.NewReader(spec))
 	if err != nil {
@@ -498,6 +507,26 @@ func metricsOfServe(t *testing.T) (map[string]map[string]bool, string) {
 	case <-time.After(wait):
 		t.Fatalf("the generation was not applied within %v", wait)
 	}
+
+	// A streamed and a plain completion of the alias (its requests, time
+	// to first token and tokens), and a page of the cached service twice
+	// (a miss, then a hit).
+	for _, body := range []string{
+		`{"model": "chat", "stream": true, "stream_options": {"include_usage": true}, "messages": [{"role": "user", "content": "hi"}]}`,
+		`{"model": "chat", "messages": [{"role": "user", "content": "hi"}]}`,
+	} {
+		resp, err := client.Post("http://"+addrs.Proxy+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("a completion of the alias: status %d", resp.StatusCode)
+		}
+	}
+	get(t, "http://"+addrs.Proxy+"/static/page")
+	get(t, "http://"+addrs.Proxy+"/static/page")
 
 	// Traffic until the controller promoted shop and rolled cart back, so
 	// that their counters exist too.
