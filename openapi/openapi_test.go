@@ -96,6 +96,10 @@ func mirror(t *testing.T, where string, s *openapi3.Schema, typ reflect.Type) {
 	if typ.Kind() != reflect.Struct || typ == reflect.TypeFor[struct{}]() || typ.PkgPath() == "time" {
 		return
 	}
+	// A $ref with a description of its own is an allOf of that one ref.
+	for len(s.Properties) == 0 && len(s.AllOf) == 1 && s.AllOf[0].Value != nil {
+		s = s.AllOf[0].Value
+	}
 	var goFields []string
 	for f := range typ.Fields() {
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")

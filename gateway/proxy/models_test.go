@@ -196,8 +196,24 @@ func TestModelAliasStream(t *testing.T) {
 	t.Parallel()
 	eachFront(t, func(t *testing.T, front string) {
 		t.Parallel()
+		// Event i leaves the upstream only once the client has read event
+		// i-1 (Pace): a proxy that held an event back would stall the
+		// stream, and no two events can arrive in one read however slow
+		// the machine.
+		read := make(chan struct{}, 1)
+		pace := func(r *http.Request, i int) bool {
+			select {
+			case <-read:
+				return true
+			case <-r.Context().Done():
+				return false
+			case <-time.After(wait):
+				t.Errorf("event %d: the client did not get event %d within %v: the proxy held it back", i, i-1, wait)
+				return false
+			}
+		}
 		def := startFake(t, fakeai.Options{Name: "default"})
-		a := startFake(t, fakeai.Options{Name: "openai-a", Events: 50, Delay: 20 * time.Millisecond})
+		a := startFake(t, fakeai.Options{Name: "openai-a", Events: 50, Delay: 20 * time.Millisecond, Pace: pace})
 		g := startGateway(t, front)
 		g.apply(t, 1, modelSpec(def, a, a, 1, 0, ""))
 		body := `{"model":"chat-prod","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"tell me"}]}`
@@ -219,6 +235,12 @@ func TestModelAliasStream(t *testing.T) {
 			if k := bytes.Count(buf[:n], []byte(`"content":"tok`)); k > 0 {
 				contentReads++
 				most = max(most, k)
+				for range k {
+					select {
+					case read <- struct{}{}:
+					default:
+					}
+				}
 			}
 			all.Write(buf[:n])
 			if err != nil {

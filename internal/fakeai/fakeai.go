@@ -39,6 +39,12 @@ type Options struct {
 	// Record, when not nil, is given every request and its body as
 	// received (before it is answered).
 	Record func(r *http.Request, body []byte)
+	// Pace, when not nil, is called before each content event of a
+	// streamed answer but the first (i from 1), after Delay; the stream
+	// ends when it returns false. A test that lets event i go only once
+	// its client has read event i-1 shows that each event was flushed
+	// on its own, whatever the machine's speed.
+	Pace func(r *http.Request, i int) bool
 }
 
 // DefaultEvents is Options.Events's default.
@@ -156,7 +162,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q request, chat 
 		object = "chat.completion.chunk"
 	}
 	for i := range s.o.Events {
-		if i > 0 && !s.wait(r, s.o.Delay) {
+		if i > 0 && (!s.wait(r, s.o.Delay) || s.o.Pace != nil && !s.o.Pace(r, i)) {
 			return
 		}
 		choice := map[string]any{"index": 0, "text": fmt.Sprintf("tok%d ", i)}
