@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/dwara/dwara/api/apiv1"
@@ -126,6 +127,7 @@ func (s *Server) cacheStats(w http.ResponseWriter, r *http.Request) {
 		out, ok = s.cacheStatsOf(name)
 	}
 	if !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 		s.writeError(w, r, problemf(http.StatusServiceUnavailable, "this process's proxy does not serve the cache of %q yet (generation %d is not applied here)", name, gen))
 		return
 	}
