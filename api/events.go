@@ -117,7 +117,8 @@ type notification struct {
 
 // Notify hands one notification of the process's listener to the event
 // loop (Run): a generation id on db.NotifyChannel, a gateway instance on
-// db.GatewayNotifyChannel, or a canary event on db.CanaryNotifyChannel. It
+// db.GatewayNotifyChannel, a canary event on db.CanaryNotifyChannel, or a
+// cache purge on db.CacheNotifyChannel. It
 // never blocks: the notification is queued, and dropped with a warning when
 // the queue is full, so a slow event loop never holds up the listener.
 // Notifications queued before Run starts are handled once it runs. Safe for
@@ -131,8 +132,8 @@ func (s *Server) Notify(channel, payload string) {
 }
 
 // Connected tells the Server that the listener feeding Notify has
-// (re)connected and listens on db.NotifyChannel, db.GatewayNotifyChannel and
-// db.CanaryNotifyChannel: what is published from now on reaches the event
+// (re)connected and listens on db.NotifyChannel, db.GatewayNotifyChannel,
+// db.CanaryNotifyChannel and db.CacheNotifyChannel: what is published from now on reaches the event
 // streams. The process's listener calls it on every (re)connect. What was
 // published while the listener was away (or before it first connected)
 // reached no stream, so every stream open by then is ended: its client (a
@@ -149,8 +150,8 @@ func (s *Server) Connected() {
 }
 
 // Run is the event loop: it turns the notifications handed to Notify into
-// generation_published, generation_applied, canary_promoted and
-// canary_rolled_back events for every client of GET /api/v1/events, until
+// generation_published, generation_applied, canary_promoted,
+// canary_rolled_back and cache_purged events for every client of GET /api/v1/events, until
 // ctx is done. It then ends every open event stream, so a graceful shutdown
 // of the HTTP server is not held up by them, and returns nil. Beside it,
 // Run writes the audit entries spooled while the database was away
@@ -190,8 +191,8 @@ func (s *Server) Run(ctx context.Context) error {
 // toEvent turns a notification into its event: a published generation is
 // loaded without its spec (and sent so); a gateway instance is re-encoded; a
 // controller's canary action is re-encoded as canary_promoted or
-// canary_rolled_back. An operator's pause or resume of a canary group, and
-// a wait (hold, hold_reset, gate, breach, breach_reset), is no event: toEvent
+// canary_rolled_back; a cache purge becomes cache_purged. An operator's
+// pause or resume of a canary group, and a wait (hold, hold_reset, gate, breach, breach_reset), is no event: toEvent
 // returns an event without a name and no error.
 func (s *Server) toEvent(ctx context.Context, n notification) (event, error) {
 	switch n.channel {
@@ -234,6 +235,13 @@ func (s *Server) toEvent(ctx context.Context, n notification) (event, error) {
 		}
 		data, err := json.Marshal(e)
 		return event{name: name, data: data}, err
+	case db.CacheNotifyChannel:
+		p, err := db.ParseCachePurge(n.payload)
+		if err != nil {
+			return event{}, err
+		}
+		data, err := json.Marshal(apiv1.CachePurged{Service: p.Service, PathPrefix: p.PathPrefix, Generation: p.Generation})
+		return event{name: apiv1.EventCachePurged, data: data}, err
 	}
 	return event{}, fmt.Errorf("unknown channel %q", n.channel)
 }

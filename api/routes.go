@@ -55,6 +55,7 @@ func (s *Server) routes() chi.Router {
 				r.Get("/canary/events", s.listCanaryEvents)
 				r.Get("/exposures", s.listExposures)
 				r.Get("/exposures/summary", s.exposureSummary)
+				r.Get("/services/{name}/cache", s.cacheStats)
 			})
 		})
 

@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/web"
@@ -107,6 +108,12 @@ type Options struct {
 	// "", and returns how many entries it removed. nil reaches none: a
 	// purge is then answered with removed 0.
 	PurgeCache func(service, pathPrefix string) (removed int)
+	// CacheStats, when non-nil, returns the figures of the response cache
+	// of a service in this process (`dwara serve`: its embedded proxy),
+	// false when it does not serve one; the API fills in service,
+	// generation and hit_ratio. nil answers GET
+	// /api/v1/services/{name}/cache with 503.
+	CacheStats func(service string) (apiv1.CacheStats, bool)
 	// Version is the build's version (`dwara version`), reported by GET
 	// /healthz as "version"; "" leaves it out.
 	Version string
@@ -129,6 +136,7 @@ type Server struct {
 	ready          func() bool
 	onPublish      func(ctx context.Context, generation int64, spec *config.Spec) error
 	purger         func(service, pathPrefix string) int
+	cacheStatsOf   func(service string) (apiv1.CacheStats, bool)
 	version        string // Options.Version
 	docsHandler    http.Handler
 	handler        http.Handler
@@ -181,6 +189,7 @@ func New(o Options) *Server {
 		ready:          o.Ready,
 		onPublish:      o.OnPublish,
 		purger:         o.PurgeCache,
+		cacheStatsOf:   o.CacheStats,
 		version:        o.Version,
 		docsHandler:    web.Docs("/openapi.yaml", "/docs/"),
 		refusals:       newLimiterSet(refusalRate, refusalBurst, maxLimiters),

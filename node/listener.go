@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 
 	"github.com/dwara/dwara/api"
 	"github.com/dwara/dwara/db"
@@ -84,8 +85,42 @@ func weights(f *fleet.Follower) consumer {
 // gateway reports become server-sent events.
 func events(s *api.Server) consumer {
 	return consumer{
-		channels:  []string{db.NotifyChannel, db.GatewayNotifyChannel, db.CanaryNotifyChannel},
+		channels:  []string{db.NotifyChannel, db.GatewayNotifyChannel, db.CanaryNotifyChannel, db.CacheNotifyChannel},
 		connected: s.Connected,
 		notify:    s.Notify,
+	}
+}
+
+// caches is what purges consumes of a data plane (a *proxy.Proxy).
+type caches interface {
+	PurgeCache(service, pathPrefix string) (removed int, found bool)
+	PurgeAllCaches() (removed int)
+}
+
+// purges is the consumer of a data plane's response caches: a purge on
+// db.CacheNotifyChannel empties the service's cache (or its entries under
+// the prefix), and every reconnect empties every cache, for the purges
+// sent while the listener was away were missed. The first connect of the
+// process empties them too (it may have served from its state directory
+// meanwhile), logged only when it removed something.
+func purges(px caches, log *slog.Logger) consumer {
+	var connects atomic.Int64
+	return consumer{
+		channels: []string{db.CacheNotifyChannel},
+		connected: func() {
+			first := connects.Add(1) == 1
+			if n := px.PurgeAllCaches(); n > 0 || !first {
+				log.Info("listener (re)connected; purged every response cache, for purges may have been missed meanwhile", "removed", n)
+			}
+		},
+		notify: func(_, payload string) {
+			p, err := db.ParseCachePurge(payload)
+			if err != nil {
+				log.Warn("cache purge notification ignored", "err", err)
+				return
+			}
+			n, found := px.PurgeCache(p.Service, p.PathPrefix)
+			log.Info("cache purged", "service", p.Service, "path_prefix", p.PathPrefix, "removed", n, "served", found)
+		},
 	}
 }

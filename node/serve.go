@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dwara/dwara/api"
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/fleet"
@@ -84,11 +85,17 @@ func Serve(ctx context.Context, c ServeConfig) error {
 			}
 			return apply(ctx, spec, generation)
 		},
-		// A purge reaches this process's embedded proxy; gateway replicas
-		// keep their entries until they expire (README, Response cache).
+		// A purge empties this process's embedded proxy at once, then is
+		// announced to the other gateways (db.CacheNotifyChannel), whose
+		// listeners (purges) and event streams act on it.
 		PurgeCache: func(service, pathPrefix string) int {
 			n, _ := px.PurgeCache(service, pathPrefix)
 			return n
+		},
+		CacheStats: func(service string) (apiv1.CacheStats, bool) {
+			st, ok := px.CacheStats(service)
+			return apiv1.CacheStats{Entries: st.Entries, Bytes: st.Bytes, MaxBytes: st.MaxBytes,
+				Hits: st.Hits, Misses: st.Misses, Revalidated: st.Revalidated, Bypassed: st.Bypassed}, ok
 		},
 		Store:            store,
 		Token:            c.AdminToken,
@@ -119,7 +126,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	src := c.databaseSource(store, proxyL.addr(), px, apply)
 	cp := c.canaryParts(store, src.Instance.ID, px, px, reg)
 	follower, brake = cp.follower, cp.brake
-	l := listener(c.listenURL(store), log, follows(src), weights(follower), events(apiSrv))
+	l := listener(c.listenURL(store), log, follows(src), weights(follower), events(apiSrv), purges(px, log))
 	lsn = l
 
 	g, gctx := errgroup.WithContext(ctx)

@@ -59,6 +59,8 @@ const (
 const (
 	EventGenerationPublished = "generation_published"
 	EventGenerationApplied   = "generation_applied"
+	// EventCachePurged carries a CachePurged.
+	EventCachePurged = "cache_purged"
 )
 
 // Generation is one stored configuration generation. Spec is the normalized
@@ -205,10 +207,45 @@ type CachePurge struct {
 	PathPrefix string `json:"path_prefix"`
 	// Generation is the active generation, whose service was purged.
 	Generation int64 `json:"generation"`
-	// Removed is how many entries the purge removed in the processes it
-	// reached (this one's embedded proxy; gateway replicas are not
-	// reached and keep their entries until they expire).
+	// Removed is how many entries the purge removed in this process's
+	// embedded proxy.
 	Removed int `json:"removed"`
+	// Notified is true once the purge was announced to every other
+	// gateway: the replicas fed by the database (a NOTIFY) and those fed
+	// by the control plane (a cache_purged event). A purge that could
+	// not be announced is answered with an error instead.
+	Notified bool `json:"notified"`
+}
+
+// CacheStats is the answer of GET /api/v1/services/{name}/cache: the
+// figures of the service's response cache in the embedded proxy of the
+// process that answers (each gateway reports its own on /metrics).
+type CacheStats struct {
+	Service string `json:"service"`
+	// Generation is the active generation.
+	Generation int64 `json:"generation"`
+	// Entries and Bytes are what the cache holds now; MaxBytes its bound.
+	Entries  int    `json:"entries"`
+	Bytes    uint64 `json:"bytes"`
+	MaxBytes int    `json:"max_bytes"`
+	// Hits, Misses, Revalidated and Bypassed count the requests by result
+	// since this process started caching the service.
+	Hits        uint64 `json:"hits"`
+	Misses      uint64 `json:"misses"`
+	Revalidated uint64 `json:"revalidated"`
+	Bypassed    uint64 `json:"bypassed"`
+	// HitRatio is (hits + revalidated) over the requests that could be
+	// cached (hits, misses, revalidated); null before the first.
+	HitRatio *float64 `json:"hit_ratio"`
+}
+
+// CachePurged is the data of a cache_purged event: the purge of a
+// service's cache (the whole cache, or the entries under PathPrefix) that
+// every gateway fed by the control plane applies to its own.
+type CachePurged struct {
+	Service    string `json:"service"`
+	PathPrefix string `json:"path_prefix,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
 }
 
 // WeightsRequest is the body of PUT /api/v1/services/{name}/weights.

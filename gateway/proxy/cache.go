@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dwara/dwara/gateway/cache"
 	"github.com/dwara/dwara/gateway/config"
@@ -221,6 +222,65 @@ func (p *Proxy) PurgeCache(service, pathPrefix string) (removed int, found bool)
 		return 0, false
 	}
 	return sc.store.Purge(pathPrefix), true
+}
+
+// PurgeAllCaches empties the cache of every service of the generation
+// served and returns how many entries it removed: what a process does when
+// it may have missed purges (its listener or event stream reconnected).
+func (p *Proxy) PurgeAllCaches() (removed int) {
+	t := p.table.Load()
+	if t == nil {
+		return 0
+	}
+	for _, sc := range t.caches {
+		removed += sc.store.Purge("")
+	}
+	return removed
+}
+
+// CacheStats are the figures of a service's cache in this process.
+type CacheStats struct {
+	// Entries and Bytes are what the store holds now (dwara_cache_entries,
+	// dwara_cache_bytes); MaxBytes its bound.
+	Entries  int
+	Bytes    uint64
+	MaxBytes int
+	// Hits, Misses, Revalidated and Bypassed count the requests by result
+	// on every branch since the process started caching the service
+	// (dwara_cache_requests_total).
+	Hits, Misses, Revalidated, Bypassed uint64
+}
+
+// CacheStats returns the figures of service's cache; found is false when
+// the generation served has no such service with a cache.
+func (p *Proxy) CacheStats(service string) (st CacheStats, found bool) {
+	t := p.table.Load()
+	if t == nil {
+		return st, false
+	}
+	sc := t.caches[service]
+	if sc == nil {
+		return st, false
+	}
+	st.Entries, st.Bytes, st.MaxBytes = sc.store.Len(), sc.store.Bytes(), sc.settings.MaxBytes
+	for _, branch := range sc.branches {
+		var counts [nResults]uint64
+		for i, r := range resultNames {
+			c, err := p.cm.requests.GetMetricWithLabelValues(service, branch, r)
+			if err != nil {
+				continue
+			}
+			var m dto.Metric
+			if c.Write(&m) == nil && m.Counter != nil {
+				counts[i] = uint64(m.Counter.GetValue())
+			}
+		}
+		st.Hits += counts[resultHit]
+		st.Misses += counts[resultMiss]
+		st.Revalidated += counts[resultRevalidated]
+		st.Bypassed += counts[resultBypass]
+	}
+	return st, true
 }
 
 // cacheExchange is the cache's part of one request's exchange (an

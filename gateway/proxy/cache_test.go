@@ -466,6 +466,25 @@ func TestCacheInvalidationAndPurge(t *testing.T) {
 		if _, ok := g.PurgeCache("nope", ""); ok {
 			t.Error("PurgeCache of an unknown service found one")
 		}
+
+		// CacheStats counts by result since the service's cache began;
+		// PurgeAllCaches empties it.
+		st, ok := g.CacheStats("web")
+		if !ok || st.Entries != 1 || st.Bytes == 0 || st.MaxBytes != 16777216 {
+			t.Errorf("CacheStats = %+v, %v; want /y/1's one entry of a 16 MiB cache", st, ok)
+		}
+		if st.Hits != 3 || st.Misses != 6 || st.Bypassed != 1 {
+			t.Errorf("CacheStats counts %d hits, %d misses, %d bypassed; want 3, 6, 1", st.Hits, st.Misses, st.Bypassed)
+		}
+		if n := g.PurgeAllCaches(); n != 1 {
+			t.Errorf("PurgeAllCaches removed %d entries, want 1", n)
+		}
+		if got := xcache("GET", "/y/1"); got != "MISS" {
+			t.Errorf("/y/1 after PurgeAllCaches: %q, want MISS", got)
+		}
+		if _, ok := g.CacheStats("nope"); ok {
+			t.Error("CacheStats of an unknown service found one")
+		}
 	})
 }
 

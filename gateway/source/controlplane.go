@@ -48,6 +48,16 @@ type CanaryWeights interface {
 	SetCanaryWeight(generation int64, service string, canaryWeight int) (bool, error)
 }
 
+// Caches is what a ControlPlane purges of a data plane's response caches
+// (a *proxy.Proxy).
+type Caches interface {
+	// PurgeCache empties service's cache, or its entries whose path
+	// starts with pathPrefix when that is not "".
+	PurgeCache(service, pathPrefix string) (removed int, found bool)
+	// PurgeAllCaches empties every service's cache.
+	PurgeAllCaches() (removed int)
+}
+
 // ControlPlane keeps a data plane on the newest generation of the API of
 // `dwara serve` at URL (`dwara gateway --control-plane`), with no database
 // credentials: it follows GET /api/v1/events and reports through the API.
@@ -60,7 +70,9 @@ type CanaryWeights interface {
 // generation served. A generation_published event for the generation right
 // after the one applied loads that generation (GET /api/v1/generations/{id})
 // and applies it; one further ahead (events were missed) resyncs.
-// canary_promoted and canary_rolled_back set the group's canary weight.
+// canary_promoted and canary_rolled_back set the group's canary weight;
+// cache_purged purges the service's cache (Caches), and every reconnect
+// purges every cache, since a purge may have been missed meanwhile.
 // A stream that fails, ends, or stays silent for StreamTimeout is
 // reconnected with jittered backoff (100ms doubling to 5s); meanwhile the
 // data plane keeps serving the generation it applied last.
@@ -90,6 +102,11 @@ type ControlPlane struct {
 	// plane serves, reported with the instance. It must be safe for
 	// concurrent use.
 	Endpoints func() []apiv1.EndpointState
+	// Caches, when non-nil, is the data plane's response cache: a
+	// cache_purged event purges the service it names, and every
+	// (re)connect of the event stream purges them all, for a purge sent
+	// while the stream was down was missed.
+	Caches Caches
 	// Heartbeat is the time between reports; 0 means 5s.
 	Heartbeat time.Duration
 	// StreamTimeout is the longest the event stream may stay silent; 0
@@ -112,6 +129,7 @@ type ControlPlane struct {
 	base    string
 	log     *slog.Logger
 	applied atomic.Int64
+	streams atomic.Int64  // event streams connected
 	report  chan struct{} // capacity 1
 	mu      sync.Mutex    // guards inst
 	inst    apiv1.GatewayInstance
@@ -222,6 +240,7 @@ func (s *ControlPlane) follow(ctx context.Context) (synced bool, err error) {
 			name, data = "", nil
 		case strings.HasPrefix(line, ":"):
 			if !synced && strings.TrimSpace(line[1:]) == "connected" {
+				s.purgeAll()
 				if err := s.resync(ctx); err != nil {
 					return false, fmt.Errorf("resync: %w", err)
 				}
@@ -272,6 +291,15 @@ func (s *ControlPlane) handle(ctx context.Context, name string, data []byte) err
 			return err
 		}
 		s.apply(ctx, full, nil)
+	case apiv1.EventCachePurged:
+		var p apiv1.CachePurged
+		if err := json.Unmarshal(data, &p); err != nil {
+			return fmt.Errorf("decode %s event: %w", name, err)
+		}
+		if s.Caches != nil {
+			n, found := s.Caches.PurgeCache(p.Service, p.PathPrefix)
+			s.log.Info("control plane: cache purged", "service", p.Service, "path_prefix", p.PathPrefix, "removed", n, "served", found)
+		}
 	case apiv1.EventCanaryPromoted, apiv1.EventCanaryRolledBack:
 		var e apiv1.CanaryEvent
 		if err := json.Unmarshal(data, &e); err != nil {
@@ -282,6 +310,19 @@ func (s *ControlPlane) handle(ctx context.Context, name string, data []byte) err
 		}
 	}
 	return nil
+}
+
+// purgeAll empties every cache of the data plane on a (re)connect of the
+// event stream: cache_purged events sent while it was down were missed.
+// The first connect of the process purges too, which costs nothing.
+func (s *ControlPlane) purgeAll() {
+	if s.Caches == nil {
+		return
+	}
+	first := s.streams.Add(1) == 1
+	if n := s.Caches.PurgeAllCaches(); n > 0 || !first {
+		s.log.Info("control plane: event stream (re)connected; purged every response cache, for purges may have been missed meanwhile", "removed", n)
+	}
 }
 
 // resync applies the current generation when it is newer than the one

@@ -601,6 +601,82 @@ function Exposures({state, generation}) {
 		items.map((c, i) => html`${i ? ', ' : ''}<span data-exposure-branch=${c.branch}>${c.branch} ${c.count}</span>`)}</span>`;
 }
 
+// size names a figure in bytes to one decimal: "512 bytes", "1.5 KiB".
+function size(n) {
+	const units = ['bytes', 'KiB', 'MiB', 'GiB'];
+	let i = 0;
+	while (n >= 1024 && i < units.length - 1) {
+		n /= 1024;
+		i++;
+	}
+	return i === 0 ? `${n} bytes` : `${n.toFixed(1)} ${units[i]}`;
+}
+
+// useCacheStats reads GET /api/v1/services/{name}/cache of a service with
+// cache: when the card appears, when the generation changes, every
+// REFRESH_MS while the page is visible, and on reload(): undefined while
+// loading, then {value} or {error}.
+function useCacheStats(service, generation, cached) {
+	const [state, setState] = useState(undefined);
+	const [tick, setTick] = useState(0);
+	useEffect(() => {
+		if (!cached) {
+			return undefined;
+		}
+		const ctrl = new AbortController();
+		let busy = false;
+		const load = async () => {
+			if (busy) {
+				return;
+			}
+			busy = true;
+			try {
+				const value = await api('GET', `/api/v1/services/${enc(service)}/cache`, {signal: ctrl.signal});
+				setState({value});
+			} catch (e) {
+				if (e.name !== 'AbortError') {
+					setState({error: e});
+				}
+			} finally {
+				busy = false;
+			}
+		};
+		load();
+		const id = setInterval(() => {
+			if (document.visibilityState === 'visible') {
+				load();
+			}
+		}, REFRESH_MS);
+		return () => {
+			clearInterval(id);
+			ctrl.abort();
+		};
+	}, [service, generation, cached, tick]);
+	return [state, useCallback(() => setTick(t => t + 1), [])];
+}
+
+// CacheFigures shows a service's cache in this server's proxy: its hit
+// ratio, the requests behind it, and the bytes it holds of its bound.
+function CacheFigures({state, purged}) {
+	if (state === undefined) {
+		return html`<span class="muted">loading…</span>`;
+	}
+	if (state.error) {
+		return html`<span class="muted" data-cache-error=${state.error.status}>not available (${state.error.message})</span>`;
+	}
+	const c = state.value;
+	const ratioText = c.hit_ratio === null ? 'no cacheable request yet' : `${pct(c.hit_ratio)} hit ratio`;
+	return html`<span data-cache-stats>
+		<strong data-cache-hit-ratio=${c.hit_ratio === null ? '' : c.hit_ratio}>${ratioText}</strong>
+		${' '}(<span data-cache-hits=${c.hits}>${c.hits} hits</span>, <span data-cache-misses=${c.misses}>${c.misses} misses</span>${
+			c.revalidated ? `, ${c.revalidated} revalidated` : ''}${c.bypassed ? `, ${c.bypassed} bypassed` : ''}),
+		${' '}<span data-cache-bytes=${c.bytes}>${size(c.bytes)}</span> of ${bytes(c.max_bytes)} in <span data-cache-entries=${c.entries}>${c.entries} entries</span>
+		${' '}<span class="hint">in this server's proxy; each gateway reports its own on /metrics</span>
+		${purged && html` <span class="hint" data-cache-purged=${purged.removed}>Last purge${purged.path_prefix ? ` (under ${purged.path_prefix})` : ''}: ${
+			purged.removed} entries removed here${purged.notified ? ', and announced to every gateway' : ''}.</span>`}
+	</span>`;
+}
+
 // matchValue is a condition's pattern as the diff and the CLI write it: as
 // it is, or quoted when it would not read as one word.
 function matchValue(p) {
@@ -634,6 +710,8 @@ function MatchRules({rules}) {
 function ServiceCard({svc, spec, group, gateways, generation, ask, mutate}) {
 	const [editing, setEditing] = useState(false);
 	const exposures = useExposures(svc.name, generation);
+	const [cacheStats, reloadCache] = useCacheStats(svc.name, generation, !!svc.cache);
+	const [purged, setPurged] = useState(null);
 	const split = svc.split;
 	const targets = split ? split.targets : [];
 	const weights = targets.map(t => t.weight);
@@ -671,6 +749,22 @@ function ServiceCard({svc, spec, group, gateways, generation, ask, mutate}) {
 		});
 	};
 
+	const purge = () => {
+		ask({
+			title: `Purge the cache of ${svc.name}`,
+			body: html`<p>Every cached answer of ${svc.name} is dropped, in this server's proxy and on every gateway;
+				the next request for each page goes to the upstream.</p>`,
+			confirm: 'Purge cache',
+			danger: true,
+			withMessage: true,
+			run: async message => {
+				const r = await mutate(() => api('POST', `/api/v1/services/${name}/cache/purge`, {body: message ? {message} : {}}));
+				setPurged(r);
+				reloadCache();
+			},
+		});
+	};
+
 	const headId = `svc-${svc.name}`;
 	return html`<article class="card service" data-service=${svc.name} aria-labelledby=${headId}>
 		<header class="card-head">
@@ -693,12 +787,14 @@ function ServiceCard({svc, spec, group, gateways, generation, ask, mutate}) {
 				<span class="hint">Try a branch: <code>dwara probe ${svc.name}</code></span></dd></div>`}
 			${svc.mirror && html`<div><dt>Mirror</dt><dd data-mirror>${mirrorText(svc.mirror)}</dd></div>`}
 			<div><dt>Exposures</dt><dd><${Exposures} state=${exposures} generation=${generation}/></dd></div>
+			${svc.cache && html`<div><dt>Cache</dt><dd data-cache><${CacheFigures} state=${cacheStats} purged=${purged}/></dd></div>`}
 		</dl>
 		<${Targets} svc=${svc} spec=${spec} gateways=${gateways} inForce=${inForce}/>
-		${split && html`<div class="actions">
-			${targets.length === 2 && html`<button type="button" data-action="flip" onClick=${flip}>Flip</button>`}
-			<button type="button" data-action="edit-weights" aria-expanded=${editing} onClick=${() => setEditing(!editing)}>Edit weights</button>
-			<button type="button" class="danger" data-action="kill" onClick=${kill}>Kill</button>
+		${(split || svc.cache) && html`<div class="actions">
+			${split && targets.length === 2 && html`<button type="button" data-action="flip" onClick=${flip}>Flip</button>`}
+			${split && html`<button type="button" data-action="edit-weights" aria-expanded=${editing} onClick=${() => setEditing(!editing)}>Edit weights</button>`}
+			${split && html`<button type="button" class="danger" data-action="kill" onClick=${kill}>Kill</button>`}
+			${svc.cache && html`<button type="button" class="danger" data-action="purge-cache" onClick=${purge}>Purge cache</button>`}
 		</div>`}
 		${editing && html`<${WeightsEditor} key=${generation} svc=${svc} spec=${spec} generation=${generation} mutate=${mutate} onDone=${() => setEditing(false)}/>`}
 	</article>`;
