@@ -2,20 +2,24 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/dwara/dwara/api/apiv1"
+	"github.com/dwara/dwara/client/cli"
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/internal/testdocs"
+	"sigs.k8s.io/yaml"
 )
 
 // Every fenced block of the documentation (README.md, docs/*.md) is one of:
@@ -58,6 +62,7 @@ func docsRunBy(t *testing.T) map[string][]string {
 		"TestREADMESpecExample":   fencedBlocks(readmeSection(t, "The generation spec"), "yaml")[:1],
 		"TestREADMECanaryExample": fencedBlocks(readmeSection(t, "Auto-canary analysis"), "yaml"),
 		"TestDocsCanaryCalls":     canaryCallBlocks(t),
+		"TestDocsCLI":             append(fencedBlocks(readmeSection(t, "Command-line client"), "sh"), fencedBlocks(readmeSection(t, "Command-line client"), "yaml")...),
 	}
 }
 
@@ -310,3 +315,230 @@ func TestDocsCanaryCalls(t *testing.T) {
 		t.Errorf("the pause call's answer does not show the group paused:\n%s", out)
 	}
 }
+
+// TestDocsCLIProcess is not a test: it is the `dwara` of the shell
+// blocks TestDocsCLI runs, this test binary started again with
+// DWARA_DOCS_CLI=1, running the client as cmd/dwara's main does for a
+// client verb.
+func TestDocsCLIProcess(t *testing.T) {
+	if os.Getenv("DWARA_DOCS_CLI") != "1" {
+		t.Skip("the dwara of TestDocsCLI's shell blocks")
+	}
+	args := os.Args
+	for i, a := range args {
+		if a == "--" {
+			args = args[i+1:]
+			break
+		}
+	}
+	os.Exit(cli.Run(context.Background(), args, cli.IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv}))
+}
+
+// dwaraFunc is the shell function that makes `dwara` this test binary's
+// TestDocsCLIProcess.
+func dwaraFunc(t *testing.T) string {
+	t.Helper()
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("dwara() { DWARA_DOCS_CLI=1 %q -test.run='^TestDocsCLIProcess$' -- \"$@\"; }\n", bin)
+}
+
+// toolsBlocks returns the sh blocks of docs/tools.md's "Command-line
+// client" and the YAML of the configuration file.
+func toolsBlocks(t *testing.T) (sh []string, configFile string) {
+	t.Helper()
+	section := readmeSection(t, "Command-line client")
+	sh = fencedBlocks(section, "sh")
+	yamls := fencedBlocks(section, "yaml")
+	if len(sh) != 2 || len(yamls) != 1 {
+		t.Fatalf("the Command-line client section has %d sh and %d yaml blocks; want the contexts, the verbs and the file", len(sh), len(yamls))
+	}
+	return sh, yamls[0]
+}
+
+// normalizeCLI makes the varying parts of the client's output (figures
+// with a unit, times, counts of requests) comparable, and collapses runs
+// of spaces.
+func normalizeCLI(s string) string {
+	for _, r := range []struct{ re, to string }{
+		{`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC`, "TIME"},
+		{`\b\d+(\.\d+)?(µs|ms|s)\b`, "DURATION"},
+		{`\b\d+(\.\d+)?%`, "N%"},
+		{`\b\d+ req\b`, "N req"},
+		{`\b200x\d+\b`, "200xN"},
+		{` +`, " "},
+	} {
+		s = regexp.MustCompile(r.re).ReplaceAllString(s, r.to)
+	}
+	return strings.TrimSpace(s)
+}
+
+// claimedOutput returns the comment lines that follow each command of a
+// shell block: what the block says the commands print.
+func claimedOutput(block string) []string {
+	var claims []string
+	afterCommand := false
+	for line := range strings.Lines(block) {
+		line = strings.TrimRight(line, "\n")
+		claim, isComment := strings.CutPrefix(line, "#")
+		switch {
+		case isComment && afterCommand:
+			claims = append(claims, strings.TrimPrefix(claim, " "))
+		case isComment:
+		default:
+			afterCommand = strings.TrimSpace(line) != "" && !strings.HasSuffix(line, "\\")
+		}
+	}
+	return claims
+}
+
+// TestDocsCLI runs the command-line client's blocks of docs/tools.md with
+// bash, `dwara` being the client: the contexts block in an empty home
+// (its last line, a call through the example's unreachable prod API,
+// left out), whose file must then be the one the section shows; and the
+// verbs block against a `serve --demo` with an admin token, run by alice,
+// with gen.yaml the demo's services and api (the spec of tools_gen.yaml
+// below), where every output line the block shows is printed.
+func TestDocsCLI(t *testing.T) {
+	needTools(t)
+	t.Parallel()
+	sh, configFile := toolsBlocks(t)
+
+	t.Run("contexts", func(t *testing.T) {
+		t.Parallel()
+		home := t.TempDir()
+		script, last, ok := strings.Cut(strings.TrimRight(sh[0], "\n"), "\ndwara --context prod canary")
+		if !ok || strings.Count(last, "\n") > 0 {
+			t.Fatalf("the contexts block does not end with a call through prod:\n%s", sh[0])
+		}
+		// The file the section shows is the one its first command writes.
+		first, rest, ok := strings.Cut(script, "\ndwara config set-context local")
+		if !ok {
+			t.Fatalf("the contexts block does not add a context local after its first:\n%s", sh[0])
+		}
+		env := []string{"HOME=" + home, "XDG_CONFIG_HOME=", "DWARA_CONFIG=", "USER=alice"}
+		run := func(script string) string {
+			return runScript(t, home, dwaraFunc(t)+"exec 2>&1\n"+strings.ReplaceAll(script, "/home/alice", home)+"\n", env...)
+		}
+		out := run(first)
+		got, err := os.ReadFile(filepath.Join(home, ".config", "dwara", "config.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out += run("dwara config set-context local" + rest)
+		for _, claim := range []string{
+			`context "prod" created in ` + home + `/.config/dwara/config.yaml`,
+			"local",
+		} {
+			if !slices.Contains(strings.Split(out, "\n"), claim) {
+				t.Errorf("the contexts block claims %q; it printed:\n%s", claim, out)
+			}
+		}
+		var want, have any
+		if err := yaml.Unmarshal([]byte(configFile), &want); err != nil {
+			t.Fatal(err)
+		}
+		// The section's file has its paths relative to itself; the CLI
+		// writes the absolute ones the shell expanded ~ to.
+		for _, c := range want.(map[string]any)["contexts"].(map[string]any) {
+			for _, k := range []string{"token-file", "certificate-authority"} {
+				if p, ok := c.(map[string]any)[k].(string); ok && !filepath.IsAbs(p) {
+					c.(map[string]any)[k] = filepath.Join(home, ".config", "dwara", p)
+				}
+			}
+		}
+		if err := yaml.Unmarshal(got, &have); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(want, have) {
+			t.Errorf("after the contexts block the file is\n%s\nthe section shows\n%s", got, configFile)
+		}
+	})
+
+	t.Run("verbs", func(t *testing.T) {
+		t.Parallel()
+		const token = "cli-token"
+		s := startDemoServe(t, "", token)
+		dir := t.TempDir()
+		gen := s.onPorts(toolsGenYAML)
+		spec, err := config.Parse([]byte(gen))
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, _ := json.Marshal(spec)
+		for name, data := range map[string][]byte{"gen.yaml": []byte(gen), "spec.json": js} {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		script := s.onPorts(sh[1])
+		// The calls the block says are refused on this state.
+		for _, refused := range []string{`dwara canary promote shop -m "looks fine"`, `dwara adopt shop -m "keep it off"`} {
+			if strings.Count(script, "\n"+refused) != 1 {
+				t.Fatalf("the verbs block has no %s", refused)
+			}
+			script = strings.Replace(script, "\n"+refused, "\n! "+refused, 1)
+		}
+		out := runScript(t, dir, dwaraFunc(t)+"exec 2>&1\n"+script,
+			"DWARA_API_URL=http://"+s.Admin, "DWARA_ADMIN_TOKEN="+token, "USER=alice", "HOME="+dir, "XDG_CONFIG_HOME=", "DWARA_CONFIG=")
+		var lines []string
+		for line := range strings.Lines(out) {
+			lines = append(lines, normalizeCLI(line))
+		}
+		claims := claimedOutput(sh[1])
+		if len(claims) < 10 {
+			t.Fatalf("the verbs block shows %d output lines; it had 20 when this test was written", len(claims))
+		}
+		for _, claim := range claims {
+			if !slices.Contains(lines, normalizeCLI(s.onPorts(claim))) {
+				t.Errorf("the verbs block claims the line %q; it printed:\n%s", claim, out)
+			}
+		}
+	})
+}
+
+// toolsGenYAML is the gen.yaml of docs/tools.md's verbs: the demo's web and
+// shop (shop with a response cache), and api under /v1 at 90/10 with a
+// beta rule and an override header, over the demo's pools.
+const toolsGenYAML = `upstreams:
+  - {name: web-stable, endpoints: ["127.0.0.1:9001", "127.0.0.1:9002"]}
+  - {name: web-canary, endpoints: ["127.0.0.1:9101"]}
+  - {name: api-stable, endpoints: ["127.0.0.1:9001", "127.0.0.1:9002"]}
+  - {name: api-canary, endpoints: ["127.0.0.1:9101"]}
+services:
+  - name: web
+    base_path: /
+    split:
+      targets:
+        - {upstream: web-stable, weight: 90}
+        - {upstream: web-canary, weight: 10}
+    sticky: {cookie: dwara_affinity, ttl_s: 3600}
+  - name: shop
+    base_path: /shop
+    cache: {max_bytes: 16777216}
+    split:
+      targets:
+        - {upstream: web-stable, weight: 90}
+        - {upstream: web-canary, weight: 10}
+      canary_analysis:
+        enabled: true
+        window_seconds: 30
+        step: 10
+        min_requests: 50
+        cooldown_seconds: 10
+        promote: {metric: error_rate, threshold: 0.01}
+        rollback: {metric: error_rate, threshold: 0.05}
+  - name: api
+    base_path: /v1
+    override: {header: X-Dwara-Branch}
+    split:
+      targets:
+        - {upstream: api-stable, weight: 90}
+        - {upstream: api-canary, weight: 10}
+      match:
+        - name: beta
+          headers: {X-User-Group: {exact: beta}}
+          target: api-canary
+`
