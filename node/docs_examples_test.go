@@ -18,6 +18,7 @@ import (
 	"github.com/dwara/dwara/client/cli"
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/gateway/config"
+	"github.com/dwara/dwara/gateway/config/httproute"
 	"github.com/dwara/dwara/internal/testdocs"
 	"sigs.k8s.io/yaml"
 )
@@ -57,12 +58,13 @@ var answerTypes = map[string]func() any{
 // is checked to be true.
 func docsRunBy(t *testing.T) map[string][]string {
 	return map[string][]string{
-		"TestREADMEWalkthrough":   fencedBlocks(readmeSection(t, "Using the API with curl"), "sh"),
-		"TestREADMEStartHere":     fencedBlocks(readmeSection(t, "Start here"), "sh"),
-		"TestREADMESpecExample":   fencedBlocks(readmeSection(t, "The generation spec"), "yaml")[:1],
-		"TestREADMECanaryExample": fencedBlocks(readmeSection(t, "Auto-canary analysis"), "yaml"),
-		"TestDocsCanaryCalls":     canaryCallBlocks(t),
-		"TestDocsCLI":             append(fencedBlocks(readmeSection(t, "Command-line client"), "sh"), fencedBlocks(readmeSection(t, "Command-line client"), "yaml")...),
+		"TestREADMEWalkthrough":    fencedBlocks(readmeSection(t, "Using the API with curl"), "sh"),
+		"TestREADMEStartHere":      fencedBlocks(readmeSection(t, "Start here"), "sh"),
+		"TestREADMESpecExample":    fencedBlocks(readmeSection(t, "The generation spec"), "yaml")[:1],
+		"TestREADMECanaryExample":  fencedBlocks(readmeSection(t, "Auto-canary analysis"), "yaml"),
+		"TestDocsCanaryCalls":      canaryCallBlocks(t),
+		"TestDocsHTTPRouteExample": {httpRouteExample(t)},
+		"TestDocsCLI":              append(fencedBlocks(readmeSection(t, "Command-line client"), "sh"), fencedBlocks(readmeSection(t, "Command-line client"), "yaml")...),
 	}
 }
 
@@ -542,3 +544,40 @@ services:
           headers: {X-User-Group: {exact: beta}}
           target: api-canary
 `
+
+// httpRouteExample returns the HTTPRoute docs/integrations.md shows for
+// the demo's web.
+func httpRouteExample(t *testing.T) string {
+	t.Helper()
+	for _, b := range fencedBlocks(readmeSection(t, "Gateway API"), "yaml") {
+		if strings.Contains(b, "kind: HTTPRoute\n") && strings.Contains(b, "  name: web\n") {
+			return b
+		}
+	}
+	t.Fatal(`docs/integrations.md's "Gateway API" has no HTTPRoute of web`)
+	return ""
+}
+
+// TestDocsHTTPRouteExample checks that the HTTPRoute docs/integrations.md
+// shows for the demo's web is what the export makes of it.
+func TestDocsHTTPRouteExample(t *testing.T) {
+	t.Parallel()
+	spec, err := config.Parse([]byte(DemoSpec(DefaultDemoPorts.Addrs())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes, _, err := httproute.Export(spec, []string{"web"}, httproute.ExportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got any
+	if err := yaml.Unmarshal([]byte(httpRouteExample(t)), &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(routes, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(want, got) {
+		t.Errorf("the export of the demo's web is\n%s\ndocs/integrations.md shows\n%s", routes, httpRouteExample(t))
+	}
+}
