@@ -6,6 +6,8 @@
 package testdocs
 
 import (
+	"cmp"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,4 +62,81 @@ func Section(t testing.TB, root, title string) string {
 	}
 	t.Fatalf("the documentation (README.md, docs/) has no section %q", title)
 	return ""
+}
+
+// Block is a fenced block of the documentation.
+type Block struct {
+	File    string // relative to the module's directory, as in Files
+	Line    int    // of the opening fence, from 1
+	Lang    string // the info string: sh, yaml, json, or "" for none
+	Heading string // the nearest heading above it ("### Ramp weights"), "" for none
+	// Marker is what the HTML comment on the last non-blank line before the
+	// opening fence says after "example:" ("not run: needs a Kubernetes
+	// cluster", "fragment"), trimmed; "" when there is no such comment.
+	Marker string
+	Text   string // the lines between the fences, each ending in "\n"
+}
+
+// String names the block for a test's message: "docs/api.md:44 (sh)".
+func (b Block) String() string {
+	return fmt.Sprintf("%s:%d (%s)", b.File, b.Line, cmp.Or(b.Lang, "no language"))
+}
+
+// FencedBlocks returns every fenced block (``` to ```) of the files of
+// Files, in order. An unclosed fence fails the test.
+func FencedBlocks(t testing.TB, root string) []Block {
+	t.Helper()
+	var blocks []Block
+	for _, f := range Files(t, root) {
+		data, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			open            *Block
+			heading, before string
+		)
+		for i, line := range strings.Split(string(data), "\n") {
+			if open != nil {
+				if strings.TrimSpace(line) == "```" {
+					blocks = append(blocks, *open)
+					open = nil
+				} else {
+					open.Text += line + "\n"
+				}
+				continue
+			}
+			if info, ok := strings.CutPrefix(line, "```"); ok {
+				open = &Block{File: f, Line: i + 1, Lang: strings.TrimSpace(info), Heading: heading, Marker: marker(before)}
+				continue
+			}
+			if strings.HasPrefix(line, "#") && strings.Contains(line, "# ") {
+				heading = line
+			}
+			if strings.TrimSpace(line) != "" {
+				before = line
+			}
+		}
+		if open != nil {
+			t.Fatalf("%s: the fence opened at line %d is never closed", f, open.Line)
+		}
+	}
+	return blocks
+}
+
+// marker returns what an "<!-- example: ... -->" line says, or "".
+func marker(line string) string {
+	s, ok := strings.CutPrefix(strings.TrimSpace(line), "<!--")
+	if !ok {
+		return ""
+	}
+	s, ok = strings.CutSuffix(s, "-->")
+	if !ok {
+		return ""
+	}
+	s, ok = strings.CutPrefix(strings.TrimSpace(s), "example:")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(s)
 }

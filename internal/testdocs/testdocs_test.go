@@ -108,3 +108,33 @@ func TestSection(t *testing.T) {
 		t.Errorf("the Metrics section (docs/) lacks dwara_requests_total:\n%s", m)
 	}
 }
+
+// TestFencedBlocks reads the blocks of a small tree: language, line,
+// heading, the marker before a block and none before another.
+func TestFencedBlocks(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "docs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("README.md", "# Dwara\n\n```sh\nmake run\n```\n")
+	write("docs/a.md", "## One\n\ntext\n<!-- example: not run: needs a cluster -->\n\n```yaml\nx: 1\n# not a heading\n```\n### Two\n```\nplain\n```\n")
+	got := FencedBlocks(t, root)
+	want := []Block{
+		{File: "README.md", Line: 3, Lang: "sh", Heading: "# Dwara", Text: "make run\n"},
+		{File: "docs/a.md", Line: 6, Lang: "yaml", Heading: "## One", Marker: "not run: needs a cluster", Text: "x: 1\n# not a heading\n"},
+		{File: "docs/a.md", Line: 11, Heading: "### Two", Text: "plain\n"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("blocks %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("block %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
