@@ -52,8 +52,10 @@ type ModelAlias struct {
 	// means none (the request id). A request without the key (no "user",
 	// no such header) is keyed by its request id.
 	Affinity string `json:"affinity,omitempty"`
-	// CanaryAnalysis is refused by Validate: the controller does not act
-	// on aliases yet.
+	// CanaryAnalysis puts the alias under the canary controller as the
+	// group "<service>/<alias>" (kind model): exactly two targets, the
+	// first the baseline, the second the canary; the fields and rules of
+	// a split's, and the metric may also be MetricTTFTP99.
 	CanaryAnalysis *CanaryAnalysis `json:"canary_analysis,omitempty"`
 }
 
@@ -137,7 +139,15 @@ func (v *validator) models(svc *Service, path string) {
 		v.modelTargets(a.Targets, member(ap, "targets"))
 		v.affinity(a, svc, member(ap, "affinity"))
 		if a.CanaryAnalysis != nil {
-			v.probs.add(member(ap, "canary_analysis"), "is not yet acted on: the canary controller does not drive model aliases yet; remove it (weights of an alias are changed by publishing a spec)")
+			total := 0
+			for _, t := range a.Targets {
+				if t.Weight < 0 || t.Weight > MaxWeight {
+					total = -1
+					break
+				}
+				total += t.Weight
+			}
+			v.canaryOf(a.CanaryAnalysis, member(ap, "canary_analysis"), len(a.Targets), max(total, 0), modelMetrics)
 		}
 	}
 }
