@@ -222,3 +222,35 @@ func checkModelName(s string) string {
 	}
 	return ""
 }
+
+// SetModelGroupWeights returns a copy of s in which the two targets of the
+// model group named group ("<service>/<alias>", ModelGroupName) have
+// weights baseline and canary; s is not modified. It fails with
+// ErrServiceNotFound for an unknown service, an error for an alias that is
+// not a group of two targets, or a *ValidationError of the result.
+func SetModelGroupWeights(s *Spec, group string, baseline, canary int) (*Spec, error) {
+	svcName, alias, _ := strings.Cut(group, "/")
+	next := s.Clone()
+	for i := range next.Services {
+		svc := &next.Services[i]
+		if svc.Name != svcName {
+			continue
+		}
+		for j := range svc.Models {
+			a := &svc.Models[j]
+			if a.Alias != alias {
+				continue
+			}
+			if len(a.Targets) != 2 {
+				return nil, fmt.Errorf("model alias %q of service %q has %d targets, not a canary group of 2", alias, svcName, len(a.Targets))
+			}
+			a.Targets[0].Weight, a.Targets[1].Weight = baseline, canary
+			if err := next.Validate(); err != nil {
+				return nil, err
+			}
+			return next, nil
+		}
+		return nil, fmt.Errorf("service %q has no model alias %q", svcName, alias)
+	}
+	return nil, ErrServiceNotFound
+}
