@@ -196,6 +196,27 @@ func TestModelCanary(t *testing.T) {
 			if !weightIs429(t, serve, replica) {
 				t.Error("the weight of llm/chat moved without an event")
 			}
+
+			// The API lists the group as kind model and addresses it by
+			// its name, the slash escaped.
+			var list apiv1.CanaryList
+			if resp := call(t, http.MethodGet, "http://"+serve.Admin+"/api/v1/canary", nil, &list); resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET /api/v1/canary: status %d", resp.StatusCode)
+			}
+			if len(list.Items) != 1 || list.Items[0].Service != modelGroup || list.Items[0].Kind != apiv1.CanaryKindModel {
+				t.Fatalf("GET /api/v1/canary = %+v, want the one group %s of kind model", list.Items, modelGroup)
+			}
+			var paused apiv1.CanaryGroup
+			resp := call(t, http.MethodPost, "http://"+serve.Admin+"/api/v1/services/llm%2Fchat/canary/pause", map[string]any{"message": "look"}, &paused)
+			if resp.StatusCode != http.StatusOK || paused.Service != modelGroup || paused.State != apiv1.CanaryPaused {
+				t.Fatalf("pause llm%%2Fchat: status %d, group %+v; want 200 and the group paused", resp.StatusCode, paused)
+			}
+			if es := modelEvents(t, store, g.ID); len(es) != 1 || es[0].Action != apiv1.CanaryPause {
+				t.Errorf("events after the pause %+v, want one pause", es)
+			}
+			if resp := call(t, http.MethodPost, "http://"+serve.Admin+"/api/v1/services/llm%2Fnope/canary/pause", map[string]any{}, nil); resp.StatusCode != http.StatusNotFound {
+				t.Errorf("pause of an unknown alias: status %d, want 404", resp.StatusCode)
+			}
 		})
 	}
 }
