@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dwara/dwara/api/apiv1"
@@ -181,7 +182,12 @@ func (s *Server) adoptCanary(w http.ResponseWriter, r *http.Request) {
 		}
 		ws := g.Weights(st.Weight)
 		note(r, "weights", map[string]int{g.Baseline: ws[0], g.Canary: ws[1]})
-		next, err := config.SetWeights(spec, name, map[string]int{g.Baseline: ws[0], g.Canary: ws[1]}, false)
+		var next *config.Spec
+		if g.Kind == apiv1.CanaryKindModel {
+			next, err = config.SetModelGroupWeights(spec, name, ws[0], ws[1])
+		} else {
+			next, err = config.SetWeights(spec, name, map[string]int{g.Baseline: ws[0], g.Canary: ws[1]}, false)
+		}
 		if err != nil {
 			s.writeError(w, r, editProblem(err, name, cur.ID))
 			return
@@ -389,15 +395,29 @@ func noGenerationYet(service string) *apiv1.Problem {
 // groupOf returns the canary group of service in spec (the spec of
 // generation); the error is a 404 Problem when spec has no such service, a
 // 409 Problem when the service has no canary analysis.
+//
+// service may name a model group, "<service>/<alias>" (the path's {name}
+// with its slash escaped as %2F).
 func groupOf(spec *config.Spec, service string, generation int64) (canary.Group, error) {
-	svc, _ := spec.Service(service)
+	svcName, alias, isModel := strings.Cut(service, "/")
+	svc, _ := spec.Service(svcName)
 	if svc == nil {
-		return canary.Group{}, unknownService(service, spec.NearestService(service), generation)
+		return canary.Group{}, unknownService(svcName, spec.NearestService(svcName), generation)
 	}
 	for _, g := range canary.Groups(spec) {
 		if g.Service == service {
 			return g, nil
 		}
+	}
+	if isModel {
+		for _, a := range svc.Models {
+			if a.Alias == alias {
+				return canary.Group{}, problemf(http.StatusConflict,
+					"model alias %q of service %q has no canary analysis in generation %d: it needs canary_analysis and exactly 2 targets", alias, svcName, generation)
+			}
+		}
+		return canary.Group{}, problemf(http.StatusNotFound,
+			"service %q has no model alias %q in generation %d", svcName, alias, generation)
 	}
 	if svc.Split == nil {
 		return canary.Group{}, problemf(http.StatusConflict,
@@ -468,6 +488,7 @@ func (s *Server) canaryGroup(ctx context.Context, generation int64, g canary.Gro
 	next := g.Above(weight)
 	return apiv1.CanaryGroup{
 		Service:         g.Service,
+		Kind:            g.Kind,
 		GenerationID:    generation,
 		Baseline:        g.Baseline,
 		Canary:          g.Canary,
@@ -512,7 +533,7 @@ func schedule(g canary.Group, weight int) *apiv1.CanarySchedule {
 // controller judges.
 func figures(t db.CanaryTotals) (apiv1.CanaryFigures, error) {
 	st := canary.Stats{Requests: t.Requests, Errors: t.Errors}
-	if err := st.Latency.AddSparse(t.Latency); err != nil {
+	if err := st.AddSparse(t.Latency); err != nil {
 		return apiv1.CanaryFigures{}, err
 	}
 	return st.Figures(), nil

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -131,8 +132,17 @@ func (s *Server) preconditionFailed(ctx context.Context, want int64) *apiv1.Prob
 // serviceName reads the {name} path parameter: a 400 Problem naming it when
 // it holds a NUL character or bytes that are not UTF-8 (no service can
 // have such a name, and no such text can be stored).
+//
+// chi gives the segment as sent when the path has escapes (it routes on
+// the raw path), so the name is unescaped here: a model canary group
+// "<service>/<alias>" comes as llm%2Fchat-prod.
 func serviceName(r *http.Request) (string, error) {
 	name := chi.URLParam(r, "name")
+	if u, err := url.PathUnescape(name); err == nil {
+		name = u
+	} else {
+		return "", fieldProblem(http.StatusBadRequest, "name", "is not a valid escaped path segment: %v", err)
+	}
 	if fault := textFault(name); fault != "" {
 		return "", fieldProblem(http.StatusBadRequest, "name", "%s", fault)
 	}

@@ -190,8 +190,8 @@ func canaryRows(rep apiv1.CanaryWindowReport, shapes []rowShape) ([]db.CanaryWin
 				continue
 			}
 			switch {
-			case p[0] >= canary.Buckets:
-				add(pair, "bucket %d is out of range: buckets are 0..%d", p[0], canary.Buckets-1)
+			case p[0] >= canary.SparseBuckets:
+				add(pair, "bucket %d is out of range: buckets are 0..%d (latency 0..%d, then time to first token)", p[0], canary.SparseBuckets-1, canary.Buckets-1)
 			case j > 0 && p[0] <= row.Latency[j-1][0]:
 				add(pair, "bucket %d does not follow bucket %d: buckets must be strictly ascending", p[0], row.Latency[j-1][0])
 			}

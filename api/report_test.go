@@ -263,7 +263,7 @@ func TestFlushCanaryWindowsRefusals(t *testing.T) {
 			edit("stable", "generation_id", 0),
 			edit("canary", "service", "Api"),
 			edit("canary", "errors", 3),
-			edit("canary", "generation_id", 4, "latency", [][]uint64{{5, 1}, {5, 1}, {1408, 1}}),
+			edit("canary", "generation_id", 4, "latency", [][]uint64{{5, 1}, {5, 1}, {2816, 1}}), // 1408..2815 are TTFT buckets
 			edit("canary", "generation_id", 5, "latency", [][]uint64{{5, 1, 7}, {6}}),
 			row("baseline"),
 		}}, http.StatusUnprocessableEntity, []string{

@@ -519,7 +519,19 @@ type CanaryFigures struct {
 	Errors     int64   `json:"errors"`
 	ErrorRate  float64 `json:"error_rate"`
 	LatencyP99 float64 `json:"latency_p99"`
+	// TTFTP99 is the p99 time to the first streamed token in seconds, of
+	// a model group (kind model) only; 0 without a streamed answer.
+	TTFTP99 float64 `json:"ttft_p99,omitempty"`
 }
+
+// Kinds of canary group (CanaryGroup.Kind).
+const (
+	// CanaryKindService is a service's split.
+	CanaryKindService = "service"
+	// CanaryKindModel is a model alias of a service, named
+	// "<service>/<alias>".
+	CanaryKindModel = "model"
+)
 
 // CanaryEvent is one transient weight change of the canary controller, or
 // an operator's pause or resume. FromWeight and ToWeight are the canary
@@ -564,7 +576,11 @@ type CanaryEventList struct {
 // CanaryGroup is the state of one canary group of the active generation: a
 // service whose 2-target split has canary_analysis.
 type CanaryGroup struct {
-	Service      string `json:"service"`
+	// Service is the group's name: the service's for kind service,
+	// "<service>/<alias>" for kind model.
+	Service string `json:"service"`
+	// Kind is CanaryKindService or CanaryKindModel.
+	Kind         string `json:"kind"`
 	GenerationID int64  `json:"generation_id"`
 	Baseline     string `json:"baseline"` // upstream name
 	Canary       string `json:"canary"`   // upstream name

@@ -770,7 +770,7 @@ func setupCanary(fs *flag.FlagSet) func(context.Context, *clientCall, []string) 
 				}
 			}
 			if len(groups) == 0 {
-				msg := fmt.Sprintf("service %q is not a canary group of the active generation (a 2-target split with canary_analysis)", service)
+				msg := fmt.Sprintf("service %q is not a canary group of the active generation (a 2-target split, or a model alias SERVICE/ALIAS, with canary_analysis)", service)
 				names := make([]string, len(list.Items))
 				for i, g := range list.Items {
 					names[i] = g.Service
@@ -808,6 +808,10 @@ func printCanaryGroups(w io.Writer, groups []apiv1.CanaryGroup, wide bool) {
 		fmt.Fprintln(tw, "SERVICE\tSTATE\tWEIGHTS\tWINDOW\tBASELINE\tCANARY")
 	}
 	for _, g := range groups {
+		name := clean(g.Service)
+		if g.Kind == apiv1.CanaryKindModel {
+			name += " (model)"
+		}
 		weights := weightPair(g.Configured)
 		if g.Transient || g.Weights != g.Configured {
 			weights += " -> " + weightPair(g.Weights)
@@ -820,11 +824,11 @@ func printCanaryGroups(w io.Writer, groups []apiv1.CanaryGroup, wide bool) {
 			state += " (holding since " + g.HoldSince.UTC().Format("15:04:05 UTC") + ")"
 		}
 		if wide {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%ds\t%s\t%s\n", clean(g.Service), g.GenerationID, state, weights, g.WindowSeconds,
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%ds\t%s\t%s\n", name, g.GenerationID, state, weights, g.WindowSeconds,
 				figuresText(g.BaselineWindow), figuresText(g.CanaryWindow))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%ds\t%s\t%s\n", clean(g.Service), state, weights, g.WindowSeconds,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%ds\t%s\t%s\n", name, state, weights, g.WindowSeconds,
 			figuresText(g.BaselineWindow), figuresText(g.CanaryWindow))
 	}
 	tw.Flush()

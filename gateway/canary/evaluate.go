@@ -361,6 +361,8 @@ func metricValue(metric string, f apiv1.CanaryFigures) (float64, bool) {
 		return f.ErrorRate, true
 	case config.MetricLatencyP99:
 		return f.LatencyP99, true
+	case config.MetricTTFTP99:
+		return f.TTFTP99, true
 	}
 	return 0, false
 }
@@ -368,7 +370,7 @@ func metricValue(metric string, f apiv1.CanaryFigures) (float64, bool) {
 // formatValue formats a measured metric for a reason: four decimals, with
 // an "s" for seconds.
 func formatValue(metric string, v float64) string {
-	if metric == config.MetricLatencyP99 {
+	if metric == config.MetricLatencyP99 || metric == config.MetricTTFTP99 {
 		return fmt.Sprintf("%.4fs", v)
 	}
 	return fmt.Sprintf("%.4f", v)
@@ -377,7 +379,7 @@ func formatValue(metric string, v float64) string {
 // formatThreshold formats a configured threshold as written (%g), with an
 // "s" for seconds.
 func formatThreshold(metric string, t float64) string {
-	if metric == config.MetricLatencyP99 {
+	if metric == config.MetricLatencyP99 || metric == config.MetricTTFTP99 {
 		return fmt.Sprintf("%gs", t)
 	}
 	return fmt.Sprintf("%g", t)

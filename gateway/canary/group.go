@@ -3,6 +3,7 @@ package canary
 import (
 	"slices"
 
+	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/gateway/config"
 )
 
@@ -12,8 +13,11 @@ import (
 // which is always complete. A Group is a plain value, safe for concurrent
 // reads.
 type Group struct {
-	// Service is the service's name.
+	// Service is the group's name: the service's for a split, and
+	// "<service>/<alias>" (config.ModelGroupName) for a model alias.
 	Service string
+	// Kind is apiv1.CanaryKindService or apiv1.CanaryKindModel.
+	Kind string
 	// Baseline and Canary are the upstream names of targets[0] and
 	// targets[1].
 	Baseline string
@@ -90,6 +94,7 @@ func Groups(spec *config.Spec) []Group {
 	var groups []Group
 	for i := range spec.Services {
 		svc := &spec.Services[i]
+		groups = appendModelGroups(groups, svc)
 		if svc.Split == nil || svc.Split.CanaryAnalysis == nil {
 			continue
 		}
@@ -102,12 +107,38 @@ func Groups(spec *config.Spec) []Group {
 		ca.Webhooks = slices.Clone(ca.Webhooks)
 		groups = append(groups, Group{
 			Service:    svc.Name,
+			Kind:       apiv1.CanaryKindService,
 			Baseline:   t[0].Upstream,
 			Canary:     t[1].Upstream,
 			Total:      t[0].Weight + t[1].Weight,
 			Configured: t[1].Weight,
 			Analysis:   ca,
 			ManagedBy:  svc.Split.ManagedBy,
+		})
+	}
+	return groups
+}
+
+// appendModelGroups appends the groups of svc's model aliases that have
+// canary_analysis and exactly two targets, named "<service>/<alias>", of
+// kind model, in spec order.
+func appendModelGroups(groups []Group, svc *config.Service) []Group {
+	for j := range svc.Models {
+		a := &svc.Models[j]
+		if a.CanaryAnalysis == nil || len(a.Targets) != 2 {
+			continue
+		}
+		ca := *a.CanaryAnalysis
+		ca.Steps = slices.Clone(ca.Steps)
+		ca.Webhooks = slices.Clone(ca.Webhooks)
+		groups = append(groups, Group{
+			Service:    config.ModelGroupName(svc.Name, a.Alias),
+			Kind:       apiv1.CanaryKindModel,
+			Baseline:   a.Targets[0].Upstream,
+			Canary:     a.Targets[1].Upstream,
+			Total:      a.Targets[0].Weight + a.Targets[1].Weight,
+			Configured: a.Targets[1].Weight,
+			Analysis:   ca,
 		})
 	}
 	return groups

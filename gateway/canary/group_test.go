@@ -28,11 +28,16 @@ func TestGroups(t *testing.T) {
 			Targets:        []config.Target{{Upstream: "old", Weight: 3}, {Upstream: "new", Weight: 0}},
 			CanaryAnalysis: ca(1),
 		}},
+		{Name: "llm", Upstream: "a", Models: []config.ModelAlias{
+			{Alias: "plain", Targets: []config.ModelTarget{{Upstream: "a", Model: "m1", Weight: 1}, {Upstream: "b", Model: "m2", Weight: 1}}},
+			{Alias: "chat", CanaryAnalysis: ca(2), Targets: []config.ModelTarget{{Upstream: "a", Model: "m1", Weight: 90}, {Upstream: "b", Model: "m2", Weight: 10}}},
+		}},
 	}}
 	got := Groups(spec)
 	want := []Group{
-		{Service: "first", Baseline: "v1", Canary: "v2", Total: 100, Configured: 10, Analysis: *ca(5)},
-		{Service: "second", Baseline: "old", Canary: "new", Total: 3, Configured: 0, Analysis: *ca(1)},
+		{Service: "first", Kind: "service", Baseline: "v1", Canary: "v2", Total: 100, Configured: 10, Analysis: *ca(5)},
+		{Service: "second", Kind: "service", Baseline: "old", Canary: "new", Total: 3, Configured: 0, Analysis: *ca(1)},
+		{Service: "llm/chat", Kind: "model", Baseline: "a", Canary: "b", Total: 100, Configured: 10, Analysis: *ca(2)},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("Groups = %+v, want %+v", got, want)

@@ -23,6 +23,7 @@ type stripe struct {
 	requests atomic.Uint64
 	errors   atomic.Uint64
 	latency  [Buckets]atomic.Uint64
+	ttft     [Buckets]atomic.Uint64
 	_        [stripePad]byte
 }
 
@@ -45,6 +46,8 @@ type Recorder struct {
 	prevErrors   uint64
 	prev         Histogram
 	cur          Histogram
+	prevTTFT     Histogram
+	curTTFT      Histogram
 }
 
 // NewRecorder returns an empty Recorder with one stripe per processor
@@ -70,6 +73,14 @@ func (r *Recorder) Observe(d time.Duration, failed bool) {
 	s.latency[BucketOf(d)].Add(1)
 }
 
+// ObserveTTFT records one request's time to its first streamed token
+// (a model group's). It is not a request of its own: Observe counts the
+// request when it ends. Like Observe it takes no lock and does not
+// allocate.
+func (r *Recorder) ObserveTTFT(d time.Duration) {
+	r.stripes[rand.Uint32()&r.mask].ttft[BucketOf(d)].Add(1)
+}
+
 // Delta adds to into everything observed since the previous call to Delta
 // (since NewRecorder for the first), and remembers the totals for the next
 // call. Delta is safe to call concurrently with Observe, but not with
@@ -78,12 +89,15 @@ func (r *Recorder) Observe(d time.Duration, failed bool) {
 // next; summed over successive Deltas the totals are exact. into must not
 // be nil.
 func (r *Recorder) Delta(into *Stats) {
-	cur := &r.cur
-	*cur = Histogram{}
+	cur, curT := &r.cur, &r.curTTFT
+	*cur, *curT = Histogram{}, Histogram{}
 	for i := range r.stripes {
 		s := &r.stripes[i]
 		for b := range s.latency {
 			cur[b] += s.latency[b].Load()
+		}
+		for b := range s.ttft {
+			curT[b] += s.ttft[b].Load()
 		}
 	}
 	var errs, reqs uint64
@@ -97,6 +111,10 @@ func (r *Recorder) Delta(into *Stats) {
 		into.Latency[b] += c - r.prev[b]
 	}
 	r.prev = *cur
+	for b, c := range curT {
+		into.TTFT[b] += c - r.prevTTFT[b]
+	}
+	r.prevTTFT = *curT
 	into.Requests += reqs - r.prevRequests
 	into.Errors += errs - r.prevErrors
 	r.prevRequests, r.prevErrors = reqs, errs

@@ -50,7 +50,52 @@ func CanaryKeys(s *Spec) map[string]string {
 		}
 		keys[svc.Name] = string(b)
 	}
+	for i := range d.Services {
+		svc := &d.Services[i]
+		for j := range svc.Models {
+			a := &svc.Models[j]
+			if a.CanaryAnalysis == nil || len(a.Targets) != 2 {
+				continue
+			}
+			normalizeCanaryKey(a.CanaryAnalysis)
+			ident := struct {
+				Targets   []ModelTarget   `json:"model_targets"`
+				Analysis  *CanaryAnalysis `json:"canary_analysis"`
+				Upstreams []*Upstream     `json:"upstreams"`
+			}{Targets: a.Targets, Analysis: a.CanaryAnalysis}
+			for _, t := range a.Targets {
+				u, _ := d.Upstream(t.Upstream)
+				ident.Upstreams = append(ident.Upstreams, u)
+			}
+			b, err := json.Marshal(ident)
+			if err != nil {
+				continue
+			}
+			if keys == nil {
+				keys = make(map[string]string)
+			}
+			keys[ModelGroupName(svc.Name, a.Alias)] = string(b)
+		}
+	}
 	return keys
+}
+
+// ModelGroupName is the canary group name of alias of service:
+// "<service>/<alias>" (a service name has no slash, so the name is never
+// a service's).
+func ModelGroupName(service, alias string) string {
+	return service + "/" + alias
+}
+
+// normalizeCanaryKey spells the defaults of ca that are left out and
+// written out the same way, for CanaryKeys.
+func normalizeCanaryKey(ca *CanaryAnalysis) {
+	if ca.Gate == GateAuto {
+		ca.Gate = ""
+	}
+	if after, on := ca.Brake(); on && after == DefaultLocalBrakeAfterS {
+		ca.LocalBrake = nil
+	}
 }
 
 // CanaryReset returns, in new's service order, the canary groups of new
@@ -63,11 +108,16 @@ func CanaryReset(old, new *Spec) []string {
 		return reset
 	}
 	ok, nk := CanaryKeys(old), CanaryKeys(new)
-	for i := range new.Services {
-		name := new.Services[i].Name
+	check := func(name string) {
 		k, isGroup := nk[name]
 		if was, had := ok[name]; isGroup && had && was != k && !slices.Contains(reset, name) {
 			reset = append(reset, name)
+		}
+	}
+	for i := range new.Services {
+		check(new.Services[i].Name)
+		for _, a := range new.Services[i].Models {
+			check(ModelGroupName(new.Services[i].Name, a.Alias))
 		}
 	}
 	return reset

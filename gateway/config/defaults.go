@@ -83,6 +83,14 @@ func (s *Spec) Defaults() {
 			setDefault(&ca.MinRequests, DefaultCanaryMinRequests)
 			setDefault(&ca.CooldownSeconds, DefaultCanaryCooldownS)
 		}
+		for j := range svc.Models {
+			if ca := svc.Models[j].CanaryAnalysis; ca != nil {
+				setDefault(&ca.WindowSeconds, DefaultCanaryWindowS)
+				setDefault(&ca.Step, DefaultCanaryStep)
+				setDefault(&ca.MinRequests, DefaultCanaryMinRequests)
+				setDefault(&ca.CooldownSeconds, DefaultCanaryCooldownS)
+			}
+		}
 	}
 }
 
@@ -120,7 +128,7 @@ func (s *Spec) Clone() *Spec {
 			for j := range svc.Models {
 				m := &svc.Models[j]
 				m.Targets = cloneSlice(m.Targets)
-				m.CanaryAnalysis = clonePtr(m.CanaryAnalysis)
+				m.CanaryAnalysis = cloneCanaryAnalysis(m.CanaryAnalysis)
 			}
 		}
 		if svc.Cache != nil {
@@ -131,23 +139,12 @@ func (s *Spec) Clone() *Spec {
 		if svc.Split != nil {
 			sp := *svc.Split
 			sp.Targets = cloneSlice(sp.Targets)
-			sp.CanaryAnalysis = clonePtr(sp.CanaryAnalysis)
+			sp.CanaryAnalysis = cloneCanaryAnalysis(sp.CanaryAnalysis)
 			if sp.Match != nil {
 				sp.Match = cloneSlice(sp.Match)
 				for j := range sp.Match {
 					sp.Match[j].Headers = cloneMatches(sp.Match[j].Headers)
 					sp.Match[j].Cookies = cloneMatches(sp.Match[j].Cookies)
-				}
-			}
-			if ca := sp.CanaryAnalysis; ca != nil {
-				ca.Steps = cloneSlice(ca.Steps)
-				ca.Webhooks = cloneSlice(ca.Webhooks)
-				ca.Promote.Relative = clonePtr(ca.Promote.Relative)
-				ca.Rollback.Relative = clonePtr(ca.Rollback.Relative)
-				if lb := clonePtr(ca.LocalBrake); lb != nil {
-					lb.Enabled = clonePtr(lb.Enabled)
-					lb.AfterSeconds = clonePtr(lb.AfterSeconds)
-					ca.LocalBrake = lb
 				}
 			}
 			if sp.Slots != nil {
@@ -161,6 +158,24 @@ func (s *Spec) Clone() *Spec {
 		}
 	}
 	return c
+}
+
+// cloneCanaryAnalysis returns a deep copy of ca; nil for nil.
+func cloneCanaryAnalysis(ca *CanaryAnalysis) *CanaryAnalysis {
+	if ca == nil {
+		return nil
+	}
+	c := *ca
+	c.Steps = cloneSlice(ca.Steps)
+	c.Webhooks = cloneSlice(ca.Webhooks)
+	c.Promote.Relative = clonePtr(ca.Promote.Relative)
+	c.Rollback.Relative = clonePtr(ca.Rollback.Relative)
+	if lb := clonePtr(ca.LocalBrake); lb != nil {
+		lb.Enabled = clonePtr(lb.Enabled)
+		lb.AfterSeconds = clonePtr(lb.AfterSeconds)
+		c.LocalBrake = lb
+	}
+	return &c
 }
 
 func cloneSlice[T any](s []T) []T {

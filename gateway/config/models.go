@@ -52,8 +52,10 @@ type ModelAlias struct {
 	// means none (the request id). A request without the key (no "user",
 	// no such header) is keyed by its request id.
 	Affinity string `json:"affinity,omitempty"`
-	// CanaryAnalysis is refused by Validate: the controller does not act
-	// on aliases yet.
+	// CanaryAnalysis puts the alias under the canary controller as the
+	// group "<service>/<alias>" (kind model): exactly two targets, the
+	// first the baseline, the second the canary; the fields and rules of
+	// a split's, and the metric may also be MetricTTFTP99.
 	CanaryAnalysis *CanaryAnalysis `json:"canary_analysis,omitempty"`
 }
 
@@ -137,7 +139,15 @@ func (v *validator) models(svc *Service, path string) {
 		v.modelTargets(a.Targets, member(ap, "targets"))
 		v.affinity(a, svc, member(ap, "affinity"))
 		if a.CanaryAnalysis != nil {
-			v.probs.add(member(ap, "canary_analysis"), "is not yet acted on: the canary controller does not drive model aliases yet; remove it (weights of an alias are changed by publishing a spec)")
+			total := 0
+			for _, t := range a.Targets {
+				if t.Weight < 0 || t.Weight > MaxWeight {
+					total = -1
+					break
+				}
+				total += t.Weight
+			}
+			v.canaryOf(a.CanaryAnalysis, member(ap, "canary_analysis"), len(a.Targets), max(total, 0), modelMetrics)
 		}
 	}
 }
@@ -211,4 +221,36 @@ func checkModelName(s string) string {
 		return "must not contain control characters"
 	}
 	return ""
+}
+
+// SetModelGroupWeights returns a copy of s in which the two targets of the
+// model group named group ("<service>/<alias>", ModelGroupName) have
+// weights baseline and canary; s is not modified. It fails with
+// ErrServiceNotFound for an unknown service, an error for an alias that is
+// not a group of two targets, or a *ValidationError of the result.
+func SetModelGroupWeights(s *Spec, group string, baseline, canary int) (*Spec, error) {
+	svcName, alias, _ := strings.Cut(group, "/")
+	next := s.Clone()
+	for i := range next.Services {
+		svc := &next.Services[i]
+		if svc.Name != svcName {
+			continue
+		}
+		for j := range svc.Models {
+			a := &svc.Models[j]
+			if a.Alias != alias {
+				continue
+			}
+			if len(a.Targets) != 2 {
+				return nil, fmt.Errorf("model alias %q of service %q has %d targets, not a canary group of 2", alias, svcName, len(a.Targets))
+			}
+			a.Targets[0].Weight, a.Targets[1].Weight = baseline, canary
+			if err := next.Validate(); err != nil {
+				return nil, err
+			}
+			return next, nil
+		}
+		return nil, fmt.Errorf("service %q has no model alias %q", svcName, alias)
+	}
+	return nil, ErrServiceNotFound
 }

@@ -85,11 +85,21 @@ func TestModelsValidate(t *testing.T) {
 		{"cookie without sticky", `    models:
       - {alias: chat, affinity: cookie, targets: [{upstream: vllm-b, model: llama}]}`,
 			[]problem{{p + "[0].affinity", "the service has no sticky", ""}}},
-		{"canary not yet", `    models:
+		{"canary on one target", `    models:
       - alias: chat
-        targets: [{upstream: vllm-b, model: llama}, {upstream: openai-a, model: gpt}]
+        targets: [{upstream: vllm-b, model: llama, weight: 10}]
         canary_analysis: {enabled: true, promote: {metric: error_rate, threshold: 0.01}, rollback: {metric: error_rate, threshold: 0.05}}`,
-			[]problem{{p + "[0].canary_analysis", "is not yet acted on", ""}}},
+			[]problem{{p + "[0].canary_analysis", "needs exactly 2 targets (baseline, canary), got 1", ""}}},
+		{"canary unknown metric", `    models:
+      - alias: chat
+        targets: [{upstream: vllm-b, model: llama, weight: 90}, {upstream: openai-a, model: gpt, weight: 10}]
+        canary_analysis: {enabled: true, promote: {metric: error_rate, threshold: 0.01}, rollback: {metric: ttft_p50, threshold: 2}}`,
+			[]problem{{p + "[0].canary_analysis.rollback.metric", `unknown metric "ttft_p50"; allowed: error_rate, latency_p99, ttft_p99`, ""}}},
+		{"canary ttft threshold", `    models:
+      - alias: chat
+        targets: [{upstream: vllm-b, model: llama, weight: 90}, {upstream: openai-a, model: gpt, weight: 10}]
+        canary_analysis: {enabled: true, promote: {metric: error_rate, threshold: 0.01}, rollback: {metric: ttft_p99, threshold: 0}}`,
+			[]problem{{p + "[0].canary_analysis.rollback.threshold", "must be in (0, 600] for ttft_p99 (seconds), got 0", ""}}},
 		{"max_body_bytes too large", `    max_body_bytes: 99999999999
     models:
       - {alias: chat, targets: [{upstream: vllm-b, model: llama}]}`,
@@ -137,4 +147,38 @@ func TestModelsDiff(t *testing.T) {
 	if d.Change != ChangeModified || strings.Join(d.Details, "\n") != strings.Join(want, "\n") {
 		t.Errorf("diff %s:\n%s\nwant\n%s", d.Change, strings.Join(d.Details, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// canary_analysis on an alias of two targets is accepted, ttft_p99
+// included, with the defaults of a split's; ttft_p99 on a split is
+// refused, naming the field.
+func TestModelCanaryAnalysis(t *testing.T) {
+	t.Parallel()
+	s, err := Parse(modelsYAML(`    models:
+      - alias: chat
+        targets: [{upstream: vllm-b, model: llama, weight: 90}, {upstream: openai-a, model: gpt, weight: 10}]
+        canary_analysis: {enabled: true, promote: {metric: ttft_p99, threshold: 0.5}, rollback: {metric: error_rate, threshold: 0.05}}`))
+	if err != nil {
+		t.Fatalf("alias canary_analysis refused: %v", err)
+	}
+	d := s.Clone()
+	d.Defaults()
+	ca := d.Services[0].Models[0].CanaryAnalysis
+	if ca.WindowSeconds != DefaultCanaryWindowS || ca.MinRequests != DefaultCanaryMinRequests || ca.Step != DefaultCanaryStep {
+		t.Errorf("defaults of an alias's canary_analysis: %+v", ca)
+	}
+	keys := CanaryKeys(s)
+	if _, ok := keys["llm/chat"]; !ok {
+		t.Errorf("CanaryKeys = %v, want a key for llm/chat", keys)
+	}
+	_, err = Parse([]byte(`upstreams:
+  - {name: a, endpoints: ["127.0.0.1:1"]}
+  - {name: b, endpoints: ["127.0.0.1:2"]}
+services:
+  - name: web
+    split:
+      targets: [{upstream: a, weight: 9}, {upstream: b, weight: 1}]
+      canary_analysis: {enabled: true, promote: {metric: error_rate, threshold: 0.01}, rollback: {metric: ttft_p99, threshold: 2}}
+`))
+	checkProblems(t, err, problem{"services[0].split.canary_analysis.rollback.metric", "ttft_p99 (time to the first streamed token) is a metric of a model alias's canary_analysis only", ""})
 }

@@ -20,6 +20,9 @@ const (
 const (
 	MetricErrorRate  = "error_rate"
 	MetricLatencyP99 = "latency_p99"
+	// MetricTTFTP99 is the p99 time to the first streamed token, in
+	// seconds: a metric of a model alias's canary_analysis only.
+	MetricTTFTP99 = "ttft_p99"
 )
 
 // Spec is one generation of routing configuration. The zero value is an empty

@@ -49,6 +49,9 @@ var balancers = []string{BalancerRoundRobin, BalancerLeastConn, BalancerIPHash, 
 
 var metrics = []string{MetricErrorRate, MetricLatencyP99}
 
+// modelMetrics are the metrics of a model alias's canary_analysis.
+var modelMetrics = []string{MetricErrorRate, MetricLatencyP99, MetricTTFTP99}
+
 // Validate checks the whole spec and returns nil or a *ValidationError that
 // lists every problem, in the order met walking the spec top-down. It judges
 // the spec as Defaults would leave it (an empty balancer is round_robin, and
@@ -568,6 +571,12 @@ func (v *validator) allocation(sp *Split, path string, n int, weightsOK bool) {
 // canary checks canary analysis for a split of n targets with the given
 // total weight (0 when the weights are invalid and the total is unknown).
 func (v *validator) canary(ca *CanaryAnalysis, path string, n, total int) {
+	v.canaryOf(ca, path, n, total, metrics)
+}
+
+// canaryOf is canary with the metrics allowed (a split's, or a model
+// alias's).
+func (v *validator) canaryOf(ca *CanaryAnalysis, path string, n, total int, allowed []string) {
 	if n != 2 {
 		v.probs.add(path, "needs exactly 2 targets (baseline, canary), got %d", n)
 	}
@@ -593,8 +602,8 @@ func (v *validator) canary(ca *CanaryAnalysis, path string, n, total int) {
 	if ca.Gate != "" && !slices.Contains(gates, ca.Gate) {
 		v.probs.add(member(path, "gate"), "unknown gate %s; allowed: %s", quote(ca.Gate), strings.Join(gates, ", "))
 	}
-	promoteOK := v.threshold(ca.Promote, member(path, "promote"))
-	rollbackOK := v.threshold(ca.Rollback, member(path, "rollback"))
+	promoteOK := v.threshold(ca.Promote, member(path, "promote"), allowed)
+	rollbackOK := v.threshold(ca.Rollback, member(path, "rollback"), allowed)
 	if ca.Promote.ForSeconds != 0 {
 		v.probs.add(member(path, "promote.for_seconds"), "is for rollback only; a promotion waits with hold_seconds")
 	}
@@ -681,32 +690,37 @@ func (v *validator) steps(ca *CanaryAnalysis, path string, total int) {
 
 // threshold checks one promote or rollback bound and reports whether it is
 // valid.
-func (v *validator) threshold(t Threshold, path string) bool {
-	if !slices.Contains(metrics, t.Metric) {
-		if t.Metric == "" {
-			v.probs.add(member(path, "metric"), "is required; allowed: %s", strings.Join(metrics, ", "))
-		} else {
-			v.probs.add(member(path, "metric"), "unknown metric %s; allowed: %s", quote(t.Metric), strings.Join(metrics, ", "))
+func (v *validator) threshold(t Threshold, path string, allowed []string) bool {
+	if !slices.Contains(allowed, t.Metric) {
+		switch {
+		case t.Metric == "":
+			v.probs.add(member(path, "metric"), "is required; allowed: %s", strings.Join(allowed, ", "))
+		case t.Metric == MetricTTFTP99:
+			v.probs.add(member(path, "metric"), "ttft_p99 (time to the first streamed token) is a metric of a model alias's canary_analysis only; a split's allowed: %s", strings.Join(allowed, ", "))
+		default:
+			v.probs.add(member(path, "metric"), "unknown metric %s; allowed: %s", quote(t.Metric), strings.Join(allowed, ", "))
 		}
 		return false
 	}
+	// ttft_p99 is bounded as latency_p99 (seconds).
+	lat := t.Metric == MetricLatencyP99 || t.Metric == MetricTTFTP99
 	x := t.Threshold
 	ok := true
 	switch {
 	case t.Metric == MetricErrorRate && !(x >= 0 && x <= 1): // written so that NaN fails too
 		v.probs.add(member(path, "threshold"), "must be in [0, 1] for error_rate (a fraction of requests), got %g", x)
 		ok = false
-	case t.Metric == MetricLatencyP99 && t.Relative != nil && !(x >= 0 && x <= MaxLatencyP99S):
-		v.probs.add(member(path, "threshold"), "must be in [0, %d] for latency_p99 (seconds; 0: none, beside relative), got %g", MaxLatencyP99S, x)
+	case lat && t.Relative != nil && !(x >= 0 && x <= MaxLatencyP99S):
+		v.probs.add(member(path, "threshold"), "must be in [0, %d] for %s (seconds; 0: none, beside relative), got %g", MaxLatencyP99S, t.Metric, x)
 		ok = false
-	case t.Metric == MetricLatencyP99 && t.Relative == nil && !(x > 0 && x <= MaxLatencyP99S):
-		v.probs.add(member(path, "threshold"), "must be in (0, %d] for latency_p99 (seconds), got %g", MaxLatencyP99S, x)
+	case lat && t.Relative == nil && !(x > 0 && x <= MaxLatencyP99S):
+		v.probs.add(member(path, "threshold"), "must be in (0, %d] for %s (seconds), got %g", MaxLatencyP99S, t.Metric, x)
 		ok = false
 	}
 	if r := t.Relative; r != nil {
 		rp := member(path, "relative")
 		maxMargin := 1.0
-		if t.Metric == MetricLatencyP99 {
+		if lat {
 			maxMargin = MaxLatencyP99S
 		}
 		switch {

@@ -168,7 +168,7 @@ func (f *Flusher) flush(ctx context.Context) error {
 		}
 		rows = append(rows, db.CanaryWindowRow{
 			Generation: k.generation, Service: k.service, Version: k.version,
-			Requests: s.Requests, Errors: s.Errors, Latency: s.Latency.AppendSparse(nil),
+			Requests: s.Requests, Errors: s.Errors, Latency: s.AppendSparse(nil),
 		})
 	}
 	if len(rows) == 0 {

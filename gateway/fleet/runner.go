@@ -385,7 +385,7 @@ func (r *Runner) prime(ctx context.Context, log *slog.Logger) {
 
 func fill(s *canary.Stats, t db.CanaryTotals) error {
 	s.Requests, s.Errors = t.Requests, t.Errors
-	return s.Latency.AddSparse(t.Latency)
+	return s.AddSparse(t.Latency)
 }
 
 func (r *Runner) gauges(service string, w *canary.Window) {

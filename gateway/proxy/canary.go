@@ -24,9 +24,12 @@ func (p *Proxy) CanaryRecorders() (int64, []CanaryRecorders) {
 	if t == nil {
 		return 0, nil
 	}
-	recs := make([]CanaryRecorders, 0, len(t.canaries))
+	recs := make([]CanaryRecorders, 0, len(t.canaries)+len(t.modelCanaries))
 	for _, svc := range t.canaries {
 		recs = append(recs, CanaryRecorders{Service: svc.name, Baseline: svc.targets[0].rec, Canary: svc.targets[1].rec})
+	}
+	for _, a := range t.modelCanaries {
+		recs = append(recs, CanaryRecorders{Service: a.group, Baseline: a.targets[0].rec, Canary: a.targets[1].rec})
 	}
 	return t.generation, recs
 }
@@ -61,6 +64,22 @@ func (p *Proxy) SetCanaryWeight(generation int64, service string, canaryWeight i
 		g.weight.Set(float64(canaryWeight))
 		return true, nil
 	}
+	for _, a := range t.modelCanaries {
+		if a.group != service {
+			continue
+		}
+		g := a.canary
+		if canaryWeight < 0 || canaryWeight > g.total {
+			return false, fmt.Errorf("canary weight %d of %q: want 0..%d", canaryWeight, service, g.total)
+		}
+		sp, err := split.New([]int{g.total - canaryWeight, canaryWeight})
+		if err != nil {
+			return false, fmt.Errorf("canary weight of %q: %w", service, err)
+		}
+		a.sp.Store(sp)
+		g.weight.Set(float64(canaryWeight))
+		return true, nil
+	}
 	return false, fmt.Errorf("service %q has no canary analysis in generation %d", service, generation)
 }
 
@@ -74,6 +93,11 @@ func (p *Proxy) CanaryWeight(service string) (int, bool) {
 	for _, svc := range t.canaries {
 		if svc.name == service {
 			return int(svc.split.Load().Weight(1)), true
+		}
+	}
+	for _, a := range t.modelCanaries {
+		if a.group == service {
+			return int(a.sp.Load().Weight(1)), true
 		}
 	}
 	return 0, false

@@ -113,7 +113,7 @@ func (p *Proxy) exchangeRetrying(ctx context.Context, a *Attempt, req *Request, 
 		x, err = p.roundTrip(ctx, a.Endpoint, a.Target, send, req.replayable())
 	}
 	if m := a.Target.model; m != nil {
-		x.Conn.tapAnswer(m, sentAt)
+		x.Conn.tapAnswer(m, a.Target.rec, sentAt)
 	}
 	return x, nil
 }

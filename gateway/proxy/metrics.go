@@ -191,6 +191,9 @@ func (p *Proxy) retainTargetMetrics(t *Table) {
 	for _, svc := range t.canaries {
 		groups[svc.name] = true
 	}
+	for _, a := range t.modelCanaries {
+		groups[a.group] = true
+	}
 	for _, g := range p.canaryGroups {
 		if !groups[g] {
 			p.m.canaryWeight.DeleteLabelValues(g)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dwara/dwara/gateway/canary"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/modelreq"
 	"github.com/dwara/dwara/gateway/split"
@@ -51,6 +52,10 @@ import (
 // statusContentTooLarge is RFC 9110's 413.
 const statusContentTooLarge = 413
 
+// statusTooManyRequests is RFC 6585's 429: a provider's rate limit, not a
+// canary error of a model group.
+const statusTooManyRequests = 429
+
 // modelPaths are the paths under a service's base path whose POSTs are
 // routed by model.
 var modelPaths = [...]string{"/chat/completions", "/completions", "/embeddings", "/responses"}
@@ -72,9 +77,15 @@ const (
 
 // modelAlias is a compiled config.ModelAlias.
 type modelAlias struct {
-	name     string
-	sp       *split.Split
-	targets  []*Target
+	name string
+	// sp is the alias's weighted split: the generation's, until the
+	// canary controller swaps in transient weights (SetCanaryWeight).
+	sp      atomic.Pointer[split.Split]
+	targets []*Target
+	// group is the alias's canary group name, "<service>/<alias>", and
+	// canary its compiled group; nil without canary_analysis.
+	group    string
+	canary   *canaryGroup
 	affinity affinityKind
 	// header is the affinity header, lowercase (Request.Header).
 	header string
@@ -154,7 +165,16 @@ func (p *Proxy) compileModels(s config.Service, cs *service, t *Table, gen strin
 		if err != nil {
 			return errors.New("alias " + strconv.Quote(a.Alias) + ": " + err.Error())
 		}
-		ca.sp = sp
+		ca.sp.Store(sp)
+		if a.CanaryAnalysis != nil && len(ca.targets) == 2 {
+			ca.group = config.ModelGroupName(s.Name, a.Alias)
+			ca.canary = &canaryGroup{total: weights[0] + weights[1], weight: p.m.canaryWeight.WithLabelValues(ca.group)}
+			ca.canary.weight.Set(float64(weights[1]))
+			for _, tg := range ca.targets {
+				tg.rec = canary.NewRecorder()
+			}
+			t.modelCanaries = append(t.modelCanaries, ca)
+		}
 		mr.aliases = append(mr.aliases, ca)
 	}
 	cs.models = mr
@@ -227,14 +247,15 @@ func (p *Proxy) routeModel(svc *service, v *Request, rt *Route, key, balKey stri
 		pickKey = key
 	}
 	h := split.Hash(pickKey)
-	ti := a.sp.PickHash(h)
+	sp := a.sp.Load()
+	ti := sp.PickHash(h)
 	tg := a.targets[ti]
 	ei := tg.Up.balancer.Pick(balKey)
 	if ei < 0 {
 		tg.failovers.Inc()
 		excluded := uint8(1) << ti
 		for ei < 0 {
-			if ti = a.sp.PickExcluding(h, excluded); ti < 0 {
+			if ti = sp.PickExcluding(h, excluded); ti < 0 {
 				b.Release()
 				*rt = Route{Status: statusBadGateway, Title: "No healthy upstream",
 					Detail: "every endpoint of every target of model " + a.name + " of service " + svc.name + " is down"}
@@ -454,7 +475,8 @@ const tapTail = 2048
 // (TTFT) and the usage in its tail. It lives in the connection, so it
 // allocates nothing.
 type answerTap struct {
-	m      *modelTarget // nil: no tap
+	m      *modelTarget     // nil: no tap
+	rec    *canary.Recorder // the target's canary recorder; nil outside a model group
 	body   *answerBody
 	sent   time.Time
 	stream bool // an event stream
@@ -468,9 +490,9 @@ type answerTap struct {
 // tapAnswer taps the answer just read on c for alias target m, whose
 // request was sent at sent. A body the connection holds whole already is
 // looked at now: a front may copy it out of the buffer without reading it.
-func (c *Conn) tapAnswer(m *modelTarget, sent time.Time) {
+func (c *Conn) tapAnswer(m *modelTarget, rec *canary.Recorder, sent time.Time) {
 	t := &c.tap
-	t.m, t.body, t.sent, t.n, t.first, t.done = m, &c.answer, sent, 0, false, false
+	t.m, t.rec, t.body, t.sent, t.n, t.first, t.done = m, rec, &c.answer, sent, 0, false, false
 	t.stream = bytes.HasPrefix(c.Head.First("Content-Type"), []byte("text/event-stream"))
 	if c.Head.Status != 200 || c.Head.Framing == bodyNone {
 		t.done = true
@@ -502,7 +524,11 @@ func (t *answerTap) Read(p []byte) (int, error) {
 func (t *answerTap) observe(b []byte) {
 	if t.stream && !t.first && hasContentEvent(b) {
 		t.first = true
-		t.m.ttft.Observe(time.Since(t.sent).Seconds())
+		d := time.Since(t.sent)
+		t.m.ttft.Observe(d.Seconds())
+		if t.rec != nil {
+			t.rec.ObserveTTFT(d)
+		}
 	}
 	if len(b) >= tapTail {
 		t.n = copy(t.tail[:], b[len(b)-tapTail:])

@@ -475,7 +475,10 @@ func (a *Attempt) End(code int, start time.Time) {
 	tg.codes.inc(code)
 	d := time.Since(start)
 	tg.duration.Observe(d.Seconds())
-	if tg.rec != nil && code != StatusClientGone {
+	// A provider's 429 to a model alias is counted apart (its
+	// dwara_model_requests_total code) and is no request of the window:
+	// neither an error nor a success of the model.
+	if tg.rec != nil && code != StatusClientGone && (code != statusTooManyRequests || tg.model == nil) {
 		tg.rec.Observe(d, code >= 500)
 	}
 	if tg.model != nil {

@@ -31,6 +31,9 @@ type Table struct {
 	upstreams map[string]*upstream
 	// canaries are the services with canary analysis, in spec order.
 	canaries []*service
+	// modelCanaries are the model aliases with canary analysis, in spec
+	// order (groups "<service>/<alias>").
+	modelCanaries []*modelAlias
 	// caches are the services' response caches, by service name.
 	caches map[string]*serviceCache
 }

@@ -1139,6 +1139,7 @@ function CanaryGroup({group, events, spec, since, now, ask, mutate}) {
 	return html`<article class="card canary" data-canary=${group.service} aria-labelledby=${headId}>
 		<header class="card-head">
 			<h3 id=${headId}>${group.service}</h3>
+			${group.kind === 'model' && html`<span class="badge" data-kind="model" title="a model alias of the service">model</span>`}
 			<span class=${`badge state-${group.state}`} data-state=${group.state}>${group.state.replace('_', ' ')}</span>
 		</header>
 		<p>Baseline <strong>${group.baseline}</strong>, canary <strong>${group.canary}</strong>:
