@@ -43,25 +43,14 @@ func (s *Store) RecordLocalBrake(ctx context.Context, e apiv1.CanaryEvent, confi
 	if e.Action != apiv1.CanarySevereRollback || e.ToWeight != 0 {
 		return apiv1.CanaryEvent{}, false, fmt.Errorf("record a local brake: want a severe_rollback to 0, got %s to %d", e.Action, e.ToWeight)
 	}
-	baseline, err := figuresJSON(e.Baseline)
-	if err != nil {
-		return apiv1.CanaryEvent{}, false, err
-	}
-	canary, err := figuresJSON(e.Canary)
-	if err != nil {
-		return apiv1.CanaryEvent{}, false, err
-	}
-	ruleFigures, err := ruleFiguresJSON(e.RuleFigures)
+	baseline, canary, ruleFigures, err := eventFiguresJSON(e)
 	if err != nil {
 		return apiv1.CanaryEvent{}, false, err
 	}
 	var stored apiv1.CanaryEvent
 	recorded := false
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, publishLockKey); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, canaryHoldLockKey, e.Service); err != nil {
+		if err := lockForWeightChange(ctx, tx, e.Service); err != nil {
 			return err
 		}
 		row := tx.QueryRow(ctx, `

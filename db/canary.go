@@ -579,31 +579,14 @@ func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured
 	default:
 		return apiv1.CanaryEvent{}, false, fmt.Errorf("record canary event: %q is not a controller action", e.Action)
 	}
-	baseline, err := figuresJSON(e.Baseline)
-	if err != nil {
-		return apiv1.CanaryEvent{}, false, err
-	}
-	canary, err := figuresJSON(e.Canary)
-	if err != nil {
-		return apiv1.CanaryEvent{}, false, err
-	}
-	ruleFigures, err := ruleFiguresJSON(e.RuleFigures)
+	baseline, canary, ruleFigures, err := eventFiguresJSON(e)
 	if err != nil {
 		return apiv1.CanaryEvent{}, false, err
 	}
 	var stored apiv1.CanaryEvent
 	recorded := false
 	err = pgx.BeginFunc(ctx, l.conn, func(tx pgx.Tx) error {
-		// A publish in flight (which holds the publish lock) commits
-		// before this is judged against the newest generation, so an
-		// action is never recorded on a generation a new one already
-		// replaced and carried over without it.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, publishLockKey); err != nil {
-			return err
-		}
-		// Serialised with a proxy's report of a local brake
-		// (RecordLocalBrake), so each compare-and-set sees the other.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, canaryHoldLockKey, e.Service); err != nil {
+		if err := lockForWeightChange(ctx, tx, e.Service); err != nil {
 			return err
 		}
 		row := tx.QueryRow(ctx, `
@@ -636,6 +619,36 @@ func (l *CanaryLock) Record(ctx context.Context, e apiv1.CanaryEvent, configured
 		return apiv1.CanaryEvent{}, false, fmt.Errorf("record canary %s of %q: %w", e.Action, e.Service, err)
 	}
 	return stored, recorded, nil
+}
+
+// lockForWeightChange takes the locks a compare-and-set of service's weight
+// in force holds until tx ends: the publish lock shared, so a publish in
+// flight commits before the change is judged against the newest
+// generation (a change is never recorded on a generation a new one already
+// replaced and carried over without it); and the service's hold lock, so
+// the runner's record (CanaryLock.Record) and a proxy's report of a local
+// brake (RecordLocalBrake) each see the other.
+func lockForWeightChange(ctx context.Context, tx pgx.Tx, service string) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, publishLockKey); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, canaryHoldLockKey, service)
+	return err
+}
+
+// eventFiguresJSON encodes e's baseline, canary and rule figures as they
+// are stored.
+func eventFiguresJSON(e apiv1.CanaryEvent) (baseline, canary, ruleFigures []byte, err error) {
+	if baseline, err = figuresJSON(e.Baseline); err != nil {
+		return nil, nil, nil, err
+	}
+	if canary, err = figuresJSON(e.Canary); err != nil {
+		return nil, nil, nil, err
+	}
+	if ruleFigures, err = ruleFiguresJSON(e.RuleFigures); err != nil {
+		return nil, nil, nil, err
+	}
+	return baseline, canary, ruleFigures, nil
 }
 
 // ruleFiguresJSON encodes an event's rule figures; nil stays nil. JSON
