@@ -104,14 +104,16 @@ type targetMetrics struct {
 // caches; further codes are counted through a label lookup.
 const codeSlots = 16
 
-// codeCounters caches the dwara_requests_total child of each status code
-// seen for one (service, upstream) pair in a small fixed table: a slot is
-// claimed by compare-and-swap on its code, so the hot path does a short
-// scan and one atomic add. Safe for concurrent use.
+// codeCounters caches the children of a counter by status code (of
+// dwara_requests_total for one (service, upstream), of
+// dwara_model_requests_total for one alias target) in a small fixed table:
+// a slot is claimed by compare-and-swap on its code, so the hot path does
+// a short scan and one atomic add. labels are the values of every label
+// but the last, the code. Safe for concurrent use once set.
 type codeCounters struct {
-	vec               *prometheus.CounterVec
-	service, upstream string
-	slots             [codeSlots]struct {
+	vec    *prometheus.CounterVec
+	labels []string
+	slots  [codeSlots]struct {
 		code atomic.Int32
 		ctr  atomic.Pointer[prometheus.Counter]
 	}
@@ -127,10 +129,10 @@ func (c *codeCounters) inc(code int) {
 				return
 			}
 			// Claimed a moment ago, not filled yet: count by lookup.
-			c.vec.WithLabelValues(c.service, c.upstream, strconv.Itoa(code)).Inc()
+			c.child(code).Inc()
 			return
 		case got == 0 && s.code.CompareAndSwap(0, int32(code)):
-			ctr := c.vec.WithLabelValues(c.service, c.upstream, strconv.Itoa(code))
+			ctr := c.child(code)
 			s.ctr.Store(&ctr)
 			ctr.Inc()
 			return
@@ -138,7 +140,13 @@ func (c *codeCounters) inc(code int) {
 			i-- // lost the race for this slot: look at it again
 		}
 	}
-	c.vec.WithLabelValues(c.service, c.upstream, strconv.Itoa(code)).Inc()
+	c.child(code).Inc()
+}
+
+// child looks code's counter up (off the cached path: a slot claimed, or
+// more codes than slots).
+func (c *codeCounters) child(code int) prometheus.Counter {
+	return c.vec.WithLabelValues(append(c.labels[:len(c.labels):len(c.labels)], strconv.Itoa(code))...)
 }
 
 // targetMetrics returns the metric children of (service, upstream),
@@ -153,7 +161,7 @@ func (p *Proxy) targetMetrics(service, upstream string) *targetMetrics {
 			failovers: p.m.failovers.WithLabelValues(service, upstream),
 			duration:  p.m.duration.WithLabelValues(service, upstream),
 		}
-		tm.codes.vec, tm.codes.service, tm.codes.upstream = p.m.requests, service, upstream
+		tm.codes.vec, tm.codes.labels = p.m.requests, []string{service, upstream}
 		p.children[key] = tm
 	}
 	return tm
@@ -180,7 +188,7 @@ func (p *Proxy) retainTargetMetrics(t *Table) {
 			continue
 		}
 		delete(p.children, key)
-		s, u := tm.codes.service, tm.codes.upstream
+		s, u := tm.codes.labels[0], tm.codes.labels[1]
 		p.m.picks.DeleteLabelValues(s, u)
 		p.m.forced.DeleteLabelValues(s, u)
 		p.m.failovers.DeleteLabelValues(s, u)

@@ -14,7 +14,7 @@ import (
 func TestCodeCountersEveryCode(t *testing.T) {
 	t.Parallel()
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c"}, []string{"service", "upstream", "code"})
-	c := &codeCounters{vec: vec, service: "s", upstream: "u"}
+	c := &codeCounters{vec: vec, labels: []string{"s", "u"}}
 	const workers, rounds = 8, 50
 	codes := []int{200, 201, 204, 301, 302, 304, 400, 401, 403, 404, 409, 412, 422, 429, 499, 500, 502, 503, 504, 599}
 	var wg sync.WaitGroup

@@ -94,8 +94,10 @@ type modelAlias struct {
 // modelTarget is what a Target of an alias adds: the model it is sent,
 // and its metric children.
 type modelTarget struct {
-	model              string
-	codes              modelCodes
+	model string
+	// key is (service, alias, upstream, model): its modelSeries key.
+	key                [4]string
+	codes              codeCounters
 	ttft               prometheus.Observer
 	prompt, completion prometheus.Counter
 }
@@ -375,47 +377,6 @@ func (b *ModelBody) Release() {
 	}
 }
 
-// modelCodes caches the dwara_model_requests_total child of each status
-// code of one alias target in a small fixed table, as codeCounters does
-// for dwara_requests_total: a slot is claimed by compare-and-swap on its
-// code, so the hot path does a short scan and one atomic add.
-type modelCodes struct {
-	vec    *prometheus.CounterVec
-	labels [4]string // service, alias, upstream, model
-	slots  [8]struct {
-		code atomic.Int32
-		ctr  atomic.Pointer[prometheus.Counter]
-	}
-}
-
-func (c *modelCodes) inc(code int) {
-	for i := 0; i < len(c.slots); i++ {
-		s := &c.slots[i]
-		switch got := s.code.Load(); {
-		case got == int32(code):
-			if p := s.ctr.Load(); p != nil {
-				(*p).Inc()
-				return
-			}
-			c.child(code).Inc() // claimed a moment ago, not filled yet
-			return
-		case got == 0 && s.code.CompareAndSwap(0, int32(code)):
-			ctr := c.child(code)
-			s.ctr.Store(&ctr)
-			ctr.Inc()
-			return
-		case got == 0:
-			i-- // lost the race for this slot: look at it again
-		}
-	}
-	c.child(code).Inc()
-}
-
-func (c *modelCodes) child(code int) prometheus.Counter {
-	l := &c.labels
-	return c.vec.WithLabelValues(l[0], l[1], l[2], l[3], strconv.Itoa(code))
-}
-
 // modelTarget returns the metric children of an alias target, kept
 // across generations while it exists. Called under applyMu.
 func (p *Proxy) modelTarget(service, alias, upstream, model string) *modelTarget {
@@ -432,7 +393,7 @@ func (p *Proxy) modelTarget(service, alias, upstream, model string) *modelTarget
 		prompt:     p.m.modelTokens.WithLabelValues(service, alias, upstream, "prompt"),
 		completion: p.m.modelTokens.WithLabelValues(service, alias, upstream, "completion"),
 	}
-	mt.codes.vec, mt.codes.labels = p.m.modelRequests, k
+	mt.codes.vec, mt.codes.labels, mt.key = p.m.modelRequests, k[:], k
 	p.modelSeries[k] = mt
 	return mt
 }
@@ -448,7 +409,7 @@ func (p *Proxy) retainModelMetrics(t *Table) {
 		}
 		for _, a := range svc.models.aliases {
 			for _, tg := range a.targets {
-				keep[tg.model.codes.labels] = true
+				keep[tg.model.key] = true
 				keep3[[3]string{svc.name, a.name, tg.Up.name}] = true
 			}
 		}
