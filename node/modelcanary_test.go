@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db"
@@ -22,12 +23,19 @@ import (
 // llm.
 const modelGroup = "llm/chat"
 
+// errorRateAnalysis is the canary_analysis of TestModelCanary: a 60 s
+// window, min_requests 200, roll back above an error rate of 5% (straight
+// to 0 above 10%), never promote (below 0), a cooldown of a minute.
+const errorRateAnalysis = `{
+        "enabled": true, "window_seconds": 60, "step": 10, "min_requests": 200, "cooldown_seconds": 60,
+        "promote": {"metric": "error_rate", "threshold": 0},
+        "rollback": {"metric": "error_rate", "threshold": 0.05}
+      }`
+
 // modelCanarySpec routes alias chat of service llm (base path /v1) 90/10
 // between the fake upstreams base (model m-base) and cand (model m-cand)
-// under canary analysis: a 60 s window, min_requests 200, roll back above
-// an error rate of 5% (straight to 0 above 10%), never promote (below
-// 0), a cooldown of a minute.
-func modelCanarySpec(base, cand string) json.RawMessage {
+// under the canary analysis analysis (a JSON object).
+func modelCanarySpec(base, cand, analysis string) json.RawMessage {
 	return json.RawMessage(fmt.Sprintf(`{
   "upstreams": [
     {"name": "base", "endpoints": [%q]},
@@ -38,14 +46,108 @@ func modelCanarySpec(base, cand string) json.RawMessage {
     "models": [{
       "alias": "chat",
       "targets": [{"upstream": "base", "model": "m-base", "weight": 90}, {"upstream": "cand", "model": "m-cand", "weight": 10}],
-      "canary_analysis": {
-        "enabled": true, "window_seconds": 60, "step": 10, "min_requests": 200, "cooldown_seconds": 60,
-        "promote": {"metric": "error_rate", "threshold": 0},
-        "rollback": {"metric": "error_rate", "threshold": 0.05}
-      }
+      "canary_analysis": %s
     }]
   }]
-}`, base, cand))
+}`, base, cand, analysis))
+}
+
+// modelFleet is dwara serve and a replica sharing one database, both
+// serving modelCanarySpec with a fresh baseline fake and the test's
+// canary fake, llm/chat at weight 10 on both.
+type modelFleet struct {
+	store          *db.Store
+	serve, replica *proc
+	g              apiv1.Generation
+	next           func() string
+}
+
+// startModelFleet starts a modelFleet whose canary fake has options cand
+// and whose alias is judged by analysis, and waits until both processes
+// serve llm/chat at weight 10.
+func startModelFleet(t *testing.T, cand fakeai.Options, analysis string) *modelFleet {
+	t.Helper()
+	url := dbtest.New(t)
+	f := &modelFleet{store: openTestStore(t, url), next: ids(25)}
+	base := fakeAI(t, fakeai.Options{Name: "base", Seed: 3, Events: 2})
+	f.serve, f.replica = canaryProcs(t, "", url, nil)
+	f.g = publish(t, f.serve.Admin, modelCanarySpec(base, fakeAI(t, cand), analysis))
+	f.serve.waitApplied(t, f.g.ID)
+	f.replica.waitApplied(t, f.g.ID)
+	f.waitWeight(t, 10)
+	return f
+}
+
+// modelWeightIs reports whether every process serves llm/chat at canary
+// weight w.
+func modelWeightIs(t *testing.T, w float64, procs ...*proc) bool {
+	t.Helper()
+	for _, p := range procs {
+		if v, ok := scrape(t, metricsAddr(p), "dwara_canary_weight")["group="+modelGroup]; !ok || v != w {
+			return false
+		}
+	}
+	return true
+}
+
+// waitWeight waits until both processes serve llm/chat at canary weight w.
+func (f *modelFleet) waitWeight(t *testing.T, w float64) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("both processes at weight %v of %s", w, modelGroup), func() bool {
+		return modelWeightIs(t, w, f.serve, f.replica)
+	}, ticks(t, canaryInterval))
+}
+
+// sendUntil sends streamed chats through the replica until done (asked
+// every 20 requests) and fails the test after max requests without it.
+func (f *modelFleet) sendUntil(t *testing.T, max int, what string, done func() bool) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if i%20 == 0 && done() {
+			return
+		}
+		if i >= max {
+			t.Fatalf("%s: not after %d requests", what, i)
+		}
+		sendChat(t, f.replica.Proxy, f.next())
+	}
+}
+
+// judged reports whether a process's window of llm/chat, as last judged,
+// holds at least n requests.
+func (f *modelFleet) judged(t *testing.T, n float64) bool {
+	t.Helper()
+	for _, p := range []*proc{f.serve, f.replica} {
+		m := scrape(t, metricsAddr(p), "dwara_canary_window_requests")
+		if m["group="+modelGroup+",version=baseline"]+m["group="+modelGroup+",version=canary"] >= n {
+			return true
+		}
+	}
+	return false
+}
+
+// events returns the canary events of llm/chat, oldest first.
+func (f *modelFleet) events(t *testing.T) []apiv1.CanaryEvent {
+	t.Helper()
+	return modelEvents(t, f.store, f.g.ID)
+}
+
+// canaryModelUnused sends 100 chats through each process and fails the
+// test if any reached the canary's upstream.
+func (f *modelFleet) canaryModelUnused(t *testing.T) {
+	t.Helper()
+	for _, p := range []*proc{f.serve, f.replica} {
+		before := scrape(t, metricsAddr(p), "dwara_model_requests_total")
+		for range 100 {
+			sendChat(t, p.Proxy, f.next())
+		}
+		after := scrape(t, metricsAddr(p), "dwara_model_requests_total")
+		for k, v := range after {
+			if strings.Contains(k, "upstream=cand") && v != before[k] {
+				t.Errorf("%s after the rollback: %s went %v -> %v, want no request to the canary", p.Proxy, k, before[k], v)
+			}
+		}
+	}
 }
 
 // fakeAI starts a fake OpenAI-compatible upstream on loopback and returns
@@ -106,82 +208,28 @@ func TestModelCanary(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			url := dbtest.New(t)
-			store := openTestStore(t, url)
-			base := fakeAI(t, fakeai.Options{Name: "base", Seed: 3, Events: 2})
-			cand := fakeAI(t, tc.cand)
-			serve, replica := canaryProcs(t, "", url, nil)
-			g := publish(t, serve.Admin, modelCanarySpec(base, cand))
-			serve.waitApplied(t, g.ID)
-			replica.waitApplied(t, g.ID)
-			waitUntil(t, "both processes at weight 10 of llm/chat", func() bool {
-				for _, p := range []*proc{serve, replica} {
-					if scrape(t, metricsAddr(p), "dwara_canary_weight")["group="+modelGroup] != 10 {
-						return false
-					}
-				}
-				return true
-			}, ticks(t, canaryInterval))
-
-			next := ids(25)
-			sendChats := func(max int, what string, done func() bool) {
-				t.Helper()
-				for i := 0; ; i++ {
-					if i%20 == 0 && done() {
-						return
-					}
-					if i >= max {
-						t.Fatalf("%s: not after %d requests", what, i)
-					}
-					sendChat(t, replica.Proxy, next())
-				}
-			}
+			f := startModelFleet(t, tc.cand, errorRateAnalysis)
+			store, serve, replica, g := f.store, f.serve, f.replica, f.g
 			if tc.rollback {
-				sendChats(5000, "a rollback of llm/chat", func() bool { return len(modelEvents(t, store, g.ID)) > 0 })
-				e := modelEvents(t, store, g.ID)[0]
+				f.sendUntil(t, 5000, "a rollback of llm/chat", func() bool { return len(f.events(t)) > 0 })
+				e := f.events(t)[0]
 				if e.Service != modelGroup || e.Action != apiv1.CanarySevereRollback || e.FromWeight != 10 || e.ToWeight != 0 {
 					t.Fatalf("event %+v, want a severe_rollback of %s 10 -> 0", e, modelGroup)
 				}
 				if e.Canary == nil || e.Canary.ErrorRate < 0.1 || e.Canary.Requests+e.Baseline.Requests < 200 {
 					t.Errorf("event figures baseline %+v canary %+v, want min_requests met and the canary over 10%%", e.Baseline, e.Canary)
 				}
-				waitUntil(t, "both processes at weight 0 of llm/chat", func() bool {
-					for _, p := range []*proc{serve, replica} {
-						if scrape(t, metricsAddr(p), "dwara_canary_weight")["group="+modelGroup] != 0 {
-							return false
-						}
-					}
-					return true
-				}, ticks(t, canaryInterval))
-				for _, p := range []*proc{serve, replica} {
-					before := scrape(t, metricsAddr(p), "dwara_model_requests_total")
-					for range 100 {
-						sendChat(t, p.Proxy, next())
-					}
-					after := scrape(t, metricsAddr(p), "dwara_model_requests_total")
-					for k, v := range after {
-						if strings.Contains(k, "upstream=cand") && v != before[k] {
-							t.Errorf("%s after the rollback: %s went %v -> %v, want no request to the canary", p.Proxy, k, before[k], v)
-						}
-					}
-				}
+				f.waitWeight(t, 0)
+				f.canaryModelUnused(t)
 				return
 			}
-			judged := func() bool {
-				for _, p := range []*proc{serve, replica} {
-					m := scrape(t, metricsAddr(p), "dwara_canary_window_requests")
-					if m["group="+modelGroup+",version=baseline"]+m["group="+modelGroup+",version=canary"] >= 400 {
-						return true
-					}
-				}
-				return false
-			}
-			sendChats(5000, "a window of 400 requests judged", judged)
+			judged := func() bool { return f.judged(t, 400) }
+			f.sendUntil(t, 5000, "a window of 400 requests judged", judged)
 			for range 200 { // and judged again, several times
-				sendChat(t, replica.Proxy, next())
+				sendChat(t, replica.Proxy, f.next())
 			}
 			waitUntil(t, "the runner judged the last requests", judged, ticks(t, canaryInterval))
-			if es := modelEvents(t, store, g.ID); len(es) != 0 {
+			if es := f.events(t); len(es) != 0 {
 				t.Fatalf("a canary answering 429 at 30%%: events %+v, want none", es)
 			}
 			limited := 0.0
@@ -193,7 +241,7 @@ func TestModelCanary(t *testing.T) {
 			if limited < 10 {
 				t.Errorf("the canary answered %v 429s, want the 30%% the test is about", limited)
 			}
-			if !weightIs429(t, serve, replica) {
+			if !modelWeightIs(t, 10, serve, replica) {
 				t.Error("the weight of llm/chat moved without an event")
 			}
 
@@ -221,14 +269,73 @@ func TestModelCanary(t *testing.T) {
 	}
 }
 
-// weightIs429 reports whether both processes still serve llm/chat at its
-// configured weight 10.
-func weightIs429(t *testing.T, procs ...*proc) bool {
-	t.Helper()
-	for _, p := range procs {
-		if scrape(t, metricsAddr(p), "dwara_canary_weight")["group="+modelGroup] != 10 {
-			return false
-		}
+// ttftAnalysis judges llm/chat on ttft_p99: a 60 s window, min_requests
+// 60, roll back above 0.2 s (straight to 0 above 0.4 s), never promote,
+// a cooldown of a minute.
+const ttftAnalysis = `{
+        "enabled": true, "window_seconds": 60, "step": 10, "min_requests": 60, "cooldown_seconds": 60,
+        "promote": {"metric": "error_rate", "threshold": 0},
+        "rollback": {"metric": "ttft_p99", "threshold": 0.2}
+      }`
+
+// TestModelCanaryTTFT is the fleet test of a ttft_p99 judgement (issue
+// 25), on dwara serve and a replica sharing one database, streamed chats
+// sent to the replica: an alias at 90/10 whose canary model answers
+// every request but sends its first token after 600 ms, above twice the
+// rollback threshold of 0.2 s, is rolled back straight to 0 on both
+// proxies, the event showing the canary's TTFT p99; one whose canary
+// answers its first token after 20 ms is judged on windows of
+// min_requests and more, with that TTFT in the window, and held at 10.
+// Neither canary fails a request, so a controller that ignored ttft_p99
+// would roll back neither.
+func TestModelCanaryTTFT(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		ttft     time.Duration
+		rollback bool
+	}{
+		{"first token after 600ms", 600 * time.Millisecond, true},
+		{"first token after 20ms", 20 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := startModelFleet(t, fakeai.Options{Name: "cand", TTFT: tc.ttft, Seed: 7, Events: 2}, ttftAnalysis)
+			if tc.rollback {
+				f.sendUntil(t, 400, "a rollback of llm/chat", func() bool { return len(f.events(t)) > 0 })
+				e := f.events(t)[0]
+				if e.Service != modelGroup || e.Action != apiv1.CanarySevereRollback || e.FromWeight != 10 || e.ToWeight != 0 {
+					t.Fatalf("event %+v, want a severe_rollback of %s 10 -> 0", e, modelGroup)
+				}
+				if e.Canary == nil || e.Canary.TTFTP99 < 0.4 || e.Canary.Errors != 0 || e.Canary.Requests+e.Baseline.Requests < 60 {
+					t.Errorf("event figures baseline %+v canary %+v, want min_requests met, no error and a canary TTFT p99 over 0.4 s", e.Baseline, e.Canary)
+				}
+				if !strings.Contains(e.Reason, "ttft_p99") {
+					t.Errorf("event reason %q, want it to name ttft_p99", e.Reason)
+				}
+				f.waitWeight(t, 0)
+				f.canaryModelUnused(t)
+				return
+			}
+			judged := func() bool { return f.judged(t, 120) }
+			f.sendUntil(t, 400, "a window of 120 requests judged", judged)
+			for range 60 { // and judged again, several times
+				sendChat(t, f.replica.Proxy, f.next())
+			}
+			waitUntil(t, "the runner judged the last requests", judged, ticks(t, canaryInterval))
+			if es := f.events(t); len(es) != 0 {
+				t.Fatalf("a canary with a TTFT of %v: events %+v, want none", tc.ttft, es)
+			}
+			if !modelWeightIs(t, 10, f.serve, f.replica) {
+				t.Error("the weight of llm/chat moved without an event")
+			}
+			var list apiv1.CanaryList
+			if resp := call(t, http.MethodGet, "http://"+f.serve.Admin+"/api/v1/canary", nil, &list); resp.StatusCode != http.StatusOK || len(list.Items) != 1 {
+				t.Fatalf("GET /api/v1/canary: status %d, %d groups; want 200 and one", resp.StatusCode, len(list.Items))
+			}
+			if w := list.Items[0].CanaryWindow; w.TTFTP99 < tc.ttft.Seconds() || w.TTFTP99 >= 0.2 {
+				t.Errorf("canary window %+v, want a TTFT p99 of at least %v and under the threshold 0.2 s", w, tc.ttft)
+			}
+		})
 	}
-	return true
 }
