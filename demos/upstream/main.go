@@ -14,7 +14,20 @@
 // delaying front on its public address that names the public address in
 // the answer, so the pool looks the same from outside.
 //
-// Once every endpoint listens, it prints one line per pool, then "ready":
+// With -ai NAME=ADDR[?OPTIONS] it also serves a fake OpenAI-compatible
+// upstream (internal/fakeai) on ADDR: POST .../chat/completions,
+// .../completions (streamed with "stream": true, or not) and
+// .../embeddings, each answer naming the model its body asked for (the
+// X-Fake-Model header) and NAME (X-Fake-Upstream). OPTIONS, as a URL
+// query: fail=RATE answers that share of requests 500, ratelimit=RATE
+// that share 429, ttft=DURATION waits that long before the first token
+// of a streamed answer, seed=N seeds the draws (default 1). The model
+// canary demo uses it:
+//
+//	upstream -ai stable=127.0.0.1:0 -ai flaky='127.0.0.1:0?fail=0.3'
+//
+// Once every endpoint listens, it prints one line per pool and per fake
+// model upstream, then "ready":
 //
 //	pool NAME ADDR [ADDR...]
 //	ready
@@ -110,9 +123,11 @@ func checkLoopback(addr string) error {
 
 func main() {
 	var pools poolFlags
+	var ais aiFlags
 	flag.Var(&pools, "pool", "NAME=ADDR[@DELAY][,ADDR[@DELAY]...]: a demo pool on these loopback addresses (repeat for more pools)")
+	flag.Var(&ais, "ai", "NAME=ADDR[?fail=RATE&ratelimit=RATE&ttft=DURATION&seed=N]: a fake OpenAI-compatible upstream on this loopback address (repeat for more)")
 	flag.Parse()
-	if len(pools) == 0 || flag.NArg() > 0 {
+	if len(pools)+len(ais) == 0 || flag.NArg() > 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -130,6 +145,15 @@ func main() {
 		}
 		stops = append(stops, stop)
 		fmt.Printf("pool %s %s\n", spec.name, strings.Join(addrs, " "))
+	}
+	for _, spec := range ais {
+		addr, stop, err := startAI(spec)
+		if err != nil {
+			stopAll()
+			log.Fatalf("upstream: %v", err)
+		}
+		stops = append(stops, stop)
+		fmt.Printf("pool %s %s\n", spec.name, addr)
 	}
 	fmt.Println("ready")
 
