@@ -6,7 +6,7 @@
 // or setup and must exit 1 with its own failure message. A demo that
 // exits 2 failed to set itself up, which fails the test either way.
 //
-// The binaries (bin: dwara, demos/upstream) are built once. Demos 07-10
+// The binaries (bin: dwara, demos/upstream) are built once. Demos 07-11
 // need PostgreSQL: DWARA_TEST_DATABASE_URL, when set, is handed to them as
 // DWARA_DATABASE_URL (each makes and drops a database of its own there),
 // else they find a server with scripts/postgres.sh. The whole takes about
@@ -49,6 +49,7 @@ var scenarios = []scenario{
 	{name: "08-canary-rollback", needs: []string{"psql", "jq"}, broken: "the canary was not rolled back within"},
 	{name: "09-rollback", needs: []string{"psql", "jq"}, broken: "after the rollback only 0 of 50 requests"},
 	{name: "10-canary-schedule", needs: []string{"psql", "jq"}, broken: "the canary did not wait at the gate before 100"},
+	{name: "11-model-canary", needs: []string{"psql", "jq"}, broken: "the canary of llm/summarize was rolled back"},
 }
 
 // scriptDeadline bounds one run of one script (the slowest, a broken
