@@ -823,13 +823,13 @@ func printCanaryGroups(w io.Writer, groups []apiv1.CanaryGroup, wide bool) {
 		case g.HoldSince != nil:
 			state += " (holding since " + g.HoldSince.UTC().Format("15:04:05 UTC") + ")"
 		}
+		model := g.Kind == apiv1.CanaryKindModel
+		base, can := figuresText(g.BaselineWindow, model), figuresText(g.CanaryWindow, model)
 		if wide {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%ds\t%s\t%s\n", name, g.GenerationID, state, weights, g.WindowSeconds,
-				figuresText(g.BaselineWindow), figuresText(g.CanaryWindow))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%ds\t%s\t%s\n", name, g.GenerationID, state, weights, g.WindowSeconds, base, can)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%ds\t%s\t%s\n", name, state, weights, g.WindowSeconds,
-			figuresText(g.BaselineWindow), figuresText(g.CanaryWindow))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%ds\t%s\t%s\n", name, state, weights, g.WindowSeconds, base, can)
 	}
 	tw.Flush()
 }
@@ -861,12 +861,22 @@ func weightPair(ws [2]int) string {
 }
 
 // figuresText formats one version's figures over the window: "1200 req,
-// 0.50% err, p99 12.3ms", or "no requests".
-func figuresText(f apiv1.CanaryFigures) string {
+// 0.50% err, p99 12.3ms", or "no requests". Those of a model group (model
+// true) add the p99 time to the first streamed token, "ttft p99 210.0ms"
+// ("ttft p99 -" when the window has no streamed answer).
+func figuresText(f apiv1.CanaryFigures, model bool) string {
 	if f.Requests == 0 {
 		return "no requests"
 	}
-	return fmt.Sprintf("%d req, %s%% err, p99 %s", f.Requests, strconv.FormatFloat(f.ErrorRate*100, 'f', 2, 64), seconds(f.LatencyP99))
+	s := fmt.Sprintf("%d req, %s%% err, p99 %s", f.Requests, strconv.FormatFloat(f.ErrorRate*100, 'f', 2, 64), seconds(f.LatencyP99))
+	if model {
+		ttft := "-"
+		if f.TTFTP99 > 0 {
+			ttft = seconds(f.TTFTP99)
+		}
+		s += ", ttft p99 " + ttft
+	}
+	return s
 }
 
 // seconds formats a latency in seconds for a person: 850µs, 12.3ms, 1.25s.

@@ -888,8 +888,19 @@ func TestCanaryFormats(t *testing.T) {
 			t.Errorf("seconds(%v) = %q, want %q", tt.sec, got, tt.want)
 		}
 	}
-	if got := figuresText(apiv1.CanaryFigures{Requests: 1200, Errors: 6, ErrorRate: 0.005, LatencyP99: 0.0123}); got != "1200 req, 0.50% err, p99 12.3ms" {
+	f := apiv1.CanaryFigures{Requests: 1200, Errors: 6, ErrorRate: 0.005, LatencyP99: 0.0123}
+	if got := figuresText(f, false); got != "1200 req, 0.50% err, p99 12.3ms" {
 		t.Errorf("figuresText = %q", got)
+	}
+	if got := figuresText(f, true); got != "1200 req, 0.50% err, p99 12.3ms, ttft p99 -" {
+		t.Errorf("figuresText of a model group without a streamed answer = %q", got)
+	}
+	f.TTFTP99 = 0.21
+	if got := figuresText(f, true); got != "1200 req, 0.50% err, p99 12.3ms, ttft p99 210.0ms" {
+		t.Errorf("figuresText of a model group = %q", got)
+	}
+	if got := figuresText(f, false); got != "1200 req, 0.50% err, p99 12.3ms" {
+		t.Errorf("figuresText of a service group with a TTFT = %q", got)
 	}
 }
 

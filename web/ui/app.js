@@ -923,21 +923,32 @@ function History({generations, current, gateways, ask, mutate, more, report}) {
 
 // ---- Canary --------------------------------------------------------------
 
+// Figures is the table of a group's figures over its window; a model
+// group's adds the p99 time to the first streamed token (TTFT), which
+// its canary_analysis may judge by (ttft_p99).
 function Figures({group}) {
+	const model = group.kind === 'model';
 	const rows = [['Baseline', group.baseline, group.baseline_window], ['Canary', group.canary, group.canary_window]];
 	return html`<div class="table-wrap"><table class="figures">
 		<caption>The fleet's last ${group.window_seconds} s</caption>
 		<thead><tr><th scope="col">Version</th><th scope="col">Upstream</th><th scope="col">Requests</th>
-			<th scope="col">Errors</th><th scope="col">Error rate</th><th scope="col">p99</th></tr></thead>
+			<th scope="col">Errors</th><th scope="col">Error rate</th><th scope="col">p99</th>
+			${model && html`<th scope="col" title="p99 time to the first streamed token">TTFT p99</th>`}</tr></thead>
 		<tbody>${rows.map(([name, upstream, f]) => html`<tr data-version=${name.toLowerCase()}>
-			<th scope="row">${name}</th><td>${upstream}</td><td>${f.requests}</td><td>${f.errors}</td>
-			<td>${pct(f.error_rate)}</td><td>${latency(f.latency_p99)}</td>
+			<th scope="row">${name}</th><td>${upstream}</td><td data-requests=${f.requests}>${f.requests}</td><td>${f.errors}</td>
+			<td data-error-rate=${f.error_rate}>${pct(f.error_rate)}</td><td>${latency(f.latency_p99)}</td>
+			${model && html`<td data-ttft=${f.ttft_p99 || 0}>${latency(f.ttft_p99)}</td>`}
 		</tr>`)}</tbody>
 	</table></div>`;
 }
 
-function figures(f) {
-	return f ? `${pct(f.error_rate)} err, p99 ${latency(f.latency_p99)} (${f.requests} req)` : '–';
+// figures sums up an event's figures of one version; model adds the TTFT
+// p99 of a model group.
+function figures(f, model) {
+	if (!f) {
+		return '–';
+	}
+	return `${pct(f.error_rate)} err, p99 ${latency(f.latency_p99)}${model ? `, TTFT p99 ${latency(f.ttft_p99)}` : ''} (${f.requests} req)`;
 }
 
 function pvalue(p) {
@@ -986,7 +997,7 @@ function WebhookResult({r}) {
 	</li>`;
 }
 
-function CanaryEvents({events}) {
+function CanaryEvents({events, model}) {
 	return html`<div class="table-wrap"><table class="events">
 		<caption>Events of this generation, newest first, with the webhook calls made for each</caption>
 		<thead><tr><th scope="col">Time</th><th scope="col">Action</th><th scope="col">Canary weight</th>
@@ -995,8 +1006,8 @@ function CanaryEvents({events}) {
 			<td><${Time} iso=${e.created_at}/></td>
 			<td><span class=${`badge ev-${e.action}`}>${e.action.replace('_', ' ')}</span></td>
 			<td>${e.from_weight === e.to_weight ? `at ${e.to_weight}` : `${e.from_weight} → ${e.to_weight}`}</td>
-			<td>${figures(e.baseline)}</td>
-			<td>${figures(e.canary)}</td>
+			<td>${figures(e.baseline, model)}</td>
+			<td>${figures(e.canary, model)}</td>
 			<td>${pvalue(e.p_value)}</td>
 			<td>${e.action === 'webhook' && hooks.length > 0 ? '' : html`${e.reason}${e.actor ? ` (${e.actor})` : ''}`}
 				${hooks.length > 0 && html`<ul class="hooks" aria-label="Webhook calls">${hooks.map(r => html`<${WebhookResult} r=${r}/>`)}</ul>`}</td>
@@ -1158,7 +1169,7 @@ function CanaryGroup({group, events, spec, since, now, ask, mutate}) {
 			<button type="button" data-action="adopt" disabled=${!group.transient} onClick=${adopt}
 				title=${group.transient ? '' : 'Nothing to adopt: the weights in force are the configured ones'}>Adopt ${ratio(group.weights)}</button>
 		</div>
-		${events.length > 0 ? html`<${CanaryEvents} events=${events.slice(0, 10)}/>` : html`<p class="muted">No event in this generation yet.</p>`}
+		${events.length > 0 ? html`<${CanaryEvents} events=${events.slice(0, 10)} model=${group.kind === 'model'}/>` : html`<p class="muted">No event in this generation yet.</p>`}
 	</article>`;
 }
 
