@@ -58,7 +58,7 @@ var allowedImports = map[string][]string{
 	"deploy/compose":           {},
 	"deploy/kubernetes":        {},
 	"demos":                    {},
-	"demos/upstream":           {"demo"},
+	"demos/upstream":           {"demo", "internal/fakeai"},
 	"faults":                   {},
 }
 
