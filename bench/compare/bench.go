@@ -18,6 +18,10 @@ import (
 // settle is the pause between two measurements.
 const settle = time.Second
 
+// maxMissPercent is the share of a cache workload's measured requests
+// above which a proxy's row gets a note that its cache is not hitting.
+const maxMissPercent = 1.0
+
 // bench is one run of the comparison: its knobs, its processes, its temp
 // directory and the four upstreams shared by every contestant.
 type bench struct {
@@ -122,8 +126,12 @@ rounds:
 				if r.Missing != "" {
 					logf("   %s %s: MISSING: %s", w.name, name, r.Missing)
 				} else {
-					logf("   %s %s: %.0f req/s, p50 %.2f ms, p99 %.2f ms, %.1f CPU us/req, canary %s%% %s",
-						w.name, name, r.RPS, ms(r.P50), ms(r.P99), r.cpuPerReq(), num(r.canaryPercent(), 2), r.Note)
+					share := "canary " + num(r.canaryPercent(), 2)
+					if w.cached() {
+						share = "upstream " + num(r.upstreamPercent(), 2)
+					}
+					logf("   %s %s: %.0f req/s, p50 %.2f ms, p99 %.2f ms, %.1f CPU us/req, %s%% %s",
+						w.name, name, r.RPS, ms(r.P50), ms(r.P99), r.cpuPerReq(), share, r.Note)
 				}
 				if err := sleepCtx(ctx, settle); err != nil {
 					break rounds
@@ -365,6 +373,9 @@ func (b *bench) measure(ctx context.Context, c contestant, w workload, round, sl
 		}
 		notes = append(notes, note)
 	}
+	if w.cached() && c.tool != "" && r.upstreamPercent() > maxMissPercent {
+		notes = append(notes, fmt.Sprintf("cache: %.1f%% of the requests reached an upstream after the warm-up", r.upstreamPercent()))
+	}
 	r.Note = strings.Join(notes, "; ")
 	return r
 }
@@ -398,7 +409,7 @@ func (b *bench) header(w io.Writer, start time.Time, orders []string) {
 		if wl.h2 {
 			gen = fmt.Sprintf("h2load -t%d -c%d -m%d -D %d", b.h2.threads(), b.k.H2Clients, b.k.H2Streams, secs)
 		}
-		fmt.Fprintf(w, "# workload %s: %s; %s %s\n", wl.name, wl.desc, gen, wl.scheme()+"://127.0.0.1:PORT"+wl.path)
+		fmt.Fprintf(w, "# workload %s: %s; %s %s\n", wl.name, wl.desc, gen, wl.scheme()+"://127.0.0.1:PORT"+wl.target())
 	}
 	fmt.Fprintf(w, "# each after a %s warm-up (discarded); canary %d%%; %d rounds, seed %d (SEED=%d repeats the orders)\n",
 		b.k.Warmup, b.k.CanaryPercent, b.k.Rounds, b.k.Seed, b.k.Seed)

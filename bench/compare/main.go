@@ -3,7 +3,8 @@
 // the load generator straight at an upstream, and a sticky-session variant
 // of HAProxy and dwara, all on 127.0.0.1, over a matrix of workloads (small
 // GET, 16 KiB and 256 KiB answers, 4 KiB and 1 MiB POST bodies, a new
-// connection per request, HTTP/1.1 over TLS, HTTP/2).
+// connection per request, HTTP/1.1 over TLS, HTTP/2, a cacheable GET that
+// every proxy answers from its cache).
 //
 // Four upstreams (bench/upstream: two stable, two canary) are started once.
 // Each round runs, for each workload, every contestant in a fresh shuffled

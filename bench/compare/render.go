@@ -35,14 +35,21 @@ type proxyConf struct {
 	Cert certFiles
 }
 
-// TLS, H2, BigAnswers, Bodies, BigBuffers and Scheme are the workload's
-// settings, for the templates.
+// TLS, H2, BigAnswers, Bodies, BigBuffers, Cache and Scheme are the
+// workload's settings, for the templates.
 func (c proxyConf) TLS() bool        { return c.Workload.tls }
 func (c proxyConf) H2() bool         { return c.Workload.h2 }
 func (c proxyConf) BigAnswers() bool { return c.Workload.bigAnswers }
 func (c proxyConf) Bodies() bool     { return c.Workload.postBytes > 0 }
 func (c proxyConf) BigBuffers() bool { return c.Workload.bigBuffers }
+func (c proxyConf) Cache() bool      { return c.Workload.cached() }
 func (c proxyConf) Scheme() string   { return c.Workload.scheme() }
+
+// cacheBytes is what each contestant may hold in its cache for the
+// workload cache: dwara's max_bytes, nginx's max_size, HAProxy's two caches
+// of half each; far more than the workload's 200 answers (100 URLs on each
+// branch) weigh, so nothing is evicted.
+const cacheBytes = 64 << 20
 
 // StableWeight is the stable share, 100-CanaryPercent.
 func (c proxyConf) StableWeight() int { return 100 - c.CanaryPercent }
@@ -87,6 +94,12 @@ http {
     client_max_body_size 2m;
     client_body_buffer_size 1m;
 {{- end}}
+{{- if .Cache}}
+    # The proxy cache: the answers in files under DIR/cache (read and
+    # written through the page cache), their keys in a shared-memory zone
+    # of the two workers; as much as dwara's max_bytes.
+    proxy_cache_path {{.Dir}}/cache levels=1:2 keys_zone=bench:10m max_size={{cacheMiB}}m inactive=1h use_temp_path=off;
+{{- end}}
 
     # Per-request split: $request_id is 32 random hex characters per request,
     # hashed by split_clients into the percentage buckets.
@@ -127,6 +140,16 @@ http {
             proxy_set_header X-Dwara-Service bench;
             proxy_set_header X-Dwara-Upstream $canary_split;
             proxy_set_header X-Dwara-Generation 1;
+{{- if .Cache}}
+            proxy_cache bench;
+            # The key holds the branch, as dwara's: the pool split_clients
+            # chose, then the host and the request target.
+            proxy_cache_key $canary_split$host$request_uri;
+            # Concurrent misses of a key make one upstream request, as
+            # dwara's; the freshness is the answer's Cache-Control.
+            proxy_cache_lock on;
+            add_header X-Cache $upstream_cache_status;
+{{- end}}
         }
     }
 }
@@ -168,14 +191,35 @@ frontend fe
     default_backend stable
 backend stable
     balance roundrobin
+{{- if .Cache}}
+    http-request cache-use cache_stable
+    http-response cache-store cache_stable
+{{- end}}
     http-request set-header X-Dwara-Upstream stable
     server s1 {{.Host}}:{{index .Pools.Stable 0}}
     server s2 {{.Host}}:{{index .Pools.Stable 1}}
 backend canary
     balance roundrobin
+{{- if .Cache}}
+    http-request cache-use cache_canary
+    http-response cache-store cache_canary
+{{- end}}
     http-request set-header X-Dwara-Upstream canary
     server c1 {{.Host}}:{{index .Pools.Canary 0}}
     server c2 {{.Host}}:{{index .Pools.Canary 1}}
+{{- if .Cache}}
+# One cache per backend: HAProxy's key is the host and the request target
+# only, so a backend of its own is what makes it hold the branch (as
+# dwara's). Half of dwara's max_bytes each; max-age caps the answer's own.
+cache cache_stable
+    total-max-size {{halfCacheMiB}}
+    max-object-size 1048576
+    max-age 3600
+cache cache_canary
+    total-max-size {{halfCacheMiB}}
+    max-object-size 1048576
+    max-age 3600
+{{- end}}
 {{end}}
 
 {{- define "haproxy-sticky" -}}
@@ -206,6 +250,9 @@ services:
       targets:
         - {upstream: stable, weight: {{.StableWeight}}}
         - {upstream: canary, weight: {{.CanaryPercent}}}
+{{- if .Cache}}
+    cache: {max_bytes: {{cacheBytes}}}
+{{- end}}
 {{- end}}
 
 {{- define "dwara" -}}
@@ -222,6 +269,9 @@ var confTemplates = template.Must(template.New("").Option("missingkey=error").
 	Funcs(template.FuncMap{
 		"stickyCookie": func() string { return dwaraCookie },
 		"tls13Suites":  func() string { return tls13Suites },
+		"cacheBytes":   func() int { return cacheBytes },
+		"cacheMiB":     func() int { return cacheBytes >> 20 },
+		"halfCacheMiB": func() int { return cacheBytes >> 21 },
 	}).
 	Parse(confTemplateText))
 

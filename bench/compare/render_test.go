@@ -36,7 +36,7 @@ func mustWorkload(name string) workload {
 // TestRenderGolden: every configuration for workload get as
 // testdata/NAME.EXT, and for each other workload as
 // testdata/NAME-WORKLOAD.EXT where it differs from get's (the dwara specs
-// never do: TLS is a flag).
+// only for cache: TLS is a flag).
 func TestRenderGolden(t *testing.T) {
 	t.Parallel()
 	for _, c := range contestants {
@@ -62,7 +62,7 @@ func TestRenderGolden(t *testing.T) {
 					t.Fatal(err)
 				}
 				differs := string(got) != string(base)
-				if want := wantDiffers(c.tool, w); differs != want {
+				if want := wantDiffers(c, w); differs != want {
 					t.Fatalf("%s for %s differs from get's: %v, want %v", c.name, w.name, differs, want)
 				}
 				if differs {
@@ -73,13 +73,16 @@ func TestRenderGolden(t *testing.T) {
 	}
 }
 
-// wantDiffers says whether tool's configuration for w differs from get's.
-func wantDiffers(tool string, w workload) bool {
-	switch tool {
+// wantDiffers says whether c's configuration for w differs from get's.
+// haproxy-sticky runs no cache (it is skipped for cache: skipReason).
+func wantDiffers(c contestant, w workload) bool {
+	switch c.tool {
 	case "nginx":
-		return w.tls || w.bigAnswers || w.postBytes > 0
+		return w.tls || w.bigAnswers || w.postBytes > 0 || w.cached()
 	case "haproxy":
-		return w.tls || w.bigBuffers
+		return w.tls || w.bigBuffers || (w.cached() && c.name == "haproxy")
+	case "dwara":
+		return w.cached()
 	}
 	return false
 }
@@ -248,8 +251,13 @@ func TestRenderHAProxyWeights(t *testing.T) {
 // decoder and validation.
 func TestRenderDwaraSpecIsValid(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"dwara", "dwara-sticky"} {
-		text, err := render(name, testConf())
+	for _, tt := range []struct{ name, workload string }{
+		{"dwara", "get"}, {"dwara-sticky", "get"}, {"dwara", "cache"}, {"dwara-sticky", "cache"},
+	} {
+		name := tt.name
+		c := testConf()
+		c.Workload = mustWorkload(tt.workload)
+		text, err := render(name, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,6 +266,11 @@ func TestRenderDwaraSpecIsValid(t *testing.T) {
 			t.Fatalf("%s: %v\n%s", name, err, text)
 		}
 		svc := spec.Services[0]
+		if cached := tt.workload == "cache"; cached != (svc.Cache != nil) {
+			t.Errorf("%s for %s: cache = %+v", name, tt.workload, svc.Cache)
+		} else if cached && svc.Cache.MaxBytes != 64<<20 {
+			t.Errorf("%s for %s: cache max_bytes %d, want 64 MiB", name, tt.workload, svc.Cache.MaxBytes)
+		}
 		if svc.Split == nil || len(svc.Split.Targets) != 2 || svc.Split.Targets[0].Weight != 95 || svc.Split.Targets[1].Weight != 5 {
 			t.Errorf("%s: split = %+v, want stable 95 / canary 5", name, svc.Split)
 		}
@@ -265,6 +278,45 @@ func TestRenderDwaraSpecIsValid(t *testing.T) {
 			t.Errorf("%s: sticky = %+v", name, svc.Sticky)
 		} else if sticky && svc.Sticky.Cookie != dwaraCookie {
 			t.Errorf("%s: cookie %q, want %q", name, svc.Sticky.Cookie, dwaraCookie)
+		}
+	}
+}
+
+// TestRenderCache pins the caches of the workload cache: each holds the
+// branch in its key (nginx by its key, HAProxy by a cache per backend),
+// collapses concurrent misses (nginx's lock; HAProxy has no such setting)
+// and may hold 64 MiB.
+func TestRenderCache(t *testing.T) {
+	t.Parallel()
+	c := testConf()
+	c.Workload = mustWorkload("cache")
+	for _, tt := range []struct {
+		conf string
+		want []string
+	}{
+		{"nginx", []string{
+			"proxy_cache_path /tmp/dwara-bench-compare-x/round1-get-nginx/cache levels=1:2 keys_zone=bench:10m max_size=64m inactive=1h use_temp_path=off;",
+			"proxy_cache bench;", "proxy_cache_key $canary_split$host$request_uri;", "proxy_cache_lock on;",
+		}},
+		{"haproxy", []string{
+			"backend stable\n    balance roundrobin\n    http-request cache-use cache_stable\n    http-response cache-store cache_stable\n",
+			"backend canary\n    balance roundrobin\n    http-request cache-use cache_canary\n    http-response cache-store cache_canary\n",
+			"cache cache_stable\n    total-max-size 32\n    max-object-size 1048576\n    max-age 3600\n",
+			"cache cache_canary\n    total-max-size 32\n",
+		}},
+	} {
+		got, err := render(tt.conf, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(string(got), w) {
+				t.Errorf("%s for cache lacks %q:\n%s", tt.conf, w, got)
+			}
+		}
+		plain, _ := render(tt.conf, testConf())
+		if strings.Contains(string(plain), "cache") {
+			t.Errorf("%s for get has a cache:\n%s", tt.conf, plain)
 		}
 	}
 }

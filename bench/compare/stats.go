@@ -56,12 +56,29 @@ func (r row) cpuPer10k() float64 {
 func (r row) cpuPerReq() float64 { return r.cpuPer10k() * 100 }
 
 // canaryPercent is the realised canary share in percent; NaN when the
-// contestant does not split or the upstreams counted nothing.
+// contestant does not split, the upstreams counted nothing, or the
+// workload is cache (where the upstreams see only a few misses, if any).
 func (r row) canaryPercent() float64 {
-	if !r.Split || r.Stable+r.Canary == 0 {
+	if !r.Split || r.Stable+r.Canary == 0 || r.cached() {
 		return math.NaN()
 	}
 	return 100 * float64(r.Canary) / float64(r.Stable+r.Canary)
+}
+
+// cached reports whether r is of the workload cache.
+func (r row) cached() bool {
+	w, ok := workloadNamed(r.Workload)
+	return ok && w.cached()
+}
+
+// upstreamPercent is the share of the load generator's requests that the
+// upstreams counted, in percent: about 100 without a cache, the misses
+// with one; NaN without requests.
+func (r row) upstreamPercent() float64 {
+	if r.Requests <= 0 {
+		return math.NaN()
+	}
+	return 100 * float64(r.Stable+r.Canary) / float64(r.Requests)
 }
 
 // metric is one column of the ratio table.
@@ -119,6 +136,9 @@ type summary struct {
 	Ratio  []spread
 	Canary spread // realised canary share, percent
 	Errors int64  // load generator errors over all rounds
+	// Requests and Upstream are the load generator's requests and the
+	// upstreams' count over the measured runs of all rounds.
+	Requests, Upstream int64
 }
 
 // summarize folds rows into one summary per workload and contestant, in
@@ -169,6 +189,8 @@ func summarizeOne(wl, name string, rows []row, ref func(round int) (row, bool)) 
 		}
 		s.Measured++
 		s.Errors += r.Errors
+		s.Requests += r.Requests
+		s.Upstream += r.Stable + r.Canary
 		canary = append(canary, r.canaryPercent())
 		base, hasRef := ref(r.Round)
 		for i, m := range metrics {
@@ -241,6 +263,7 @@ func writeTable(w io.Writer, sums []summary) error {
 			fmt.Fprintf(w, "# direct is no ceiling in %s:\n#   %s.\n", wl.name, wl.noCeiling)
 		}
 	}
+	writeUpstreamShares(w, sums, width)
 	for _, s := range sums {
 		for _, m := range s.Missing {
 			fmt.Fprintf(w, "# MISSING %s %s %s\n", s.Workload, s.Contestant, m)
@@ -250,6 +273,28 @@ func writeTable(w io.Writer, sums []summary) error {
 		}
 	}
 	return nil
+}
+
+// writeUpstreamShares prints, for each summary of a cached workload, the
+// share of its requests that reached an upstream: what shows that the
+// cache hit (its canary % is "-": the few misses say nothing of the split).
+func writeUpstreamShares(w io.Writer, sums []summary, width int) {
+	head := false
+	for _, s := range sums {
+		if wl, ok := workloadNamed(s.Workload); !ok || !wl.cached() || s.Measured == 0 {
+			continue
+		}
+		if !head {
+			fmt.Fprint(w, "# upstream share: in a cache workload, the measured runs' requests (all rounds) that reached an upstream;\n"+
+				"#   the others were answered from the proxy's cache, filled by the warm-up. canary % is \"-\" there.\n")
+			head = true
+		}
+		share := math.NaN()
+		if s.Requests > 0 {
+			share = 100 * float64(s.Upstream) / float64(s.Requests)
+		}
+		fmt.Fprintf(w, "#   %s %-*s %7s%%  (%d of %d)\n", s.Workload, width, s.Contestant, num(share, 2), s.Upstream, s.Requests)
+	}
 }
 
 // num formats x with prec decimals, or "-" for NaN.

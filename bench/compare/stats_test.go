@@ -177,3 +177,53 @@ func TestWriteTSV(t *testing.T) {
 		t.Errorf("nginx row = %q", lines[0])
 	}
 }
+
+// TestWriteTableCache: in the workload cache the canary share is "-" (the
+// upstreams see only misses), and below the table each contestant's share
+// of requests that reached an upstream, over all its rounds.
+func TestWriteTableCache(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	rows := []row{
+		{Round: 1, Slot: 1, Contestant: "nginx", RPS: 20000, P50: 2 * ms, P99: 6 * ms, Requests: 100000, CPU: 3 * time.Second, Stable: 3, Canary: 1, Split: true},
+		{Round: 1, Slot: 2, Contestant: "dwara", RPS: 22000, P50: 2 * ms, P99: 5 * ms, Requests: 110000, CPU: 3 * time.Second, Split: true},
+		{Round: 1, Slot: 3, Contestant: "direct", RPS: 30000, P50: 1 * ms, P99: 4 * ms, Requests: 150000, CPU: 3 * time.Second, Stable: 150003},
+		{Round: 2, Slot: 1, Contestant: "dwara", RPS: 21000, P50: 2 * ms, P99: 5 * ms, Requests: 105000, CPU: 3 * time.Second, Stable: 1, Split: true},
+		{Round: 2, Slot: 2, Contestant: "nginx", RPS: 19000, P50: 2 * ms, P99: 7 * ms, Requests: 95000, CPU: 3 * time.Second, Split: true},
+		{Round: 2, Slot: 3, Contestant: "direct", Missing: "wrk failed"},
+	}
+	for i := range rows {
+		rows[i].Workload = "cache"
+	}
+	rows = append(rows, row{Round: 1, Slot: 1, Workload: "get", Contestant: "nginx", RPS: 10000, P50: 2 * ms, P99: 8 * ms,
+		Requests: 100000, CPU: 5 * time.Second, Stable: 95000, Canary: 5000, Split: true})
+	if got := rows[0].canaryPercent(); !math.IsNaN(got) {
+		t.Errorf("canary share of a cache row = %v, want NaN", got)
+	}
+	if got := rows[0].upstreamPercent(); math.Abs(got-0.004) > 1e-9 {
+		t.Errorf("upstream share = %v, want 0.004", got)
+	}
+	if got := rows[len(rows)-1].canaryPercent(); got != 5 {
+		t.Errorf("canary share of a get row = %v, want 5", got)
+	}
+	var b bytes.Buffer
+	if err := writeTable(&b, summarize([]string{"get", "cache"}, []string{"direct", "nginx", "dwara"}, rows)); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"# upstream share: in a cache workload,",
+		"#   cache nginx         0.00%  (4 of 195000)\n",
+		"#   cache dwara         0.00%  (1 of 215000)\n",
+		"#   cache direct      100.00%  (150003 of 150000)\n",
+		"# direct is no ceiling in cache:\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "#   get nginx") {
+		t.Error("a get row has an upstream share")
+	}
+	golden(t, "table-cache.txt", b.Bytes())
+}

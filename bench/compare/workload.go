@@ -28,6 +28,11 @@ type workload struct {
 	bigBuffers bool
 	// noCeiling, when not empty, says why direct is no ceiling for w.
 	noCeiling string
+	// cacheURLs, when positive, makes w the cacheable GET: wrk cycles
+	// through that many URLs, path?k=1..cacheURLs, which the upstream
+	// answers with Cache-Control: public, max-age=3600, and every proxy
+	// gets a cache (see the templates).
+	cacheURLs int
 }
 
 // workloads lists every workload, in the order of the table.
@@ -42,6 +47,9 @@ var workloads = []workload{
 	{name: "tls", desc: "GET / over TLS 1.3, HTTP/1.1 keep-alive, self-signed ECDSA P-256 certificate", path: "/", tls: true},
 	{name: "h2", desc: "GET / over TLS 1.3, HTTP/2 (ALPN h2), self-signed ECDSA P-256 certificate", path: "/", tls: true, h2: true,
 		noCeiling: "the upstream serves HTTP/2 itself (Go's net/http); a proxy does that in its own front and speaks HTTP/1.1 upstream"},
+	{name: "cache", desc: "GET /cache/1024?k=1..100 (1 KiB answer, Cache-Control: public, max-age=3600), 100 URLs in turn, keep-alive; every proxy caches",
+		path: "/cache/1024", cacheURLs: 100,
+		noCeiling: "the upstream (Go's net/http) makes every answer itself, while a proxy answers from its cache (filled during the warm-up) without an upstream exchange"},
 }
 
 // scheme is the URL scheme the contestant is loaded over.
@@ -100,9 +108,38 @@ func parseWorkloads(s string) ([]workload, error) {
 	return slices.DeleteFunc(slices.Clone(workloads), func(w workload) bool { return !slices.Contains(want, w.name) }), nil
 }
 
-// wrkScript returns the Lua script wrk runs for w: for a POST workload the
-// request setup, then the done() hook printing the WRKRESULT line.
+// cached reports whether w is the cacheable GET, whose proxies cache.
+func (w workload) cached() bool { return w.cacheURLs > 0 }
+
+// target is the request target of w, as the header of the table shows it.
+func (w workload) target() string {
+	if w.cached() {
+		return fmt.Sprintf("%s?k=1..%d", w.path, w.cacheURLs)
+	}
+	return w.path
+}
+
+// wrkScript returns the Lua script wrk runs for w: for a POST workload, or
+// the cacheable GET, the request setup, then the done() hook printing the
+// WRKRESULT line.
 func (w workload) wrkScript() string {
+	if w.cached() {
+		return fmt.Sprintf(`-- Written by bench/compare for workload %[1]s: GET %[2]s?k=1..%[3]d, each thread
+-- taking the %[3]d URLs in turn; the requests are built once per thread, in init
+-- (after wrk has set the Host field).
+local reqs = {}
+local n = 0
+init = function(args)
+  for i = 1, %[3]d do
+    reqs[i] = wrk.format("GET", "%[2]s?k=" .. i)
+  end
+end
+request = function()
+  n = n %% %[3]d + 1
+  return reqs[n]
+end
+`, w.name, w.path, w.cacheURLs) + wrkReport
+	}
 	if w.postBytes <= 0 {
 		return wrkReport
 	}

@@ -10,8 +10,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -30,7 +33,7 @@ func TestParseWorkloads(t *testing.T) {
 		t.Errorf("parseWorkloads = %v, want table order without duplicates", names)
 	}
 	all, err := parseWorkloads(strings.Join(workloadNames(), ","))
-	if err != nil || len(all) != 8 {
+	if err != nil || len(all) != 9 {
 		t.Errorf("all workloads: %d, %v", len(all), err)
 	}
 	for in, want := range map[string]string{
@@ -63,6 +66,7 @@ func TestWorkloadRequests(t *testing.T) {
 		{"newconn", "http", "/", "wrk", 0, []string{"-H", "Connection: close"}},
 		{"tls", "https", "/", "wrk", 0, nil},
 		{"h2", "https", "/", "h2load", 0, nil},
+		{"cache", "http", "/cache/1024", "wrk", 0, nil},
 	} {
 		w := mustWorkload(tt.name)
 		if w.scheme() != tt.scheme || w.path != tt.path || w.loadGen() != tt.gen || w.postBytes != tt.post || !slices.Equal(w.wrkArgs(), tt.args) {
@@ -79,6 +83,65 @@ func TestWorkloadRequests(t *testing.T) {
 		if tt.post > 0 && !strings.Contains(script, fmt.Sprintf(`wrk.body = string.rep("x", %d)`, tt.post)) {
 			t.Errorf("%s: script does not send a %d-byte body:\n%s", tt.name, tt.post, script)
 		}
+		if cycles := strings.Contains(script, "request = function()"); cycles != (tt.name == "cache") {
+			t.Errorf("%s: the script builds its own requests = %v", tt.name, cycles)
+		}
+	}
+	w := mustWorkload("cache")
+	if !w.cached() || w.cacheURLs != 100 || w.target() != "/cache/1024?k=1..100" || w.noCeiling == "" {
+		t.Errorf("cache: cached %v, %d URLs, target %q, noCeiling %q", w.cached(), w.cacheURLs, w.target(), w.noCeiling)
+	}
+	for _, w := range workloads {
+		if w.name != "cache" && (w.cached() || w.target() != w.path) {
+			t.Errorf("%s: cached %v, target %q", w.name, w.cached(), w.target())
+		}
+	}
+}
+
+// TestWrkCacheScript runs wrk with the cache workload's script against a
+// server that records the request targets: every thread takes the 100
+// URLs in turn, each of them is asked for, nothing else is. Skipped
+// without wrk.
+func TestWrkCacheScript(t *testing.T) {
+	t.Parallel()
+	bin, err := exec.LookPath("wrk")
+	if err != nil {
+		t.Skip("wrk is not installed")
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.Method+" "+r.URL.RequestURI()]++
+		mu.Unlock()
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	w := mustWorkload("cache")
+	script := filepath.Join(t.TempDir(), "cache.lua")
+	if err := os.WriteFile(script, []byte(w.wrkScript()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ps := &procs{}
+	defer ps.stopAll()
+	res, err := wrkLoad{Bin: bin, Threads: 2, Connections: 4}.run(t.Context(), ps, srv.URL+w.path, script, w.wrkArgs(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if res.Requests < 200 {
+		t.Fatalf("wrk made %d requests in 1 s, too few to have cycled twice", res.Requests)
+	}
+	for i := 1; i <= w.cacheURLs; i++ {
+		target := fmt.Sprintf("GET %s?k=%d", w.path, i)
+		if seen[target] == 0 {
+			t.Errorf("%s was never asked for", target)
+		}
+		delete(seen, target)
+	}
+	if len(seen) > 0 {
+		t.Errorf("requests for other targets: %v", seen)
 	}
 }
 
@@ -111,6 +174,11 @@ Available multiplexer protocols :
 	}
 	if why := (&bench{}).skipReason(lookup("dwara"), mustWorkload("h2")); why != "" {
 		t.Errorf("dwara skipped for h2: %s", why)
+	}
+	for name, skip := range map[string]bool{"haproxy-sticky": true, "haproxy": false, "dwara-sticky": false, "nginx": false} {
+		if why := (&bench{}).skipReason(lookup(name), mustWorkload("cache")); (why != "") != skip {
+			t.Errorf("%s skipped for cache: %q, want skipped %v", name, why, skip)
+		}
 	}
 }
 

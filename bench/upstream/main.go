@@ -4,9 +4,12 @@
 //
 //	GET  /         200, a short body naming the pool; headers X-Pool, X-Upstream
 //	GET  /bytes/N  200, a fixed body of exactly N bytes (0 <= N <= 16 MiB), same headers
+//	GET  /cache/N  as /bytes/N, plus Cache-Control: public, max-age=3600, so that a
+//	               proxy with a cache may store it (any query string is ignored:
+//	               the workload cache asks for /cache/1024?k=1..100, a key each)
 //	POST /         reads the request body and discards it, then answers as GET /
 //	GET  /healthz  200 "ok" (not counted)
-//	GET  /stats    200, the number of benchmark requests (the three above)
+//	GET  /stats    200, the number of benchmark requests (the four above)
 //	               served so far, as a decimal line
 //
 // bench/compare reads /stats on every upstream before and after a measured
@@ -109,7 +112,7 @@ type sized struct {
 	cl   []string
 }
 
-// handler serves /, /bytes/N, POST /, /healthz and /stats. Headers are
+// handler serves /, /bytes/N, /cache/N, POST /, /healthz and /stats. Headers are
 // built once (a /bytes/N body once per N), so a request only copies slices
 // and bumps one atomic counter.
 func handler(pool, listen string) http.Handler {
@@ -118,6 +121,7 @@ func handler(pool, listen string) http.Handler {
 	upHdr := []string{listen}
 	ctHdr := []string{"text/plain; charset=utf-8"}
 	octHdr := []string{"application/octet-stream"}
+	cacheHdr := []string{"public, max-age=3600"}
 	clHdr := []string{strconv.Itoa(len(body))}
 	var served atomic.Uint64
 	small := func(w http.ResponseWriter) {
@@ -148,10 +152,12 @@ func handler(pool, listen string) http.Handler {
 		}
 		small(w)
 	})
-	mux.HandleFunc("GET /bytes/{n}", func(w http.ResponseWriter, r *http.Request) {
+	// bytesN answers /bytes/N and /cache/N: cc, when not nil, is the
+	// Cache-Control value.
+	bytesN := func(w http.ResponseWriter, r *http.Request, prefix string, cc []string) {
 		n, err := strconv.Atoi(r.PathValue("n"))
 		if err != nil || n < 0 || n > maxBytes {
-			http.Error(w, "want /bytes/N with 0 <= N <= 16777216", http.StatusBadRequest)
+			http.Error(w, "want "+prefix+"N with 0 <= N <= 16777216", http.StatusBadRequest)
 			return
 		}
 		served.Add(1)
@@ -161,8 +167,13 @@ func handler(pool, listen string) http.Handler {
 		h["X-Upstream"] = upHdr
 		h["Content-Type"] = octHdr
 		h["Content-Length"] = s.cl
+		if cc != nil {
+			h["Cache-Control"] = cc
+		}
 		w.Write(s.body)
-	})
+	}
+	mux.HandleFunc("GET /bytes/{n}", func(w http.ResponseWriter, r *http.Request) { bytesN(w, r, "/bytes/", nil) })
+	mux.HandleFunc("GET /cache/{n}", func(w http.ResponseWriter, r *http.Request) { bytesN(w, r, "/cache/", cacheHdr) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header()["X-Pool"] = poolHdr
 		w.Write([]byte("ok\n"))

@@ -39,17 +39,26 @@ func TestHandlerCountsBenchmarkRequests(t *testing.T) {
 	if w := do("GET", "/bytes/0", ""); w.Code != 200 || w.Body.Len() != 0 {
 		t.Errorf("GET /bytes/0 = %d, %d bytes", w.Code, w.Body.Len())
 	}
+	if w := do("GET", "/bytes/1024", ""); w.Header().Get("Cache-Control") != "" {
+		t.Errorf("GET /bytes/1024 is cacheable: Cache-Control %q", w.Header().Get("Cache-Control"))
+	}
+	for _, k := range []string{"1", "2"} {
+		if w := do("GET", "/cache/1024?k="+k, ""); w.Code != 200 || w.Body.Len() != 1024 || w.Header().Get("Content-Length") != "1024" ||
+			w.Header().Get("Cache-Control") != "public, max-age=3600" || w.Header().Get("X-Pool") != "canary" {
+			t.Errorf("GET /cache/1024?k=%s = %d, %d bytes, %v", k, w.Code, w.Body.Len(), w.Header())
+		}
+	}
 	if w := do("POST", "/", strings.Repeat("x", 4096)); w.Code != 200 || w.Header().Get("X-Pool") != "canary" ||
 		!strings.HasPrefix(w.Body.String(), "pool=canary") {
 		t.Errorf("POST / = %d %q", w.Code, w.Body.String())
 	}
 	// not counted:
-	for _, path := range []string{"/bytes/x", "/bytes/-1", "/bytes/16777217", "/healthz", "/nothing"} {
+	for _, path := range []string{"/bytes/x", "/bytes/-1", "/bytes/16777217", "/cache/x", "/cache/16777217", "/healthz", "/nothing"} {
 		do("GET", path, "")
 	}
 	do("PUT", "/", "x")
 	body, _ := io.ReadAll(do("GET", "/stats", "").Body)
-	if got := strings.TrimSpace(string(body)); got != "6" {
-		t.Errorf("/stats = %q, want 6 (3 GET /, 2 /bytes/N, 1 POST /)", got)
+	if got := strings.TrimSpace(string(body)); got != "9" {
+		t.Errorf("/stats = %q, want 9 (3 GET /, 3 /bytes/N, 2 /cache/N, 1 POST /)", got)
 	}
 }

@@ -192,7 +192,8 @@ func (r *Request) Reset(method string, hasBody bool) {
 // Pragma: no-cache, which counts only when the request has no
 // Cache-Control (Finish).
 func (r *Request) Field(name, value string) (pragma bool) {
-	switch strings.ToLower(name) {
+	var buf [24]byte // every name below fits
+	switch string(lowerASCII(buf[:0], name)) {
 	case "cache-control":
 		r.CC.Parse(value)
 	case "pragma":
@@ -205,6 +206,26 @@ func (r *Request) Field(name, value string) (pragma bool) {
 		r.Conditional = true
 	}
 	return false
+}
+
+// lowerASCII returns s in ASCII lower case in dst's array when it fits
+// in its capacity, and nil when it does not: for a switch over known
+// names, every one of which fits, without the allocation of
+// strings.ToLower (which a request's own field names, User-Agent and the
+// like, would make on every request).
+func lowerASCII(dst []byte, s string) []byte {
+	if len(s) > cap(dst) {
+		return nil
+	}
+	b := dst[:len(s)]
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+	}
+	return b
 }
 
 // VaryKey appends to dst the key part of the request fields names (lower

@@ -315,3 +315,33 @@ func TestFlight(t *testing.T) {
 		t.Fatal("no new flight after the landing")
 	}
 }
+
+// TestRequestField: field names in any case, none allocating (a cache hit
+// reads every field of its request), and a name longer than any known one
+// is no known one.
+func TestRequestField(t *testing.T) { // not parallel: AllocsPerRun
+	r := request("GET", "IF-NONE-MATCH: \"x\"", "authorization: Basic x", "Range: bytes=0-1", "cache-CONTROL: no-store")
+	if !r.Conditional || !r.Authorization || !r.Range || !r.CC.NoStore {
+		t.Errorf("request = %+v, want conditional, authorization, range and no-store", r)
+	}
+	if r.Field("Pragma", "No-Cache") != true {
+		t.Error("Pragma: No-Cache is not a pragma no-cache")
+	}
+	var long Request
+	long.Reset("GET", false)
+	long.Field("If-None-Match-And-Much-Longer", "x")
+	if long.Conditional {
+		t.Error("a longer name was taken for If-None-Match")
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		var q Request
+		q.Reset("GET", false)
+		q.Field("User-Agent", "wrk")
+		q.Field("Accept-Encoding", "gzip")
+		q.Field("X-Forwarded-For-A-Long-Field-Name", "1")
+		q.Field("Cache-Control", "max-age=0")
+	})
+	if allocs != 0 {
+		t.Errorf("reading four request fields made %v allocations, want 0", allocs)
+	}
+}

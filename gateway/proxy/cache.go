@@ -345,7 +345,8 @@ func (p *Proxy) cachedExchange(ctx context.Context, a *Attempt, req *Request, se
 		}
 		return x, err
 	}
-	primary := string(cache.Key(nil, a.Target.Up.name, req.Host, req.Target))
+	var kb [256]byte // most keys fit: one allocation, the string
+	primary := string(cache.Key(kb[:0], a.Target.Up.name, req.Host, req.Target))
 	get := req.joined
 	e, key := store.Lookup(primary, get)
 	now := store.Now()
@@ -513,6 +514,10 @@ func markAnswer(head *AnswerHead, result int, tc *targetCache) {
 func fromMemory(c *Conn, e *cache.Entry, now time.Time, head bool, result int, tc *targetCache) {
 	a := &c.Head
 	a.Status, a.minor = e.Status, 1
+	// room for e's fields, Age, X-Cache and X-Dwara-Branch at once
+	if n := len(e.Fields) + 3; cap(a.Fields) < n {
+		a.Fields = make([]AnswerField, 0, n)
+	}
 	a.Fields = a.Fields[:0]
 	for _, f := range e.Fields {
 		a.Fields = append(a.Fields, AnswerField{Name: f.Name, Value: f.Value})
