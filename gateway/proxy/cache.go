@@ -262,6 +262,9 @@ func (p *Proxy) CacheStats(service string) (st CacheStats, found bool) {
 	if sc == nil {
 		return st, false
 	}
+	// otter counts writes it has not yet applied in neither figure: apply
+	// them first, so that an entry just stored is in both.
+	sc.store.CleanUp()
 	st.Entries, st.Bytes, st.MaxBytes = sc.store.Len(), sc.store.Bytes(), sc.settings.MaxBytes
 	for _, branch := range sc.branches {
 		var counts [nResults]uint64
