@@ -5,7 +5,9 @@ package proxy
 // does not allocate an interface box.
 type BufferPool struct{ free chan []byte }
 
-const copyBufferSize = 32 << 10
+// copyBufferSize is as large as an endpoint connection's read buffer, so that
+// a copy moves what one read of it holds.
+const copyBufferSize = ConnBufferSize
 
 func newBufferPool(n int) *BufferPool { return &BufferPool{free: make(chan []byte, n)} }
 

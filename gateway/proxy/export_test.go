@@ -18,6 +18,8 @@ import (
 var (
 	// NewFastServerHook is fastfront.NewServer.
 	NewFastServerHook func(p *Proxy, idle time.Duration) *fasthttp.Server
+	// FastListenerHook is fastfront.Listener.
+	FastListenerHook func(ln net.Listener) net.Listener
 	// HTTPHandlerHook is httpfront.Handler.
 	HTTPHandlerHook func(p *Proxy) http.Handler
 	// HeadCheckListenerHook is httpfront.HeadCheckListener.

@@ -85,7 +85,7 @@ func serveFast(t testing.TB, p *Proxy, configure func(*fasthttp.Server)) string 
 		configure(srv)
 	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() { done <- srv.Serve(FastListenerHook(ln)) }() // as fastfront.Front serves it
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -16,6 +16,7 @@ import (
 // proxy, and is linked into the same test binary.
 func init() {
 	proxy.NewFastServerHook = fastfront.NewServer
+	proxy.FastListenerHook = fastfront.Listener
 	proxy.HTTPHandlerHook = httpfront.Handler
 	proxy.HeadCheckListenerHook = httpfront.HeadCheckListener
 	proxy.NewFrontHook = func(p *proxy.Proxy, c proxy.FrontConfig) (proxy.Front, error) {

@@ -19,8 +19,19 @@ const (
 	// connection returned to a full pool is closed.
 	maxIdlePerEndpoint = 512
 	// ConnBufferSize is the size of each upstream connection's read and
-	// write buffers.
-	ConnBufferSize = 16 << 10
+	// write buffers: an answer of up to about this size is read, and a
+	// request body written, in one system call per this many bytes. A
+	// connection holds them only while it carries a request (attach,
+	// detach): an idle one holds none.
+	ConnBufferSize = 64 << 10
+)
+
+// connReaders and connWriters hold the buffers of the upstream
+// connections that are idle or closed, for the next connection that
+// carries a request.
+var (
+	connReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, ConnBufferSize) }}
+	connWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, ConnBufferSize) }}
 )
 
 // connPool is the pool of persistent HTTP/1.1 connections to one endpoint,
@@ -62,7 +73,10 @@ type connPool struct {
 // Conn is one connection to an endpoint with its buffers. It belongs to
 // one request at a time.
 type Conn struct {
-	Net      net.Conn
+	Net net.Conn
+	// Reader and Writer are the connection's buffers while it carries a
+	// request (from the pool's get to its Put or close); nil while it is
+	// idle in its pool.
 	Reader   *bufio.Reader
 	Writer   *bufio.Writer
 	idleFrom time.Time // when it was put back
@@ -164,6 +178,7 @@ func (p *connPool) takeIdle() *Conn {
 		}
 		switch c.idleState() {
 		case idleClean:
+			c.attach()
 			return c
 		case idleData:
 			// On a TLS connection they are records, which cannot be read
@@ -246,8 +261,8 @@ func upstreamTLSConfig(base *tls.Config, host string) *tls.Config {
 // socket under it: the answers are read through the TLS connection, the
 // socket is only peeked at).
 func newUpConn(nc net.Conn) *Conn {
-	c := &Conn{Net: nc, Reader: bufio.NewReaderSize(nc, ConnBufferSize)}
-	c.Writer = bufio.NewWriterSize(c, ConnBufferSize)
+	c := &Conn{Net: nc}
+	c.attach()
 	raw := nc
 	if tc, ok := nc.(*tls.Conn); ok {
 		raw, c.isTLS = tc.NetConn(), true
@@ -260,12 +275,17 @@ func newUpConn(nc net.Conn) *Conn {
 // read to the end of its frame. It is closed instead when anything is
 // buffered beyond that end (counted as extra_bytes: a later request must
 // never take it for its answer), or when the pool is full or closed.
+//
+// The connection's buffers go back for other connections either way
+// (detach): nothing of c may be used by the caller after Put.
 func (p *connPool) Put(c *Conn) {
 	if c.Reader.Buffered() > 0 {
 		p.Watch.report(reasonExtraBytes)
+		c.detach()
 		c.Net.Close()
 		return
 	}
+	c.detach()
 	c.idleFrom = time.Now()
 	p.mu.Lock()
 	if p.closed.Load() || len(p.idle) >= maxIdlePerEndpoint {
@@ -278,6 +298,26 @@ func (p *connPool) Put(c *Conn) {
 		p.armLocked()
 	}
 	p.mu.Unlock()
+}
+
+// attach gives c, about to carry a request, its read and write buffers.
+func (c *Conn) attach() {
+	c.Reader = connReaders.Get().(*bufio.Reader)
+	c.Reader.Reset(c.Net)
+	c.Writer = connWriters.Get().(*bufio.Writer)
+	c.Writer.Reset(c)
+}
+
+// detach gives c's buffers back, c's exchange being over: its answer read
+// to its end (the reader holds nothing) and its request flushed. Nothing
+// that read them (the answer's body reader) may be used after.
+func (c *Conn) detach() {
+	c.answer = answerBody{}
+	c.Reader.Reset(nil)
+	connReaders.Put(c.Reader)
+	c.Writer.Reset(nil)
+	connWriters.Put(c.Writer)
+	c.Reader, c.Writer = nil, nil
 }
 
 // armLocked (re)starts the expiry timer; p.mu is held.

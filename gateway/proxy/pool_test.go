@@ -85,6 +85,35 @@ func TestConnPoolReuseExpiryAndClose(t *testing.T) {
 	}
 }
 
+// TestConnPoolIdleHoldsNoBuffers: a connection carries its 64 KiB read
+// and write buffers only while it carries a request; idle in its pool it
+// holds none, and taken again it has both, empty.
+func TestConnPoolIdleHoldsNoBuffers(t *testing.T) {
+	t.Parallel()
+	addr, accepted := acceptAll(t)
+	p := newConnPool(addr)
+	p.setTimeouts(time.Second, time.Second, time.Hour)
+	c, _, err := p.get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testrun.Recv(t, accepted, "the connection")
+	if c.Reader == nil || c.Writer == nil || c.Reader.Size() != ConnBufferSize || c.Writer.Size() != ConnBufferSize {
+		t.Fatalf("a new connection's buffers: %v, %v; want both of %d bytes", c.Reader, c.Writer, ConnBufferSize)
+	}
+	p.Put(c)
+	if c.Reader != nil || c.Writer != nil {
+		t.Fatal("an idle connection still holds its buffers")
+	}
+	again, reused, err := p.get(context.Background())
+	if err != nil || !reused || again != c {
+		t.Fatalf("get: reused %t, same %t, %v; want the idle connection", reused, again == c, err)
+	}
+	if c.Reader == nil || c.Writer == nil || c.Reader.Buffered() != 0 || c.Writer.Buffered() != 0 {
+		t.Fatal("a connection taken from the pool has no buffers, or they hold bytes")
+	}
+}
+
 func TestConnPoolConnectRefused(t *testing.T) {
 	t.Parallel()
 	p := newConnPool(testnet.ClosedAddr(t))

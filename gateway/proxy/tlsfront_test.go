@@ -280,3 +280,54 @@ func TestFastFrontTLSShutdown(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSHeadTimeoutFromHandshake: behind TLS too, the first request head
+// of an HTTP/1.1 connection is bounded from the start of its serving (the
+// end of the handshake), not from its first byte; an HTTP/2 connection is
+// not bounded so: a request after a wait longer than that timeout is
+// answered on it.
+func TestTLSHeadTimeoutFromHandshake(t *testing.T) {
+	t.Parallel()
+	const (
+		timeout = 2 * time.Second
+		pause   = 1800 * time.Millisecond
+		within  = timeout + 1300*time.Millisecond // as TestHeadTimeoutFromAccept's
+	)
+	gw, cert := startFastTLS(t, protoUpstream(t, nil), timeout)
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	t.Run("HTTP/1.1", func(t *testing.T) {
+		t.Parallel()
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: wait}, "tcp", gw.addr, &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		start := time.Now()
+		_ = c.SetDeadline(start.Add(wait))
+		time.Sleep(pause) // the slow client's pause, which is what is tested
+		_, _ = io.WriteString(c, "G")
+		out, _ := io.ReadAll(c)
+		if took := time.Since(start); took >= within {
+			t.Errorf("closed %v after the handshake (%q); want it within %v: the head timeout counted from the first byte", took.Round(time.Millisecond), out, within)
+		}
+	})
+	t.Run("HTTP/2", func(t *testing.T) {
+		t.Parallel()
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
+		defer tr.CloseIdleConnections()
+		c := &http.Client{Transport: tr, Timeout: wait}
+		for i := range 2 {
+			resp, err := c.Get("https://" + gw.addr + "/")
+			if err != nil {
+				t.Fatalf("request %d: %v", i+1, err)
+			}
+			if body := readAll(t, resp); resp.Proto != "HTTP/2.0" || body != "ok https" {
+				t.Fatalf("request %d: %s %q, want HTTP/2.0 and \"ok https\"", i+1, resp.Proto, body)
+			}
+			if i == 0 {
+				time.Sleep(timeout + 500*time.Millisecond) // past the head timeout, on the same connection
+			}
+		}
+	})
+}

@@ -88,7 +88,7 @@ const (
 // connection with anything buffered, or with bytes or an end of file
 // waiting on its socket, is not to be used.
 func (c *Conn) idleState() idleState {
-	if c.Reader.Buffered() > 0 {
+	if c.Reader != nil && c.Reader.Buffered() > 0 { // an idle one has no reader (detach)
 		return idleData
 	}
 	return c.peeker.state(c.Net)

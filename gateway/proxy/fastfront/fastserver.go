@@ -52,7 +52,7 @@ func New(p *proxy.Proxy, readHeader, idle time.Duration, maxConns int) *Front {
 // returns nil once the listener is closed (by Shutdown, also when
 // Shutdown came first), else the listener's error.
 func (f *Front) Serve(ln net.Listener) error {
-	ln = proxy.LimitListener(ln, f.maxConns)
+	ln = Listener(proxy.LimitListener(ln, f.maxConns))
 	if !f.gate.Serve(ln) {
 		return nil
 	}

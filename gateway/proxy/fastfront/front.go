@@ -134,12 +134,21 @@ func NewServer(p *proxy.Proxy, idle time.Duration) *fasthttp.Server {
 		// The stall timeout bounds writing an answer: set before each
 		// answer is written, moved forward while its body streams
 		// (fastBody.Read).
-		WriteTimeout:    p.StallTimeout(),
-		WriteBufferSize: 16 << 10,
-		CloseOnShutdown: true,
-		Logger:          p.ErrorLog(),
-		ErrorHandler:    fastErrorHandler,
-		ConnState:       fastConnState,
+		WriteTimeout: p.StallTimeout(),
+		// An answer of up to 64 KiB goes out in one write, a longer one in
+		// writes of 64 KiB as the endpoint connection's buffers read it
+		// (proxy.ConnBufferSize). The write buffer is held only while an
+		// answer is written (ReduceMemoryUsage): an idle keep-alive
+		// connection keeps only its read buffer (which fasthttp keeps with
+		// StreamRequestBody in any case). ReduceMemoryUsage also restarts
+		// ReadTimeout at a new connection's first byte, which a
+		// FirstHeadConn under each connection undoes (firsthead.go).
+		WriteBufferSize:   proxy.ConnBufferSize,
+		ReduceMemoryUsage: true,
+		CloseOnShutdown:   true,
+		Logger:            p.ErrorLog(),
+		ErrorHandler:      fastErrorHandler,
+		ConnState:         fastConnState,
 	}
 }
 
@@ -148,6 +157,9 @@ func NewServer(p *proxy.Proxy, idle time.Duration) *fasthttp.Server {
 // bookkeeping; see NewServer for the server it expects.
 func (p server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
+	if ctx.ConnRequestNum() == 1 {
+		headRead(ctx.Conn()) // the first head is in: deadlines pass from here
+	}
 	// x holds what the request's view needs (its id among them) and
 	// becomes its exchange when it is forwarded; the request id lives in
 	// it, so it is used only while x is this request's.
@@ -720,6 +732,39 @@ func (b *fastBody) Read(p []byte) (n int, err error) {
 		b.copyTrailers()
 	}
 	return n, err
+}
+
+// SupportsBodyWriteTo reports that fasthttp may write an answer of known
+// length with WriteTo (fasthttp.BodyWriterTo): its bytes are the same as
+// Read's. A body of unknown length is read with Read, so that fasthttp
+// flushes each chunk as it comes (event streams).
+func (b *fastBody) SupportsBodyWriteTo() bool { return b.remaining >= 0 }
+
+// WriteTo writes the rest of the body to w (fasthttp's writer of a body
+// of known length) through Read, in pieces of up to one copy buffer
+// (proxy.ConnBufferSize): a piece that large goes to the client's socket
+// in one write, past the client connection's smaller write buffer,
+// instead of a write per 16 KiB.
+func (b *fastBody) WriteTo(w io.Writer) (int64, error) {
+	buf := b.p.Buffers().Get()
+	defer b.p.Buffers().Put(buf)
+	var total int64
+	for {
+		n, err := b.Read(buf)
+		if n > 0 {
+			m, werr := w.Write(buf[:n])
+			total += int64(m)
+			if werr != nil {
+				return total, werr
+			}
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // copyTrailers gives the client the endpoint's trailer values, also those

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/dwara/dwara/gateway/proxy/fastfront"
 )
 
 // tlsFront is the fasthttp front with TLS. fasthttp speaks HTTP/1.1 only:
@@ -130,7 +131,11 @@ func (f *tlsFront) handshake(raw net.Conn) {
 		_ = raw.Close()
 		return
 	}
-	tc := tls.Server(raw, f.config)
+	// The fasthttp front bounds an HTTP/1.1 connection's first request
+	// head through a FirstHeadConn under its TLS session; an h2 one's
+	// deadlines are net/http's to set, unchanged.
+	fc := fastfront.NewFirstHeadConn(raw)
+	tc := tls.Server(fc, f.config)
 	var err error
 	if f.timeout > 0 {
 		err = raw.SetDeadline(time.Now().Add(f.timeout))
@@ -148,6 +153,7 @@ func (f *tlsFront) handshake(raw net.Conn) {
 		return
 	}
 	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		fc.Release()
 		f.h2q.deliver(tc)
 	} else {
 		f.h1q.deliver(tc)
