@@ -153,11 +153,15 @@ func run(t *testing.T, broken bool, script string, args ...string) (int, string)
 	return 0, ""
 }
 
-// TestDemos runs every demo normally and broken.
+// TestDemos runs every demo normally and broken. The demos run beside
+// one another (each picks free ports, works in a directory of its own and
+// makes a database of its own), at most -parallel at once; a demo's two
+// runs one after the other.
 func TestDemos(t *testing.T) {
 	needTools(t, "bash", "curl", "awk")
 	for _, s := range scenarios {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			needTools(t, s.needs...)
 			t.Run("works", func(t *testing.T) {
 				code, out := run(t, false, s.name)
