@@ -52,8 +52,13 @@ demo-reset: build
 
 # The proxy and node tests run on each front in the one go test, as
 # subtests named after it (TestX/fasthttp, TestX/nethttp).
+# TEST_P is go test's -p: how many builds and test binaries run at once.
+# Its default, the number of CPUs, leaves a 2-CPU machine idle while two
+# test binaries that mostly wait (processes, browsers, demo scripts) hold
+# both places and the other packages' builds queue behind them.
+TEST_P ?= 3
 test:
-	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -race -count=1 -timeout 15m $(PKGS)
+	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -race -count=1 -p $(TEST_P) -timeout 15m $(PKGS)
 
 bench:
 	DWARA_TEST_DATABASE_URL="$$(scripts/postgres.sh postgres)" $(GO) test -run='^$$' -bench=. -benchmem $(PKGS)

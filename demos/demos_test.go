@@ -153,13 +153,19 @@ func run(t *testing.T, broken bool, script string, args ...string) (int, string)
 	return 0, ""
 }
 
-// TestDemos runs every demo normally and broken.
+// TestDemos runs every demo normally and broken. The runs go beside one
+// another and beside TestRunAll and TestShellcheck, at most -parallel at
+// once: each run of a script picks free ports, works in a directory of its
+// own and makes a database of its own.
 func TestDemos(t *testing.T) {
+	t.Parallel()
 	needTools(t, "bash", "curl", "awk")
 	for _, s := range scenarios {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			needTools(t, s.needs...)
 			t.Run("works", func(t *testing.T) {
+				t.Parallel()
 				code, out := run(t, false, s.name)
 				if code != 0 || !strings.Contains(out, "\nPASS: "+s.name+": ") {
 					t.Fatalf("%s exited %d, want 0 and a PASS line:\n%s", s.name, code, out)
@@ -167,6 +173,7 @@ func TestDemos(t *testing.T) {
 				t.Log(lastLine(out, "PASS: "))
 			})
 			t.Run("broken", func(t *testing.T) {
+				t.Parallel()
 				code, out := run(t, true, s.name)
 				want := "FAIL: " + s.name + ": " + s.broken
 				if code != 1 || !strings.Contains(out, want) {
@@ -197,6 +204,7 @@ func TestEveryDemoIsTested(t *testing.T) {
 // TestRunAll runs run-all on one demo: it reports the outcome and the
 // count, and exits 0.
 func TestRunAll(t *testing.T) {
+	t.Parallel()
 	needTools(t, "bash", "curl", "awk", "timeout")
 	code, out := run(t, false, "run-all", "01-round-robin")
 	if code != 0 || !strings.Contains(out, "\n01-round-robin ") || !strings.Contains(out, "demos: 1 passed, 0 failed") {
@@ -209,6 +217,7 @@ func TestRunAll(t *testing.T) {
 
 // TestShellcheck checks every script with shellcheck, when it is installed.
 func TestShellcheck(t *testing.T) {
+	t.Parallel()
 	needTools(t, "shellcheck")
 	files, err := filepath.Glob("[0-9][0-9]-*")
 	if err != nil {

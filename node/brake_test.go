@@ -36,13 +36,7 @@ func TestLocalBrakeWithoutTheDatabase(t *testing.T) {
 	t.Parallel()
 	direct := dbtest.New(t)
 	store := openTestStore(t, direct)
-	u, err := url.Parse(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	relay := testnet.NewRelay(t, u.Host)
-	u.Host = relay.Addr()
-	relayed := u.String()
+	relayed, relay := relayedURL(t, direct)
 
 	var mu sync.Mutex
 	reports := map[string][]bool{} // by process: recorded or not, per report
@@ -184,16 +178,11 @@ func TestLocalBrakeControlPlaneGateway(t *testing.T) {
 	t.Parallel()
 	direct := dbtest.New(t)
 	store := openTestStore(t, direct)
-	u, err := url.Parse(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	relay := testnet.NewRelay(t, u.Host)
-	u.Host = relay.Addr()
+	relayed, relay := relayedURL(t, direct)
 
 	const token = "cp-token"
 	admin := freeAddr(t)
-	sc := ServeConfig{DatabaseURL: u.String(), AdminToken: token}
+	sc := ServeConfig{DatabaseURL: relayed, AdminToken: token}
 	sc.CanaryInterval, sc.CanaryLockRetry, sc.CanaryBrakeInterval = canaryInterval, 4*canaryInterval, canaryInterval
 	serve := startServeOn(t, sc, admin)
 	gc := GatewayConfig{ControlPlane: "http://" + admin, ControlPlaneToken: token}
@@ -244,4 +233,18 @@ func TestLocalBrakeControlPlaneGateway(t *testing.T) {
 	if v, _ := brakeCount(t, gw); v != 1 {
 		t.Errorf("dwara_canary_local_brakes_total{group=web} = %v, want 1", v)
 	}
+}
+
+// relayedURL returns the database URL direct with its host replaced by a
+// relay to it (testnet.NewRelay), and the relay, which the test cuts and
+// restores to take the database away from whatever connects through it.
+func relayedURL(t *testing.T, direct string) (string, *testnet.Relay) {
+	t.Helper()
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := testnet.NewRelay(t, u.Host)
+	u.Host = relay.Addr()
+	return u.String(), relay
 }

@@ -58,12 +58,19 @@ const (
 // page asks for it and then works, event stream included.
 func TestDashboard(t *testing.T) {
 	t.Parallel()
-	webtest.RequireChromium(t)
-	browser := webtest.StartBrowser(t, viewW, viewH)
-	shots := webtest.ScreenshotDir(t, *dashboardShots)
+	browser, shots := dashboardBrowser(t)
 	t.Run("operator", func(t *testing.T) { dashboardOperator(t, browser, shots) })
 	t.Run("token", func(t *testing.T) { dashboardToken(t, browser, shots) })
 	t.Run("branches", func(t *testing.T) { dashboardBranches(t, browser, shots) })
+}
+
+// dashboardBrowser skips t when Chromium is missing, else starts a
+// headless browser of its own at the test's viewport (stopped when t
+// ends) and returns it with the directory for t's screenshots.
+func dashboardBrowser(t *testing.T) (browser context.Context, shots string) {
+	t.Helper()
+	webtest.RequireChromium(t)
+	return webtest.StartBrowser(t, viewW, viewH), webtest.ScreenshotDir(t, *dashboardShots)
 }
 
 // dashboardSpec has service web on "/" split 90/10 between pools a and b

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/dwara/dwara/db/dbtest"
-	"github.com/dwara/dwara/web/webtest"
 )
 
 // TestDashboardCache drives the console in headless Chromium against a
@@ -17,9 +16,7 @@ import (
 // proxy is a MISS.
 func TestDashboardCache(t *testing.T) {
 	t.Parallel()
-	webtest.RequireChromium(t)
-	browser := webtest.StartBrowser(t, viewW, viewH)
-	shots := webtest.ScreenshotDir(t, *dashboardShots)
+	browser, shots := dashboardBrowser(t)
 
 	origin, _ := cacheOrigin(t)
 	srv := startServe(t, ServeConfig{DatabaseURL: dbtest.New(t)})

@@ -11,7 +11,6 @@ import (
 	"github.com/dwara/dwara/demo"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
-	"github.com/dwara/dwara/web/webtest"
 )
 
 // matchRulesSpec is web on "/" split 90/10 between pools a and b with
@@ -33,9 +32,7 @@ func strp(s string) *string { return &s }
 // confirmation name each rule change as "matches decide".
 func TestDashboardMatchRules(t *testing.T) {
 	t.Parallel()
-	webtest.RequireChromium(t)
-	browser := webtest.StartBrowser(t, viewW, viewH)
-	shots := webtest.ScreenshotDir(t, *dashboardShots)
+	browser, shots := dashboardBrowser(t)
 
 	a, b := pools(t)
 	beta := config.MatchRule{Name: "beta", Headers: map[string]config.StringMatch{"X-User-Group": {Exact: strp("beta")}}, Target: b.Name}

@@ -14,7 +14,6 @@ import (
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/client/cli"
 	"github.com/dwara/dwara/internal/fakeai"
-	"github.com/dwara/dwara/web/webtest"
 )
 
 // TestDashboardModelCanary drives the canary panel of a model group in
@@ -27,9 +26,7 @@ import (
 // Nothing is loaded from elsewhere and no script fails.
 func TestDashboardModelCanary(t *testing.T) {
 	t.Parallel()
-	webtest.RequireChromium(t)
-	browser := webtest.StartBrowser(t, viewW, viewH)
-	shots := webtest.ScreenshotDir(t, *dashboardShots)
+	browser, shots := dashboardBrowser(t)
 
 	const ttft = 120 * time.Millisecond
 	f := startModelFleet(t, fakeai.Options{Name: "cand", TTFT: ttft, Seed: 7, Events: 2}, errorRateAnalysis)

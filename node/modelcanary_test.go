@@ -126,6 +126,38 @@ func (f *modelFleet) judged(t *testing.T, n float64) bool {
 	return false
 }
 
+// severeRollback sends chats until an event of llm/chat is recorded (at
+// most max), fails t unless it is a severe_rollback from 10 to 0, waits
+// until both processes serve weight 0 and checks that the canary model
+// then gets no request; it returns the event for its figures.
+func (f *modelFleet) severeRollback(t *testing.T, max int) apiv1.CanaryEvent {
+	t.Helper()
+	f.sendUntil(t, max, "a rollback of llm/chat", func() bool { return len(f.events(t)) > 0 })
+	e := f.events(t)[0]
+	if e.Service != modelGroup || e.Action != apiv1.CanarySevereRollback || e.FromWeight != 10 || e.ToWeight != 0 {
+		t.Fatalf("event %+v, want a severe_rollback of %s 10 -> 0", e, modelGroup)
+	}
+	f.waitWeight(t, 0)
+	f.canaryModelUnused(t)
+	return e
+}
+
+// heldWithoutEvent sends chats until a window of n requests is judged (at
+// most max), then more chats, waits until those are judged too (a window
+// of n again), and fails t if the canary (what it is) got any event.
+func (f *modelFleet) heldWithoutEvent(t *testing.T, n float64, max, more int, what string) {
+	t.Helper()
+	judged := func() bool { return f.judged(t, n) }
+	f.sendUntil(t, max, fmt.Sprintf("a window of %v requests judged", n), judged)
+	for range more { // and judged again, several times
+		sendChat(t, f.replica.Proxy, f.next())
+	}
+	waitUntil(t, "the runner judged the last requests", judged, ticks(t, canaryInterval))
+	if es := f.events(t); len(es) != 0 {
+		t.Fatalf("%s: events %+v, want none", what, es)
+	}
+}
+
 // events returns the canary events of llm/chat, oldest first.
 func (f *modelFleet) events(t *testing.T) []apiv1.CanaryEvent {
 	t.Helper()
@@ -211,27 +243,13 @@ func TestModelCanary(t *testing.T) {
 			f := startModelFleet(t, tc.cand, errorRateAnalysis)
 			store, serve, replica, g := f.store, f.serve, f.replica, f.g
 			if tc.rollback {
-				f.sendUntil(t, 5000, "a rollback of llm/chat", func() bool { return len(f.events(t)) > 0 })
-				e := f.events(t)[0]
-				if e.Service != modelGroup || e.Action != apiv1.CanarySevereRollback || e.FromWeight != 10 || e.ToWeight != 0 {
-					t.Fatalf("event %+v, want a severe_rollback of %s 10 -> 0", e, modelGroup)
-				}
+				e := f.severeRollback(t, 5000)
 				if e.Canary == nil || e.Canary.ErrorRate < 0.1 || e.Canary.Requests+e.Baseline.Requests < 200 {
 					t.Errorf("event figures baseline %+v canary %+v, want min_requests met and the canary over 10%%", e.Baseline, e.Canary)
 				}
-				f.waitWeight(t, 0)
-				f.canaryModelUnused(t)
 				return
 			}
-			judged := func() bool { return f.judged(t, 400) }
-			f.sendUntil(t, 5000, "a window of 400 requests judged", judged)
-			for range 200 { // and judged again, several times
-				sendChat(t, replica.Proxy, f.next())
-			}
-			waitUntil(t, "the runner judged the last requests", judged, ticks(t, canaryInterval))
-			if es := f.events(t); len(es) != 0 {
-				t.Fatalf("a canary answering 429 at 30%%: events %+v, want none", es)
-			}
+			f.heldWithoutEvent(t, 400, 5000, 200, "a canary answering 429 at 30%")
 			limited := 0.0
 			for k, v := range scrape(t, metricsAddr(replica), "dwara_model_requests_total") {
 				if strings.Contains(k, "upstream=cand") && strings.Contains(k, "code=429") {
@@ -302,30 +320,16 @@ func TestModelCanaryTTFT(t *testing.T) {
 			t.Parallel()
 			f := startModelFleet(t, fakeai.Options{Name: "cand", TTFT: tc.ttft, Seed: 7, Events: 2}, ttftAnalysis)
 			if tc.rollback {
-				f.sendUntil(t, 400, "a rollback of llm/chat", func() bool { return len(f.events(t)) > 0 })
-				e := f.events(t)[0]
-				if e.Service != modelGroup || e.Action != apiv1.CanarySevereRollback || e.FromWeight != 10 || e.ToWeight != 0 {
-					t.Fatalf("event %+v, want a severe_rollback of %s 10 -> 0", e, modelGroup)
-				}
+				e := f.severeRollback(t, 400)
 				if e.Canary == nil || e.Canary.TTFTP99 < 0.6 || e.Canary.Errors != 0 || e.Canary.Requests+e.Baseline.Requests < 60 {
 					t.Errorf("event figures baseline %+v canary %+v, want min_requests met, no error and a canary TTFT p99 over 0.6 s", e.Baseline, e.Canary)
 				}
 				if !strings.Contains(e.Reason, "ttft_p99") {
 					t.Errorf("event reason %q, want it to name ttft_p99", e.Reason)
 				}
-				f.waitWeight(t, 0)
-				f.canaryModelUnused(t)
 				return
 			}
-			judged := func() bool { return f.judged(t, 120) }
-			f.sendUntil(t, 400, "a window of 120 requests judged", judged)
-			for range 60 { // and judged again, several times
-				sendChat(t, f.replica.Proxy, f.next())
-			}
-			waitUntil(t, "the runner judged the last requests", judged, ticks(t, canaryInterval))
-			if es := f.events(t); len(es) != 0 {
-				t.Fatalf("a canary with a TTFT of %v: events %+v, want none", tc.ttft, es)
-			}
+			f.heldWithoutEvent(t, 120, 400, 60, fmt.Sprintf("a canary with a TTFT of %v", tc.ttft))
 			if !modelWeightIs(t, 10, f.serve, f.replica) {
 				t.Error("the weight of llm/chat moved without an event")
 			}

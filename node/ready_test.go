@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"testing"
 	"time"
@@ -26,14 +25,9 @@ func TestGatewayAcceptsOnceApplied(t *testing.T) {
 		a, b := pools(t)
 		direct := dbtest.New(t)
 		publishTo(t, openTestStore(t, direct), specJSON(a, b, 100, 0))
-		u, err := url.Parse(direct)
-		if err != nil {
-			t.Fatal(err)
-		}
-		relay := testnet.NewRelay(t, u.Host)
+		relayed, relay := relayedURL(t, direct)
 		relay.Cut()
-		u.Host = relay.Addr()
-		p := startGateway(t, GatewayConfig{Front: front, DatabaseURL: u.String(), StateDir: t.TempDir()})
+		p := startGateway(t, GatewayConfig{Front: front, DatabaseURL: relayed, StateDir: t.TempDir()})
 
 		c, err := net.DialTimeout("tcp", p.Proxy, wait)
 		if err != nil {

@@ -1,12 +1,10 @@
 package node
 
 import (
-	"net/url"
 	"testing"
 	"time"
 
 	"github.com/dwara/dwara/db/dbtest"
-	"github.com/dwara/dwara/internal/testnet"
 )
 
 // A generation published while serve's LISTEN connection is away (its
@@ -18,16 +16,11 @@ func TestControlPlaneCatchesUpAfterRelisten(t *testing.T) {
 	t.Parallel()
 	store, direct := dbtest.NewStore(t)
 	a, b := pools(t)
-	u, err := url.Parse(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	relay := testnet.NewRelay(t, u.Host)
-	u.Host = relay.Addr()
+	relayed, relay := relayedURL(t, direct)
 	const token = "cp-token"
 	admin := freeAddr(t)
 	sc := ServeConfig{DatabaseURL: direct, AdminToken: token}
-	sc.ListenDatabaseURL = u.String() // only the LISTEN connection goes through the relay
+	sc.ListenDatabaseURL = relayed // only the LISTEN connection goes through the relay
 	startServeOn(t, sc, admin)
 	gc := GatewayConfig{ControlPlane: "http://" + admin, ControlPlaneToken: token}
 	gc.Resync = time.Hour

@@ -13,7 +13,6 @@ import (
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/gateway/config"
-	"github.com/dwara/dwara/web/webtest"
 )
 
 // scheduleHold is the hold of dashboardSchedule's steps: long enough for
@@ -26,9 +25,8 @@ const scheduleHold = 10
 // session of TestDashboard's shared browser is bounded as a whole.
 func TestDashboardSchedule(t *testing.T) {
 	t.Parallel()
-	webtest.RequireChromium(t)
-	browser := webtest.StartBrowser(t, viewW, viewH)
-	dashboardSchedule(t, browser, webtest.ScreenshotDir(t, *dashboardShots))
+	browser, shots := dashboardBrowser(t)
+	dashboardSchedule(t, browser, shots)
 }
 
 // dashboardSchedule drives the canary panel of a group on a schedule in

@@ -68,6 +68,18 @@ services:
 `, def.addr(), a.addr(), b.addr(), extra, wa, wb)
 }
 
+// modelGateway starts the fake upstreams default, openai-a and vllm-b and
+// a gateway of front serving modelSpec over them at wa/wb.
+func modelGateway(t testing.TB, front string, wa, wb int) (g *gateway, def, a, b *fakeUpstream) {
+	t.Helper()
+	def = startFake(t, fakeai.Options{Name: "default"})
+	a = startFake(t, fakeai.Options{Name: "openai-a"})
+	b = startFake(t, fakeai.Options{Name: "vllm-b"})
+	g = startGateway(t, front)
+	g.apply(t, 1, modelSpec(def, a, b, wa, wb, ""))
+	return g, def, a, b
+}
+
 func postModel(t testing.TB, url, rid, body string, hdr map[string]string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
@@ -96,11 +108,7 @@ func TestModelAliasSplit(t *testing.T) {
 	t.Parallel()
 	eachFront(t, func(t *testing.T, front string) {
 		t.Parallel()
-		def := startFake(t, fakeai.Options{Name: "default"})
-		a := startFake(t, fakeai.Options{Name: "openai-a"})
-		b := startFake(t, fakeai.Options{Name: "vllm-b"})
-		g := startGateway(t, front)
-		g.apply(t, 1, modelSpec(def, a, b, 90, 10, ""))
+		g, def, a, b := modelGateway(t, front, 90, 10)
 		models := map[string]string{"openai-a": "gpt-4o", "vllm-b": "llama-3.1-70b"}
 
 		const n = 2000
@@ -159,11 +167,7 @@ func TestModelAliasAffinity(t *testing.T) {
 	t.Parallel()
 	eachFront(t, func(t *testing.T, front string) {
 		t.Parallel()
-		def := startFake(t, fakeai.Options{Name: "default"})
-		a := startFake(t, fakeai.Options{Name: "openai-a"})
-		b := startFake(t, fakeai.Options{Name: "vllm-b"})
-		g := startGateway(t, front)
-		g.apply(t, 1, modelSpec(def, a, b, 50, 50, ""))
+		g, _, _, _ := modelGateway(t, front, 50, 50)
 		seen := map[string]int{}
 		for c := range 200 {
 			first := ""
@@ -470,11 +474,7 @@ func TestModelAliasSkipsDownTarget(t *testing.T) {
 	t.Parallel()
 	eachFront(t, func(t *testing.T, front string) {
 		t.Parallel()
-		def := startFake(t, fakeai.Options{Name: "default"})
-		a := startFake(t, fakeai.Options{Name: "openai-a"})
-		b := startFake(t, fakeai.Options{Name: "vllm-b"})
-		g := startGateway(t, front)
-		g.apply(t, 1, modelSpec(def, a, b, 50, 50, ""))
+		g, _, a, b := modelGateway(t, front, 50, 50)
 		g.Registry().Get(b.addr()).SetUp(false)
 		const n = 200
 		for i := range n {
