@@ -288,7 +288,7 @@ func (c *Conn) ReadAnswer(w *protocolWatch, head, upgrade bool) error {
 // from br, through its empty line, into a.trailers: chunkedBody's
 // trailerReader.
 func (a *AnswerHead) ReadTrailer(br *bufio.Reader) error {
-	n, full, err := bufferUntil(br, fieldsEnd)
+	n, full, err := bufferUntil(br, fieldsEnd, MaxAnswerHead)
 	switch {
 	case full:
 		return errTrailerTooLarge

@@ -87,6 +87,23 @@ func TestAnswerHeadEnd(t *testing.T) {
 	if n, err := bufferAnswerHead(bufio.NewReaderSize(iotestOneByte(big), 256), nil); err != nil || n != len(big) {
 		t.Errorf("a head a byte at a time: %d, %v; want %d", n, err, len(big))
 	}
+	// The cap is MaxAnswerHead, not the (larger) connection buffer: a head
+	// of exactly the cap is read, one a byte over it is not, and neither
+	// is one that ends past the cap in a buffer that holds it.
+	at := func(size int) string {
+		pre := "HTTP/1.1 200 OK\r\nX: "
+		return pre + strings.Repeat("a", size-len(pre)-4) + "\r\n\r\n"
+	}
+	for _, tc := range []struct {
+		size int
+		want error
+	}{{MaxAnswerHead, nil}, {MaxAnswerHead + 1, errAnswerHeadTooLarge}} {
+		head := at(tc.size) + "body"
+		n, err := bufferAnswerHead(bufio.NewReaderSize(strings.NewReader(head), ConnBufferSize), nil)
+		if err != tc.want || err == nil && n != tc.size {
+			t.Errorf("a head of %d bytes in a %d-byte buffer: %d, %v; want %v", tc.size, ConnBufferSize, n, err, tc.want)
+		}
+	}
 }
 
 // iotestOneByte reads s one byte per Read.

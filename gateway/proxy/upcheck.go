@@ -39,9 +39,13 @@ const (
 
 var reasonNames = [numReasons]string{"extra_bytes", "unsolicited", "head_too_large"}
 
-// errAnswerHeadTooLarge is an answer head (status line and fields) that
-// does not fit an endpoint connection's read buffer (ConnBufferSize, 16
-// KiB), which answer heads are parsed in: a 502, counted head_too_large.
+// MaxAnswerHead bounds an answer head (status line and fields), and a
+// trailer section, from an endpoint: they are parsed in the connection's
+// read buffer, which holds more (ConnBufferSize).
+const MaxAnswerHead = 16 << 10
+
+// errAnswerHeadTooLarge is an answer head over MaxAnswerHead: a 502,
+// counted head_too_large.
 var errAnswerHeadTooLarge = errors.New("upstream answer head over 16 KiB")
 
 // protocolWatch counts and logs the protocol errors of one endpoint of
@@ -115,10 +119,10 @@ func AnswerHeadEnd(b []byte) int {
 
 // bufferAnswerHead reads from br until it holds a whole answer head, and
 // returns its length: errAnswerHeadTooLarge (counted in w) when the head
-// does not fit br's buffer, or the read's error. Reads
+// is over MaxAnswerHead (or br's buffer), or the read's error. Reads
 // happen under the connection's read deadline.
 func bufferAnswerHead(br *bufio.Reader, w *protocolWatch) (int, error) {
-	n, full, err := bufferUntil(br, AnswerHeadEnd)
+	n, full, err := bufferUntil(br, AnswerHeadEnd, MaxAnswerHead)
 	if full {
 		w.report(reasonHeadTooLarge)
 		return 0, errAnswerHeadTooLarge
@@ -128,14 +132,15 @@ func bufferAnswerHead(br *bufio.Reader, w *protocolWatch) (int, error) {
 
 // bufferUntil reads from br until end finds, in what br holds, the end of
 // a section at its start, and returns the section's length; full reports
-// that br's buffer filled up without it, err a read's error.
-func bufferUntil(br *bufio.Reader, end func([]byte) int) (n int, full bool, err error) {
+// that max bytes (or br's buffer) came without it, err a read's error.
+func bufferUntil(br *bufio.Reader, end func([]byte) int, max int) (n int, full bool, err error) {
+	max = min(max, br.Size())
 	for {
 		b, _ := br.Peek(br.Buffered())
-		if n := end(b); n >= 0 {
+		if n := end(b); n >= 0 && n <= max {
 			return n, false, nil
 		}
-		if len(b) >= br.Size() {
+		if len(b) >= max {
 			return 0, true, nil
 		}
 		if _, err := br.Peek(len(b) + 1); err != nil {
