@@ -280,7 +280,9 @@ func (c *Conn) ReadAnswer(w *protocolWatch, head, upgrade bool) error {
 		return errAnswerUnaskedSwitch
 	}
 	c.answer.reset(c.Reader, a)
-	c.tap.m = nil // tapped again by ExchangeRetrying for an alias request
+	if c.tap != nil {
+		c.tap.m = nil // tapped again by ExchangeRetrying for an alias request
+	}
 	return nil
 }
 
@@ -381,8 +383,8 @@ func (c *Conn) AnswerStream() io.Reader {
 	if c.Head.Framing == bodyNone {
 		return nil
 	}
-	if c.tap.m != nil {
-		return &c.tap
+	if c.tap != nil && c.tap.m != nil {
+		return c.tap
 	}
 	return &c.answer
 }

@@ -433,8 +433,8 @@ const tapTail = 2048
 
 // answerTap reads the answer of an alias request for the front (it is
 // its AnswerStream), watching it go by: the first event with content
-// (TTFT) and the usage in its tail. It lives in the connection, so it
-// allocates nothing.
+// (TTFT) and the usage in its tail. It lives with the connection, so it
+// allocates nothing after the connection's first alias answer.
 type answerTap struct {
 	m      *modelTarget     // nil: no tap
 	rec    *canary.Recorder // the target's canary recorder; nil outside a model group
@@ -452,7 +452,10 @@ type answerTap struct {
 // request was sent at sent. A body the connection holds whole already is
 // looked at now: a front may copy it out of the buffer without reading it.
 func (c *Conn) tapAnswer(m *modelTarget, rec *canary.Recorder, sent time.Time) {
-	t := &c.tap
+	if c.tap == nil {
+		c.tap = new(answerTap)
+	}
+	t := c.tap
 	t.m, t.rec, t.body, t.sent, t.n, t.first, t.done = m, rec, &c.answer, sent, 0, false, false
 	t.stream = bytes.HasPrefix(c.Head.First("Content-Type"), []byte("text/event-stream"))
 	if c.Head.Status != 200 || c.Head.Framing == bodyNone {

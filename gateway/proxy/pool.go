@@ -91,8 +91,10 @@ type Conn struct {
 	// that reading an answer allocates nothing.
 	Head   AnswerHead
 	answer answerBody
-	// tap watches the answer of an alias request (models.go).
-	tap answerTap
+	// tap watches the answer of an alias request (models.go): made on the
+	// first one the connection carries and kept with it, so that other
+	// connections (and answers from the cache) do not carry its buffer.
+	tap *answerTap
 	// peeker looks at the socket of an idle connection (idle_unix.go):
 	// the TCP socket, under the TLS session of an https endpoint's.
 	peeker
