@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/textproto"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -217,12 +217,14 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 	gen := strconv.FormatInt(generation, 10)
 	hdrGen := oneValue(gen)
 	var prevServices map[string]*service
+	var slab carrySlab
+	t.carryable = make(map[string]*service, len(spec.Services))
 	if prev != nil {
 		prevServices = prev.carryable
 	}
 	for _, s := range spec.Services {
 		if ps := prevServices[s.Name]; ps != nil && carryable(&s) && serviceEqual(&ps.cfg, &s) {
-			if cs := carryService(ps, p.compiles, hdrGen); cs != nil {
+			if cs := slab.carry(ps, p.compiles, hdrGen, len(spec.Services)); cs != nil {
 				t.add(s.Host, cs)
 				continue
 			}
@@ -321,7 +323,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 		t.add(s.Host, cs)
 	}
 	byLength := func(ss []*service) {
-		sort.SliceStable(ss, func(i, j int) bool { return len(ss[i].basePath) > len(ss[j].basePath) })
+		slices.SortStableFunc(ss, func(a, b *service) int { return len(b.basePath) - len(a.basePath) })
 	}
 	byLength(t.hostless)
 	for _, ss := range t.byHost {
@@ -329,8 +331,12 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 	}
 	// Nothing fails past this point: the table is the one Apply swaps in.
 	p.linkPeers(t, prev)
-	for name, u := range t.upstreams {
-		if u.shared == nil { // a carried-over upstream has its own
+	if t.changed != nil {
+		for _, u := range t.changed.fresh { // a carried-over one has its own
+			u.shared = p.upstreamShared(u.name)
+		}
+	} else {
+		for name, u := range t.upstreams {
 			u.shared = p.upstreamShared(name)
 		}
 	}
@@ -344,7 +350,7 @@ func oneValue(v string) []string { return []string{v}[:1:1] }
 func (t *Table) add(host string, cs *service) {
 	if cs.carryable {
 		if t.carryable == nil {
-			t.carryable = make(map[string]*service, len(t.byHost)+len(t.hostless)+64)
+			t.carryable = make(map[string]*service)
 		}
 		t.carryable[cs.name] = cs
 	}
@@ -364,34 +370,48 @@ func carryable(s *config.Service) bool {
 	return (s.Split == nil || s.Split.CanaryAnalysis == nil) && s.Mirror == nil && s.Models == nil && s.Cache == nil
 }
 
-// carryService returns a service compiled as ps, of the generation served,
-// was: ps's split, rules, sticky settings and metrics, with targets of its
-// own that name the new generation (hdrGen). nil when an upstream of ps is
-// not carried over by this compile (its configuration changed or it is
-// gone), as the service must then be compiled again.
-func carryService(ps *service, compile int64, hdrGen []string) *service {
+// carrySlab allocates the services and targets that a compile carries
+// over in chunks, not one by one.
+type carrySlab struct {
+	services []service
+	targets  []Target
+	ptrs     []*Target
+}
+
+// carry returns a service compiled as ps, of the generation served, was:
+// ps's split, rules, sticky settings and metrics, with targets of its own
+// that name the new generation (hdrGen). nil when an upstream of ps is not
+// carried over by this compile (its configuration changed or it is gone),
+// as the service must then be compiled again. n is the number of services
+// of the generation, which bounds how many are carried over.
+func (sl *carrySlab) carry(ps *service, compile int64, hdrGen []string, n int) *service {
 	for _, tg := range ps.targets {
 		if tg.Up.goneAt == compile {
 			return nil
 		}
 	}
-	cs := &service{
-		name:      ps.name,
-		basePath:  ps.basePath,
-		sticky:    ps.sticky,
-		override:  ps.override,
-		branches:  ps.branches,
-		rules:     ps.rules,
-		matched:   ps.matched,
-		cfg:       ps.cfg,
-		carryable: true,
+	if len(sl.services) == cap(sl.services) {
+		sl.services = make([]service, 0, min(n, 4096))
 	}
+	sl.services = sl.services[:len(sl.services)+1]
+	cs := &sl.services[len(sl.services)-1]
+	cs.name, cs.basePath = ps.name, ps.basePath
+	cs.sticky, cs.override, cs.branches = ps.sticky, ps.override, ps.branches
+	cs.rules, cs.matched = ps.rules, ps.matched
+	cs.cfg, cs.carryable = ps.cfg, true
 	cs.split.Store(ps.split.Load())
-	targets := make([]Target, len(ps.targets))
-	cs.targets = make([]*Target, len(ps.targets))
+	k := len(ps.targets)
+	if cap(sl.targets)-len(sl.targets) < k {
+		sl.targets = make([]Target, 0, max(k, 4096))
+		sl.ptrs = make([]*Target, 0, max(k, 4096))
+	}
+	ts := sl.targets[len(sl.targets) : len(sl.targets)+k : len(sl.targets)+k]
+	sl.targets = sl.targets[:len(sl.targets)+k]
+	cs.targets = sl.ptrs[len(sl.ptrs) : len(sl.ptrs)+k : len(sl.ptrs)+k]
+	sl.ptrs = sl.ptrs[:len(sl.ptrs)+k]
 	for i, tg := range ps.targets {
-		targets[i] = Target{Up: tg.Up, targetMetrics: tg.targetMetrics, HdrService: tg.HdrService, HdrUpstream: tg.HdrUpstream, HdrGeneration: hdrGen}
-		cs.targets[i] = &targets[i]
+		ts[i] = Target{Up: tg.Up, targetMetrics: tg.targetMetrics, HdrService: tg.HdrService, HdrUpstream: tg.HdrUpstream, HdrGeneration: hdrGen}
+		cs.targets[i] = &ts[i]
 	}
 	return cs
 }
