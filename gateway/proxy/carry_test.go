@@ -177,4 +177,12 @@ func TestApplyCarriesOver(t *testing.T) {
 	if len(p.pools) != 4 {
 		t.Errorf("%d pools, want 4", len(p.pools))
 	}
+	// After Close (which closed the pools) nothing is carried over.
+	p.Close()
+	if err := p.Apply(build(50, "127.0.0.1:9102"), 6); err != nil {
+		t.Fatal(err)
+	}
+	if p.Current().upstreams["a"] == t5.upstreams["a"] {
+		t.Error("upstream a carried over after Close")
+	}
 }

@@ -143,6 +143,9 @@ type Proxy struct {
 	// compiles counts the compiles begun, for upstream.goneAt; guarded
 	// by applyMu.
 	compiles int64
+	// closed is set by Close (under applyMu): a generation applied after
+	// it carries nothing over, as Close closed the pools.
+	closed bool
 	// children are the metric children of each (service, upstream) pair
 	// of the table; guarded by applyMu.
 	children map[string]*targetMetrics
@@ -336,6 +339,7 @@ func healthTargets(spec *config.Spec, t *Table) []health.Target {
 func (p *Proxy) Close() {
 	p.applyMu.Lock()
 	defer p.applyMu.Unlock()
+	p.closed = true
 	p.health.Close()
 	p.mirrors.stop()
 	for key, cp := range p.pools {

@@ -178,6 +178,9 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 	// carried over rather than compiled again. Nothing of it is written
 	// (requests still read it) but under the locks its readers take.
 	prev := p.table.Load()
+	if p.closed {
+		prev = nil
+	}
 	p.compiles++
 	var ch upstreamChanges
 	named := 0 // upstreams of prev that spec names
