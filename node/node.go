@@ -67,6 +67,10 @@ type Process struct {
 	// (from the database, from a publish of the embedded API, or from the
 	// spec file), once per generation, possibly from several goroutines.
 	Applied func(generation int64)
+	// Trace, when non-nil, is called at each step of a load from the
+	// database (source.Database.Trace's stages, then "overlaid" once the
+	// canary weights in force were read), for measurements.
+	Trace func(stage string)
 	// Heartbeat is how often a process fed from the database refreshes its
 	// gateway_instances row; 0 means source.Database's default (5s).
 	// Ignored with GatewayConfig.ConfigFile.
@@ -431,6 +435,9 @@ func (p *Process) databaseSource(store *db.Store, proxyAddr string, px *proxy.Pr
 			if err != nil {
 				return err
 			}
+			if p.Trace != nil {
+				p.Trace("overlaid")
+			}
 			return apply(ctx, spec, generation)
 		},
 		Serving:   px.Generation,
@@ -438,6 +445,7 @@ func (p *Process) databaseSource(store *db.Store, proxyAddr string, px *proxy.Pr
 		Heartbeat: p.Heartbeat,
 		Resync:    p.Resync,
 		Logger:    p.Logger,
+		Trace:     p.Trace,
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/dwara/dwara/db"
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/internal/testnet"
 	"github.com/dwara/dwara/internal/testrun"
@@ -487,32 +488,90 @@ func TestFlipUnderLoad(t *testing.T) {
 }
 
 // BenchmarkPublishToApplied publishes through the API and measures until the
-// replica gateway's proxy applied the generation. It reports the p50 and p99
-// from sending the POST (publish-*) and from receiving its 201 (commit-*).
+// replica (a gateway following the database) applied the generation: from
+// sending the POST (publish-*) and from the 201 (commit-*). It breaks the
+// path down with the replica's Process.Trace: POST sent to the
+// notification delivered (post-notify: the API's decode, validation and
+// transaction, the commit and the NOTIFY), then the replica's newest-id
+// query (id), its load of the generation (load), the spec's decode
+// (decode), the read of the canary weights in force (overlay), and the
+// compile and swap (apply); and, measured apart on the same database, a
+// Store.Publish (store-publish: the transaction with its audit row and
+// NOTIFY, and the commit) and a config.Parse of the spec (parse).
 func BenchmarkPublishToApplied(b *testing.B) {
 	url := dbtest.New(b)
 	pa, pb := pools(b)
 	srv := startServe(b, ServeConfig{DatabaseURL: url})
-	replica := startGateway(b, GatewayConfig{DatabaseURL: url})
-	var fromPost, fromAck []time.Duration
+	var mu sync.Mutex
+	stamps := map[string]time.Time{}
+	gc := GatewayConfig{DatabaseURL: url}
+	gc.Trace = func(stage string) {
+		mu.Lock()
+		stamps[stage] = time.Now()
+		mu.Unlock()
+	}
+	replica := startGateway(b, gc)
+	parts := []string{"post-notify", "id", "load", "decode", "overlay", "apply"}
+	stages := []string{"notified", "newest-id", "loaded", "decoded", "overlaid"}
+	lat := map[string][]time.Duration{}
 	i := 0
 	for b.Loop() {
 		i++
+		mu.Lock()
+		clear(stamps)
+		mu.Unlock()
 		t0 := time.Now()
 		g := publish(b, srv.Admin, specJSON(pa, pb, 100-i%100, i%100))
 		t1 := time.Now()
 		replica.waitApplied(b, g.ID)
-		fromPost = append(fromPost, time.Since(t0))
-		fromAck = append(fromAck, time.Since(t1))
+		t2 := time.Now()
+		lat["publish"] = append(lat["publish"], t2.Sub(t0))
+		lat["commit"] = append(lat["commit"], t2.Sub(t1))
+		mu.Lock()
+		prev, complete := t0, true
+		for j, st := range stages {
+			at, ok := stamps[st]
+			if !ok || at.Before(prev) {
+				complete = false
+				break
+			}
+			lat[parts[j]] = append(lat[parts[j]], at.Sub(prev))
+			prev = at
+		}
+		if complete {
+			lat["apply"] = append(lat["apply"], t2.Sub(prev))
+		}
+		mu.Unlock()
+	}
+	b.StopTimer()
+	store, err := db.Open(context.Background(), url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	for j := range 200 {
+		body := specJSON(pa, pb, 100-j%100, j%100)
+		t0 := time.Now()
+		if _, err := config.Parse(body); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		publishTo(b, store, body)
+		lat["parse"] = append(lat["parse"], t1.Sub(t0))
+		lat["store-publish"] = append(lat["store-publish"], time.Since(t1))
 	}
 	q := func(lat []time.Duration, p float64) float64 {
 		slices.Sort(lat)
 		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
 	}
-	b.ReportMetric(q(fromPost, 0.50), "publish-p50-ms")
-	b.ReportMetric(q(fromPost, 0.99), "publish-p99-ms")
-	b.ReportMetric(q(fromAck, 0.50), "commit-p50-ms")
-	b.ReportMetric(q(fromAck, 0.99), "commit-p99-ms")
+	for _, name := range append([]string{"publish", "commit", "store-publish", "parse"}, parts...) {
+		if len(lat[name]) == 0 {
+			b.Fatalf("no %s measured", name)
+		}
+		b.ReportMetric(q(lat[name], 0.50), name+"-p50-ms")
+		b.ReportMetric(q(lat[name], 0.99), name+"-p99-ms")
+	}
+	b.ReportMetric(float64(len(lat["apply"])), "traced")
 	b.ReportMetric(0, "ns/op")
 }
 

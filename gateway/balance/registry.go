@@ -48,6 +48,19 @@ func (r *Registry) Retain(keep map[string]struct{}) {
 	}
 }
 
+// Forget drops the States of addrs, as Retain drops those it does not
+// keep.
+func (r *Registry) Forget(addrs ...string) {
+	if len(addrs) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, addr := range addrs {
+		delete(r.states, addr)
+	}
+}
+
 // Len returns the number of addresses the Registry holds.
 func (r *Registry) Len() int {
 	r.mu.Lock()

@@ -120,11 +120,15 @@ func (f *Follower) load(ctx context.Context, gen int64) error {
 // (none: spec itself), so a data plane that applies a generation the
 // controller already changed serves its weights from the first request.
 func Overlay(ctx context.Context, store *db.Store, spec *config.Spec, generation int64) (*config.Spec, error) {
+	groups := canary.Groups(spec)
+	if len(groups) == 0 {
+		return spec, nil // no weights to overlay: no query
+	}
 	states, err := store.CanaryStates(ctx, generation)
 	if err != nil {
 		return nil, err
 	}
-	for _, g := range canary.Groups(spec) {
+	for _, g := range groups {
 		st, ok := states[g.Service]
 		if !ok || !st.Transient {
 			continue

@@ -3,7 +3,9 @@ package proxy
 import (
 	"fmt"
 	"runtime"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
@@ -33,15 +35,25 @@ func largeSpec(tb testing.TB, services, targets int) *config.Spec {
 
 // BenchmarkCompile1000x8 measures compiling and swapping in a generation of
 // 1,000 services x 8 targets (8,000 upstreams, 16,000 endpoints), and
-// reports the heap it keeps (MB) once applied.
+// reports the heap it keeps (MB) once applied. Every upstream differs from
+// the generation served before (its connect timeout), so nothing is
+// carried over.
 func BenchmarkCompile1000x8(b *testing.B) {
 	spec := largeSpec(b, 1000, 8)
+	other := spec.Clone()
+	for i := range other.Upstreams {
+		other.Upstreams[i].ConnectTimeoutMS++
+	}
 	p := New(Options{})
 	defer p.Close()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		if err := p.Apply(spec, int64(i+1)); err != nil {
+		s := spec
+		if i%2 == 1 {
+			s = other
+		}
+		if err := p.Apply(s, int64(i+1)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -135,4 +147,145 @@ func BenchmarkRouteThreeRules(b *testing.B) {
 			}
 		})
 	}
+}
+
+// scaleSpec is a generation of n services, each on its own base path with
+// its own upstream of two endpoints; every fourth splits 95/5 with a
+// second upstream of its own (a canary), and every third is sticky. With
+// n = 10,000: 12,500 upstreams, 25,000 endpoints. changed, when >= 0, is
+// the service whose canary weight differs (90/10 for a split, a third
+// endpoint otherwise): the same generation with one service changed.
+func scaleSpec(tb testing.TB, n, changed int) *config.Spec {
+	tb.Helper()
+	b := spectest.New()
+	for s := range n {
+		port := 10000 + (2*s)%50000
+		name := fmt.Sprintf("u-%d", s)
+		eps := []string{fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.2:%d", port)}
+		if s == changed && s%4 != 0 {
+			eps = append(eps, fmt.Sprintf("127.0.0.3:%d", port))
+		}
+		b.Upstream(name, eps...)
+		if s%4 == 0 {
+			canaryName := fmt.Sprintf("u-%d-canary", s)
+			b.Upstream(canaryName, fmt.Sprintf("127.0.0.1:%d", port+1), fmt.Sprintf("127.0.0.2:%d", port+1))
+			w := 5
+			if s == changed {
+				w = 10
+			}
+			b.Split(fmt.Sprintf("svc-%d", s), fmt.Sprintf("/s%d", s), spectest.T(name, 100-w), spectest.T(canaryName, w))
+		} else {
+			b.Route(fmt.Sprintf("svc-%d", s), fmt.Sprintf("/s%d", s), name)
+		}
+		if s%3 == 0 {
+			b.Sticky("sid", 0)
+		}
+	}
+	return b.Parsed(tb)
+}
+
+// BenchmarkCompile10000 measures the first apply of a generation of
+// 10,000 services (scaleSpec) on a new proxy, which compiles all of it and
+// creates its metric series (as a start or a restart does; a proxy that
+// serves a generation carries over what did not change, see
+// BenchmarkReapplyOneChanged), and reports the heap the applied table
+// keeps (MB). 2,500 and 5,000 services show how it grows.
+func BenchmarkCompile10000(b *testing.B) {
+	for _, n := range []int{2500, 5000, 10000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			spec := scaleSpec(b, n, -1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var cpu time.Duration
+			for range b.N {
+				b.StopTimer()
+				p := New(Options{})
+				runtime.GC()
+				b.StartTimer()
+				c0 := cpuTime(b)
+				if err := p.Apply(spec, 1); err != nil {
+					b.Fatal(err)
+				}
+				cpu += cpuTime(b) - c0
+				b.StopTimer()
+				p.Close()
+				b.StartTimer()
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(cpu)/float64(b.N)/1e6, "cpu-ms/op")
+			var before, after runtime.MemStats
+			q := New(Options{})
+			defer q.Close()
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			if err := q.Apply(spec, 1); err != nil {
+				b.Fatal(err)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/(1<<20), "heap-MB")
+		})
+	}
+}
+
+// BenchmarkReapplyOneChanged measures applying a generation of 10,000
+// services on a proxy that serves the same generation but for one
+// service (a split's canary weight, or a route's endpoints), and reports
+// the CPU time an apply takes (the garbage collector's included).
+func BenchmarkReapplyOneChanged(b *testing.B) {
+	for _, changed := range []int{4000, 4001} {
+		name := "split weight"
+		if changed%4 != 0 {
+			name = "upstream endpoints"
+		}
+		b.Run(name, func(b *testing.B) { reapply(b, scaleSpec(b, 10000, -1), scaleSpec(b, 10000, changed)) })
+	}
+}
+
+// reapply applies specs in turn (after the first) on a proxy that serves
+// the one before.
+func reapply(b *testing.B, specs ...*config.Spec) {
+	p := New(Options{})
+	defer p.Close()
+	if err := p.Apply(specs[0], 1); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime(b)
+	for i := range b.N {
+		if err := p.Apply(specs[(i+1)%len(specs)], int64(i+2)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportCPU(b, cpu)
+}
+
+// BenchmarkReapplyAllChanged measures applying a generation of 10,000
+// services on a proxy that serves one where every upstream differs (its
+// connect timeout): nothing is carried over, everything is compiled again,
+// but the metric series and connection pools exist already.
+func BenchmarkReapplyAllChanged(b *testing.B) {
+	a := scaleSpec(b, 10000, -1)
+	c := a.Clone()
+	for i := range c.Upstreams {
+		c.Upstreams[i].ConnectTimeoutMS++
+	}
+	reapply(b, a, c)
+}
+
+// cpuTime is the CPU time (user and system) the process has used, which
+// on a machine shared with other work says more about a benchmark's cost
+// than its wall-clock time: report it per op with reportCPU.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time used since start per op of b, in ms.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N)/1e6, "cpu-ms/op")
 }

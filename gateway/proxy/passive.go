@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -123,28 +125,91 @@ func (p *Proxy) upstreamShared(name string) *upstreamShared {
 // retainShared forgets the shared state and deletes the series of the
 // upstreams t no longer has. Called under applyMu.
 func (p *Proxy) retainShared(t *Table) {
+	if ch := t.changed; ch != nil && len(ch.fresh)+len(ch.gone) <= len(t.upstreams)/4 {
+		// Only an upstream gone from the table served before may be gone.
+		for _, u := range ch.gone {
+			if _, ok := t.upstreams[u.name]; !ok {
+				p.dropShared(u.name)
+			}
+		}
+		return
+	}
 	for name := range p.shared {
 		if _, ok := t.upstreams[name]; !ok {
-			delete(p.shared, name)
-			p.um.retries.DeleteLabelValues(name)
-			p.um.ejections.DeleteLabelValues(name)
-			p.um.protocol.DeletePartialMatch(prometheus.Labels{"upstream": name})
+			p.dropShared(name)
 		}
 	}
 }
 
+// dropShared forgets the shared state of upstream name and deletes its
+// series. Called under applyMu.
+func (p *Proxy) dropShared(name string) {
+	delete(p.shared, name)
+	p.um.retries.DeleteLabelValues(name)
+	p.um.ejections.DeleteLabelValues(name)
+	p.um.protocol.DeletePartialMatch(prometheus.Labels{"upstream": name})
+}
+
 // linkPeers sets every endpoint's peers: the upstreams of t that name its
-// address.
-func linkPeers(t *Table) {
-	peers := make(map[string][]*upstream)
-	for _, u := range t.upstreams {
+// address. With prev, the table served before t, it sets only those of
+// the addresses that t's changed upstreams name (all of them when most
+// upstreams changed). An endpoint carried over from prev may be ejected
+// while this runs: its peers are written under ejectMu, which mayEject
+// reads them under.
+func (p *Proxy) linkPeers(t, prev *Table) {
+	p.ejectMu.Lock()
+	defer p.ejectMu.Unlock()
+	ch := t.changed
+	if prev == nil || ch == nil || prev.peers == nil || len(ch.fresh)+len(ch.gone) > len(t.upstreams)/4 {
+		t.peers = make(map[string][]*upstream)
+		for _, u := range t.upstreams {
+			for _, e := range u.endpoints {
+				t.peers[e.Addr] = append(t.peers[e.Addr], u)
+			}
+		}
+		for _, u := range t.upstreams {
+			for _, e := range u.endpoints {
+				e.peers = t.peers[e.Addr]
+			}
+		}
+		return
+	}
+	if len(ch.fresh) == 0 && len(ch.gone) == 0 {
+		t.peers = prev.peers
+		return
+	}
+	// prev's lists are shared with its endpoints: each changed one is
+	// replaced by a new slice, never written in place.
+	t.peers = maps.Clone(prev.peers)
+	touched := map[string]bool{}
+	for _, u := range ch.gone {
 		for _, e := range u.endpoints {
-			peers[e.Addr] = append(peers[e.Addr], u)
+			if !touched[e.Addr] {
+				t.peers[e.Addr] = slices.Clone(t.peers[e.Addr])
+				touched[e.Addr] = true
+			}
+			t.peers[e.Addr] = slices.DeleteFunc(t.peers[e.Addr], func(v *upstream) bool { return v == u })
+			if len(t.peers[e.Addr]) == 0 {
+				delete(t.peers, e.Addr)
+			}
 		}
 	}
-	for _, u := range t.upstreams {
+	for _, u := range ch.fresh {
 		for _, e := range u.endpoints {
-			e.peers = peers[e.Addr]
+			if !touched[e.Addr] {
+				t.peers[e.Addr] = slices.Clone(t.peers[e.Addr])
+				touched[e.Addr] = true
+			}
+			t.peers[e.Addr] = append(t.peers[e.Addr], u)
+		}
+	}
+	for addr := range touched {
+		for _, u := range t.peers[addr] {
+			for _, e := range u.endpoints {
+				if e.Addr == addr {
+					e.peers = t.peers[addr]
+				}
+			}
 		}
 	}
 }

@@ -57,6 +57,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -139,6 +140,12 @@ type Proxy struct {
 	// pools are the forwarding path's connection pools, by upstream,
 	// scheme and endpoint; they outlive generations. Guarded by applyMu.
 	pools map[string]*connPool
+	// compiles counts the compiles begun, for upstream.goneAt; guarded
+	// by applyMu.
+	compiles int64
+	// closed is set by Close (under applyMu): a generation applied after
+	// it carries nothing over, as Close closed the pools.
+	closed bool
 	// children are the metric children of each (service, upstream) pair
 	// of the table; guarded by applyMu.
 	children map[string]*targetMetrics
@@ -263,8 +270,32 @@ func (p *Proxy) apply(spec *config.Spec, generation int64, onlyNewer bool) (bool
 }
 
 // retainEndpoints forgets the states of endpoints no longer named and
-// closes the connection pools of endpoints no longer served.
+// closes the connection pools of endpoints no longer served. When t
+// carries over most upstreams of the table served before it, only the
+// endpoints of the upstreams it no longer has are looked at.
 func (p *Proxy) retainEndpoints(t *Table) {
+	if ch := t.changed; ch != nil && len(ch.fresh)+len(ch.gone) <= len(t.upstreams)/4 {
+		var forget []string
+		for _, u := range ch.gone {
+			// A pool is its upstream's (by name): the upstream of that
+			// name t has, if any, is the only one that may still use it.
+			var kept []*Endpoint
+			if nu := t.upstreams[u.name]; nu != nil {
+				kept = nu.endpoints
+			}
+			for _, e := range u.endpoints {
+				if len(t.peers[e.Addr]) == 0 {
+					forget = append(forget, e.Addr)
+				}
+				if e.Pool != nil && p.pools[e.poolKey] == e.Pool && !slices.ContainsFunc(kept, func(k *Endpoint) bool { return k.Pool == e.Pool }) {
+					e.Pool.close()
+					delete(p.pools, e.poolKey)
+				}
+			}
+		}
+		p.reg.Forget(forget...)
+		return
+	}
 	keep := make(map[string]struct{})
 	pools := make(map[*connPool]bool)
 	for _, u := range t.upstreams {
@@ -308,6 +339,7 @@ func healthTargets(spec *config.Spec, t *Table) []health.Target {
 func (p *Proxy) Close() {
 	p.applyMu.Lock()
 	defer p.applyMu.Unlock()
+	p.closed = true
 	p.health.Close()
 	p.mirrors.stop()
 	for key, cp := range p.pools {

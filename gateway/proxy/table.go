@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/textproto"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -36,6 +36,21 @@ type Table struct {
 	modelCanaries []*modelAlias
 	// caches are the services' response caches, by service name.
 	caches map[string]*serviceCache
+	// carryable are the services the next generation may carry over, by
+	// name (carryService).
+	carryable map[string]*service
+	// peers are the upstreams naming each endpoint address (linkPeers).
+	peers map[string][]*upstream
+	// changed is what of the upstreams differs from the table served
+	// before this one; set by compile, read by Apply's bookkeeping.
+	changed *upstreamChanges
+}
+
+// upstreamChanges are the compiled upstreams one table has and the table
+// served before it has not (fresh: compiled anew), and the other way round
+// (gone). nil when there was no table before.
+type upstreamChanges struct {
+	fresh, gone []*upstream
 }
 
 // service is a compiled config.Service. A service routed to one upstream is a
@@ -63,6 +78,11 @@ type service struct {
 	// models are the service's model aliases (models.go); nil without
 	// any.
 	models *modelRoutes
+	// cfg is the service's configuration, a copy of its own: the next
+	// generation carries the compiled service over when its configuration
+	// is the same (carryService). Set only when carryable.
+	cfg       config.Service
+	carryable bool
 }
 
 // canaryGroup is a compiled canary group: a 2-target split with canary
@@ -112,6 +132,13 @@ type upstream struct {
 	// shared is the upstream's retry budget and counters, kept across
 	// generations; set once the whole table has compiled.
 	shared *upstreamShared
+	// cfg is the upstream's configuration, a copy of its own: the next
+	// generation keeps the compiled upstream (endpoints, pools, balancer)
+	// when its configuration is the same.
+	cfg config.Upstream
+	// goneAt is the compile (Proxy.compiles) whose table replaced or
+	// dropped this upstream; read and written under applyMu only.
+	goneAt int64
 }
 
 // Endpoint is one upstream endpoint with its connection pool.
@@ -130,6 +157,8 @@ type Endpoint struct {
 	Pool *connPool
 	// HostHeader is the Host sent upstream: the endpoint's host:port.
 	HostHeader string
+	// poolKey is Pool's key in the proxy's pools.
+	poolKey string
 }
 
 // compile turns a spec into a table. It does not validate spec (Apply's
@@ -145,15 +174,64 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 		byHost:     make(map[string][]*service),
 		upstreams:  make(map[string]*upstream, len(spec.Upstreams)),
 	}
+	// The generation served: what its configuration has not changed is
+	// carried over rather than compiled again. Nothing of it is written
+	// (requests still read it) but under the locks its readers take.
+	prev := p.table.Load()
+	if p.closed {
+		prev = nil
+	}
+	p.compiles++
+	var ch upstreamChanges
+	named := 0 // upstreams of prev that spec names
 	for _, u := range spec.Upstreams {
+		var pu *upstream
+		if prev != nil {
+			pu = prev.upstreams[u.Name]
+		}
+		if pu != nil {
+			named++
+			if upstreamEqual(&pu.cfg, &u) {
+				t.upstreams[u.Name] = pu
+				continue
+			}
+			ch.gone = append(ch.gone, pu)
+		}
 		cu, err := p.compileUpstream(u)
 		if err != nil {
 			return nil, err
 		}
 		t.upstreams[u.Name] = cu
+		ch.fresh = append(ch.fresh, cu)
+	}
+	if prev != nil {
+		if named < len(prev.upstreams) {
+			for name, pu := range prev.upstreams {
+				if t.upstreams[name] == nil {
+					ch.gone = append(ch.gone, pu)
+				}
+			}
+		}
+		for _, pu := range ch.gone {
+			pu.goneAt = p.compiles
+		}
+		t.changed = &ch
 	}
 	gen := strconv.FormatInt(generation, 10)
+	hdrGen := oneValue(gen)
+	var prevServices map[string]*service
+	var slab carrySlab
+	t.carryable = make(map[string]*service, len(spec.Services))
+	if prev != nil {
+		prevServices = prev.carryable
+	}
 	for _, s := range spec.Services {
+		if ps := prevServices[s.Name]; ps != nil && carryable(&s) && serviceEqual(&ps.cfg, &s) {
+			if cs := slab.carry(ps, p.compiles, hdrGen, len(spec.Services)); cs != nil {
+				t.add(s.Host, cs)
+				continue
+			}
+		}
 		cs := &service{name: s.Name, basePath: s.BasePath}
 		if cs.basePath == "" {
 			cs.basePath = "/"
@@ -171,7 +249,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 				targetMetrics: p.targetMetrics(s.Name, u.name),
 				HdrService:    oneValue(s.Name),
 				HdrUpstream:   oneValue(u.name),
-				HdrGeneration: oneValue(gen),
+				HdrGeneration: hdrGen,
 			})
 		}
 		var sp *split.Split
@@ -242,24 +320,28 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 		if err := p.compileCache(s, cs, t); err != nil {
 			return nil, fmt.Errorf("service %q: %w", s.Name, err)
 		}
-		if s.Host == "" {
-			t.hostless = append(t.hostless, cs)
-		} else {
-			h := strings.ToLower(s.Host)
-			t.byHost[h] = append(t.byHost[h], cs)
+		if carryable(&s) {
+			cs.cfg, cs.carryable = cloneService(s), true
 		}
+		t.add(s.Host, cs)
 	}
 	byLength := func(ss []*service) {
-		sort.SliceStable(ss, func(i, j int) bool { return len(ss[i].basePath) > len(ss[j].basePath) })
+		slices.SortStableFunc(ss, func(a, b *service) int { return len(b.basePath) - len(a.basePath) })
 	}
 	byLength(t.hostless)
 	for _, ss := range t.byHost {
 		byLength(ss)
 	}
 	// Nothing fails past this point: the table is the one Apply swaps in.
-	linkPeers(t)
-	for name, u := range t.upstreams {
-		u.shared = p.upstreamShared(name)
+	p.linkPeers(t, prev)
+	if t.changed != nil {
+		for _, u := range t.changed.fresh { // a carried-over one has its own
+			u.shared = p.upstreamShared(u.name)
+		}
+	} else {
+		for name, u := range t.upstreams {
+			u.shared = p.upstreamShared(name)
+		}
 	}
 	p.retainShared(t)
 	return t, nil
@@ -267,11 +349,81 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 
 func oneValue(v string) []string { return []string{v}[:1:1] }
 
+// add files cs, a service of host (any case; "" for none), in t.
+func (t *Table) add(host string, cs *service) {
+	if cs.carryable {
+		if t.carryable == nil {
+			t.carryable = make(map[string]*service)
+		}
+		t.carryable[cs.name] = cs
+	}
+	if host == "" {
+		t.hostless = append(t.hostless, cs)
+		return
+	}
+	h := strings.ToLower(host)
+	t.byHost[h] = append(t.byHost[h], cs)
+}
+
+// carryable reports whether a service compiled from s may be carried over
+// to the next generation of the same configuration: one with none of the
+// state a generation has its own of (the recorders of canary analysis,
+// model aliases and their recorders, a mirror, a cache).
+func carryable(s *config.Service) bool {
+	return (s.Split == nil || s.Split.CanaryAnalysis == nil) && s.Mirror == nil && s.Models == nil && s.Cache == nil
+}
+
+// carrySlab allocates the services and targets that a compile carries
+// over in chunks, not one by one.
+type carrySlab struct {
+	services []service
+	targets  []Target
+	ptrs     []*Target
+}
+
+// carry returns a service compiled as ps, of the generation served, was:
+// ps's split, rules, sticky settings and metrics, with targets of its own
+// that name the new generation (hdrGen). nil when an upstream of ps is not
+// carried over by this compile (its configuration changed or it is gone),
+// as the service must then be compiled again. n is the number of services
+// of the generation, which bounds how many are carried over.
+func (sl *carrySlab) carry(ps *service, compile int64, hdrGen []string, n int) *service {
+	for _, tg := range ps.targets {
+		if tg.Up.goneAt == compile {
+			return nil
+		}
+	}
+	if len(sl.services) == cap(sl.services) {
+		sl.services = make([]service, 0, min(n, 4096))
+	}
+	sl.services = sl.services[:len(sl.services)+1]
+	cs := &sl.services[len(sl.services)-1]
+	cs.name, cs.basePath = ps.name, ps.basePath
+	cs.sticky, cs.override, cs.branches = ps.sticky, ps.override, ps.branches
+	cs.rules, cs.matched = ps.rules, ps.matched
+	cs.cfg, cs.carryable = ps.cfg, true
+	cs.split.Store(ps.split.Load())
+	k := len(ps.targets)
+	if cap(sl.targets)-len(sl.targets) < k {
+		sl.targets = make([]Target, 0, max(k, 4096))
+		sl.ptrs = make([]*Target, 0, max(k, 4096))
+	}
+	ts := sl.targets[len(sl.targets) : len(sl.targets)+k : len(sl.targets)+k]
+	sl.targets = sl.targets[:len(sl.targets)+k]
+	cs.targets = sl.ptrs[len(sl.ptrs) : len(sl.ptrs)+k : len(sl.ptrs)+k]
+	sl.ptrs = sl.ptrs[:len(sl.ptrs)+k]
+	for i, tg := range ps.targets {
+		ts[i] = Target{Up: tg.Up, targetMetrics: tg.targetMetrics, HdrService: tg.HdrService, HdrUpstream: tg.HdrUpstream, HdrGeneration: hdrGen}
+		cs.targets[i] = &ts[i]
+	}
+	return cs
+}
+
 func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 	if len(u.Endpoints) > config.MaxEndpoints {
 		return nil, fmt.Errorf("upstream %q: %d endpoints, at most %d", u.Name, len(u.Endpoints), config.MaxEndpoints)
 	}
-	cu := &upstream{name: u.Name, passive: passiveOf(u.Passive)}
+	cu := &upstream{name: u.Name, passive: passiveOf(u.Passive), cfg: cloneUpstream(u)}
 	states := make([]*balance.State, len(u.Endpoints))
 	for i, addr := range u.Endpoints {
 		target, err := config.ParseEndpoint(addr)
@@ -285,7 +437,7 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 			index:      i,
 			HostHeader: target.Host,
 		}
-		ep.Pool = p.pool(u.Name, target.Scheme, target.Host)
+		ep.Pool, ep.poolKey = p.pool(u.Name, target.Scheme, target.Host)
 		ep.Pool.setTimeouts(millis(u.ConnectTimeoutMS, config.DefaultConnectTimeoutMS),
 			millis(u.ResponseHeaderTimeoutMS, config.DefaultResponseHeaderTimeoutMS),
 			millis(u.IdleTimeoutMS, config.DefaultIdleTimeoutMS))
@@ -313,9 +465,9 @@ func millis(ms, def int) time.Duration {
 // are kept per upstream, scheme and endpoint, so each upstream's timeouts
 // apply to its own connections, and a plain connection never serves an
 // https endpoint at the same address. Called under applyMu.
-func (p *Proxy) pool(upstream, scheme, host string) *connPool {
-	key := upstream + " " + scheme + " " + host
-	cp := p.pools[key]
+func (p *Proxy) pool(upstream, scheme, host string) (cp *connPool, key string) {
+	key = upstream + " " + scheme + " " + host
+	cp = p.pools[key]
 	if cp == nil {
 		cp = newConnPool(host)
 		if scheme == "https" {
@@ -324,7 +476,7 @@ func (p *Proxy) pool(upstream, scheme, host string) *connPool {
 		cp.Watch = newProtocolWatch(p.um.protocol, p.log, upstream, host)
 		p.pools[key] = cp
 	}
-	return cp
+	return cp, key
 }
 
 // match returns the service for host (as the client sent it: any case, with

@@ -94,6 +94,11 @@ type Database struct {
 	Resync time.Duration
 	// Logger receives apply and store errors; nil means slog.Default().
 	Logger *slog.Logger
+	// Trace, when non-nil, is called at each step of a load, for
+	// measuring where publish-to-applied goes: "notified" (Notify),
+	// "newest-id" (the id was read), "loaded" (the generation was read),
+	// "decoded" (its spec was parsed); Apply follows.
+	Trace func(stage string)
 
 	initOnce  sync.Once
 	kick      chan struct{} // capacity 1: pending triggers collapse
@@ -115,6 +120,7 @@ func (s *Database) init() {
 // (re)connect; a call before Run is kept until Run starts.
 func (s *Database) Notify() {
 	s.init()
+	s.trace("notified")
 	select {
 	case s.kick <- struct{}{}:
 	default:
@@ -219,6 +225,7 @@ func (s *Database) sync(ctx context.Context, inst *apiv1.GatewayInstance, dec *d
 	if err != nil {
 		return false, fmt.Errorf("load newest generation id: %w", err)
 	}
+	s.trace("newest-id")
 	if id <= s.applied.Load() { // 0: none published yet
 		return first, nil
 	}
@@ -235,7 +242,9 @@ func (s *Database) sync(ctx context.Context, inst *apiv1.GatewayInstance, dec *d
 		if err != nil {
 			return false, fmt.Errorf("load generation %d: %w", id, err)
 		}
+		s.trace("loaded")
 		spec, err := config.ParseAs(g.Spec, config.FormatJSON)
+		s.trace("decoded")
 		*dec = decoded{id: id, spec: spec, err: err}
 	}
 	cancel()
@@ -268,6 +277,12 @@ func (s *Database) record(ctx context.Context, log *slog.Logger, inst apiv1.Gate
 	defer cancel()
 	if err := s.Store.UpsertGateway(rctx, inst); err != nil && ctx.Err() == nil {
 		log.Warn("record gateway instance failed", "instance", inst.ID, "err", err)
+	}
+}
+
+func (s *Database) trace(stage string) {
+	if s.Trace != nil {
+		s.Trace(stage)
 	}
 }
 
