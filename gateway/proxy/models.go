@@ -154,14 +154,9 @@ func (p *Proxy) compileModels(s config.Service, cs *service, t *Table, gen strin
 				return errors.New("alias " + strconv.Quote(a.Alias) + ": unknown upstream " + strconv.Quote(mt.Upstream))
 			}
 			weights[i] = mt.Weight
-			ca.targets = append(ca.targets, &Target{
-				Up:            u,
-				targetMetrics: p.targetMetrics(s.Name, u.name),
-				HdrService:    oneValue(s.Name),
-				HdrUpstream:   oneValue(u.name),
-				HdrGeneration: oneValue(gen),
-				model:         p.modelTarget(s.Name, a.Alias, u.name, mt.Model),
-			})
+			tg := p.newTarget(s.Name, u, oneValue(gen))
+			tg.model = p.modelTarget(s.Name, a.Alias, u.name, mt.Model)
+			ca.targets = append(ca.targets, tg)
 		}
 		sp, err := split.New(weights)
 		if err != nil {

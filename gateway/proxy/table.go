@@ -244,13 +244,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 				return nil, fmt.Errorf("service %q: unknown upstream %q", s.Name, tg.Upstream)
 			}
 			weights[i] = tg.Weight
-			cs.targets = append(cs.targets, &Target{
-				Up:            u,
-				targetMetrics: p.targetMetrics(s.Name, u.name),
-				HdrService:    oneValue(s.Name),
-				HdrUpstream:   oneValue(u.name),
-				HdrGeneration: hdrGen,
-			})
+			cs.targets = append(cs.targets, p.newTarget(s.Name, u, hdrGen))
 		}
 		var sp *split.Split
 		var err error
@@ -348,6 +342,18 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 }
 
 func oneValue(v string) []string { return []string{v}[:1:1] }
+
+// newTarget is a target of service on upstream u in the generation whose
+// X-Dwara-Generation value is hdrGen, with its metric series.
+func (p *Proxy) newTarget(service string, u *upstream, hdrGen []string) *Target {
+	return &Target{
+		Up:            u,
+		targetMetrics: p.targetMetrics(service, u.name),
+		HdrService:    oneValue(service),
+		HdrUpstream:   oneValue(u.name),
+		HdrGeneration: hdrGen,
+	}
+}
 
 // add files cs, a service of host (any case; "" for none), in t.
 func (t *Table) add(host string, cs *service) {
