@@ -288,12 +288,7 @@ func TestFastFrontTLSShutdown(t *testing.T) {
 // answered on it.
 func TestTLSHeadTimeoutFromHandshake(t *testing.T) {
 	t.Parallel()
-	const (
-		timeout = 2 * time.Second
-		pause   = 1800 * time.Millisecond
-		within  = timeout + 1300*time.Millisecond // as TestHeadTimeoutFromAccept's
-	)
-	gw, cert := startFastTLS(t, protoUpstream(t, nil), timeout)
+	gw, cert := startFastTLS(t, protoUpstream(t, nil), headTimeout)
 	roots := x509.NewCertPool()
 	roots.AddCert(cert)
 	t.Run("HTTP/1.1", func(t *testing.T) {
@@ -303,14 +298,7 @@ func TestTLSHeadTimeoutFromHandshake(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		start := time.Now()
-		_ = c.SetDeadline(start.Add(wait))
-		time.Sleep(pause) // the slow client's pause, which is what is tested
-		_, _ = io.WriteString(c, "G")
-		out, _ := io.ReadAll(c)
-		if took := time.Since(start); took >= within {
-			t.Errorf("closed %v after the handshake (%q); want it within %v: the head timeout counted from the first byte", took.Round(time.Millisecond), out, within)
-		}
+		slowFirstByte(t, c, headTimeout)
 	})
 	t.Run("HTTP/2", func(t *testing.T) {
 		t.Parallel()
@@ -326,7 +314,7 @@ func TestTLSHeadTimeoutFromHandshake(t *testing.T) {
 				t.Fatalf("request %d: %s %q, want HTTP/2.0 and \"ok https\"", i+1, resp.Proto, body)
 			}
 			if i == 0 {
-				time.Sleep(timeout + 500*time.Millisecond) // past the head timeout, on the same connection
+				time.Sleep(headTimeout + 500*time.Millisecond) // past the head timeout, on the same connection
 			}
 		}
 	})
