@@ -281,13 +281,13 @@ func newUpConn(nc net.Conn) *Conn {
 // The connection's buffers go back for other connections either way
 // (detach): nothing of c may be used by the caller after Put.
 func (p *connPool) Put(c *Conn) {
-	if c.Reader.Buffered() > 0 {
+	extra := c.Reader.Buffered() > 0
+	c.detach()
+	if extra {
 		p.Watch.report(reasonExtraBytes)
-		c.detach()
 		c.Net.Close()
 		return
 	}
-	c.detach()
 	c.idleFrom = time.Now()
 	p.mu.Lock()
 	if p.closed.Load() || len(p.idle) >= maxIdlePerEndpoint {

@@ -89,14 +89,10 @@ const (
 )
 
 // idleState looks at c, idle, without reading it (idle_unix.go): a
-// connection with anything buffered, or with bytes or an end of file
-// waiting on its socket, is not to be used.
-func (c *Conn) idleState() idleState {
-	if c.Reader != nil && c.Reader.Buffered() > 0 { // an idle one has no reader (detach)
-		return idleData
-	}
-	return c.peeker.state(c.Net)
-}
+// connection with bytes or an end of file waiting on its socket is not to
+// be used. An idle one has no buffer to hold bytes (Put refused those with
+// any, and detached the others').
+func (c *Conn) idleState() idleState { return c.peeker.state(c.Net) }
 
 // AnswerHeadEnd returns the length of the answer head at the start of b,
 // through the empty line that ends it, or -1 when b does not hold all of
