@@ -355,12 +355,10 @@ func (p *Proxy) newTarget(service string, u *upstream, hdrGen []string) *Target 
 	}
 }
 
-// add files cs, a service of host (any case; "" for none), in t.
+// add files cs, a service of host (any case; "" for none), in t, whose
+// carryable map compile made.
 func (t *Table) add(host string, cs *service) {
 	if cs.carryable {
-		if t.carryable == nil {
-			t.carryable = make(map[string]*service)
-		}
 		t.carryable[cs.name] = cs
 	}
 	if host == "" {
