@@ -104,6 +104,9 @@ type Conn struct {
 	// cut is set once the connection was cut (cutNow): a read deadline
 	// set later must not undo that.
 	cut atomic.Bool
+	// sock reads and writes a plain TCP connection's socket
+	// (socket_linux.go); an https endpoint's go through its TLS session.
+	sock Socket
 }
 
 // CutNow unblocks every read and write on c at once, for good: the
@@ -127,10 +130,13 @@ func (c *Conn) SetReadDeadline(t time.Time) {
 
 // Write writes b to the connection, counting what went out.
 func (c *Conn) Write(b []byte) (int, error) {
-	n, err := c.Net.Write(b)
+	n, err := c.sock.Write(c.Net, b)
 	c.written += int64(n)
 	return n, err
 }
+
+// Read reads from the connection: the Reader's source.
+func (c *Conn) Read(p []byte) (int, error) { return c.sock.Read(c.Net, p) }
 
 func newConnPool(addr string) *connPool {
 	return &connPool{addr: addr}
@@ -268,6 +274,8 @@ func newUpConn(nc net.Conn) *Conn {
 	raw := nc
 	if tc, ok := nc.(*tls.Conn); ok {
 		raw, c.isTLS = tc.NetConn(), true
+	} else {
+		c.sock.Init(nc)
 	}
 	c.peeker.init(raw)
 	return c
@@ -305,7 +313,7 @@ func (p *connPool) Put(c *Conn) {
 // attach gives c, about to carry a request, its read and write buffers.
 func (c *Conn) attach() {
 	c.Reader = connReaders.Get().(*bufio.Reader)
-	c.Reader.Reset(c.Net)
+	c.Reader.Reset(c)
 	c.Writer = connWriters.Get().(*bufio.Writer)
 	c.Writer.Reset(c)
 }

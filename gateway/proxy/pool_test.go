@@ -123,6 +123,31 @@ func TestConnPoolConnectRefused(t *testing.T) {
 	}
 }
 
+// tcpPair returns both ends of a loopback TCP connection, the dialed one
+// first; both are closed when the test ends.
+func tcpPair(t *testing.T) (dialed, accepted net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ch := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			ch <- c
+		}
+	}()
+	dialed, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted = recvWithin(t, ch, "the accepted connection")
+	t.Cleanup(func() { dialed.Close(); accepted.Close() })
+	return dialed, accepted
+}
+
 // TestCutStaysCut: a connection cut (its client gone) while its exchange
 // is between two steps stays cut when the next step sets a read deadline
 // of its own: the read it waits on returns at once instead of at that
@@ -131,26 +156,8 @@ func TestConnPoolConnectRefused(t *testing.T) {
 // timeout).
 func TestCutStaysCut(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer := recvWithin(t, accepted, "the accepted connection")
-	defer peer.Close()
+	nc, _ := tcpPair(t)
 	c := newUpConn(nc)
-	defer nc.Close()
 	c.CutNow()
 	c.SetReadDeadline(time.Now().Add(time.Hour)) // the response-header timeout, say
 	done := make(chan error, 1)
@@ -158,7 +165,7 @@ func TestCutStaysCut(t *testing.T) {
 		_, err := c.Reader.Peek(1)
 		done <- err
 	}()
-	err = recvWithin(t, done, "the read on the cut connection")
+	err := recvWithin(t, done, "the read on the cut connection")
 	if ne, ok := errors.AsType[net.Error](err); !ok || !ne.Timeout() {
 		t.Fatalf("read on a cut connection: %v, want a timeout at once", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/dwara/dwara/gateway/proxy"
 )
 
 // The first request head of a connection is bounded from the accept, as
@@ -30,6 +32,8 @@ type FirstHeadConn struct {
 	// was set, released once the first head is read or the connection
 	// carries no HTTP/1.1 (Release).
 	by atomic.Int64
+	// sock reads and writes the socket under the connection.
+	sock proxy.Socket
 }
 
 // released is FirstHeadConn.by once its deadlines pass unchanged.
@@ -38,7 +42,17 @@ const released = -1
 // NewFirstHeadConn wraps c, a connection the fasthttp front (a server of
 // NewServer's) is to serve, so that its first request head is bounded from
 // the first read deadline set on it.
-func NewFirstHeadConn(c net.Conn) *FirstHeadConn { return &FirstHeadConn{Conn: c} }
+func NewFirstHeadConn(c net.Conn) *FirstHeadConn {
+	fc := &FirstHeadConn{Conn: c}
+	fc.sock.Init(c)
+	return fc
+}
+
+// Read reads from the connection's socket.
+func (c *FirstHeadConn) Read(p []byte) (int, error) { return c.sock.Read(c.Conn, p) }
+
+// Write writes to the connection's socket.
+func (c *FirstHeadConn) Write(p []byte) (int, error) { return c.sock.Write(c.Conn, p) }
 
 // SetReadDeadline sets the read deadline t, held at the first deadline
 // set while the first request head is read.

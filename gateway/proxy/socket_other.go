@@ -1,0 +1,18 @@
+//go:build !linux
+
+package proxy
+
+import "net"
+
+// Socket reads and writes through its connection where a socket cannot be
+// read with raw system calls (see socket_linux.go).
+type Socket struct{}
+
+// Init does nothing here.
+func (s *Socket) Init(net.Conn) {}
+
+// Read reads from nc into p.
+func (s *Socket) Read(nc net.Conn, p []byte) (int, error) { return nc.Read(p) }
+
+// Write writes p to nc.
+func (s *Socket) Write(nc net.Conn, p []byte) (int, error) { return nc.Write(p) }
