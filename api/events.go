@@ -248,12 +248,26 @@ func (s *Server) toEvent(ctx context.Context, n notification) (event, error) {
 
 // events answers GET /api/v1/events with a server-sent event stream that
 // lasts until the client leaves, the server shuts down, or the client falls
-// too far behind.
+// too far behind. It answers once the process's listener has first
+// connected: from then on, what is published reaches the stream.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	// A stream outlives any write timeout of the server.
 	_ = rc.SetWriteDeadline(time.Time{})
 
+	// Until the process's listener first listens, nothing published
+	// reaches a stream, and its first connect ends every stream open by
+	// then (Connected): a client that connects before that waits here
+	// rather than being told it is subscribed, resyncing, and being
+	// dropped a moment later (a control-plane gateway purges its caches
+	// on each reconnect).
+	select {
+	case <-s.hub.listening:
+	case <-r.Context().Done():
+		return
+	case <-s.closing:
+		return
+	}
 	c := s.hub.subscribe()
 	defer s.hub.unsubscribe(c)
 

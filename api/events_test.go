@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -141,6 +142,58 @@ func TestEvents(t *testing.T) {
 	stopRun()
 	if _, _, err := stream.next(); !errors.Is(err, io.EOF) {
 		t.Errorf("after Run stopped the stream ended with %v, want EOF", err)
+	}
+}
+
+// TestEventStreamBeforeTheListener: a stream opened before the process's
+// listener first connects is answered once it has connected, and is not
+// ended by that connect: the next publish reaches it. (A stream told it
+// was subscribed before that connect was dropped by it, and a
+// control-plane gateway purged its caches a second time on reconnecting.)
+func TestEventStreamBeforeTheListener(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), testrun.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", e.url+"/api/v1/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan *http.Response, 1)
+	go func() {
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Errorf("GET /api/v1/events: %v", err)
+			close(answered)
+			return
+		}
+		answered <- resp
+	}()
+	// Time for the request to reach the handler before the listener
+	// connects (without it the test passes either way).
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case resp := <-answered:
+		if resp != nil {
+			resp.Body.Close()
+		}
+		t.Fatal("the event stream was answered before the listener connected")
+	default:
+	}
+	runEvents(t, e)
+	resp := <-answered
+	if resp == nil {
+		return
+	}
+	defer resp.Body.Close()
+	stream := &sseReader{r: bufio.NewReader(resp.Body)}
+	if line, err := stream.r.ReadString('\n'); err != nil || line != ": connected\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	g := e.publish(specWith(95, 5), "after the connect")
+	name, data, err := stream.next()
+	if err != nil || name != apiv1.EventGenerationPublished || !strings.Contains(data, fmt.Sprintf(`"id":%d`, g.ID)) {
+		t.Fatalf("next event %q %s, %v; want generation_published of %d on the same stream", name, data, err, g.ID)
 	}
 }
 
