@@ -70,12 +70,15 @@ func passiveOf(pc *config.Passive) passiveSettings {
 
 // upstreamShared is what the proxy keeps of one upstream across
 // generations: the retry budget's count of retries in flight, and the
-// upstream's retry and ejection counters. Safe for concurrent use.
+// upstream's retry, ejection and protocol error counters (the last
+// shared by the protocol watches of its endpoints' pools). Safe for
+// concurrent use.
 type upstreamShared struct {
 	// retries counts the retry attempts of requests still in flight.
 	retries   atomic.Int64
 	retried   prometheus.Counter
 	ejections prometheus.Counter
+	protocol  protocolCounters
 }
 
 // upstreamMetrics are the collectors of the passive checks and retries.
@@ -116,6 +119,7 @@ func (p *Proxy) upstreamShared(name string) *upstreamShared {
 		s = &upstreamShared{
 			retried:   p.um.retries.WithLabelValues(name),
 			ejections: p.um.ejections.WithLabelValues(name),
+			protocol:  newProtocolCounters(p.um.protocol, name),
 		}
 		p.shared[name] = s
 	}

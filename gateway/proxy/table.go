@@ -130,7 +130,7 @@ type upstream struct {
 	// filled in.
 	passive passiveSettings
 	// shared is the upstream's retry budget and counters, kept across
-	// generations; set once the whole table has compiled.
+	// generations.
 	shared *upstreamShared
 	// cfg is the upstream's configuration, a copy of its own: the next
 	// generation keeps the compiled upstream (endpoints, pools, balancer)
@@ -165,10 +165,20 @@ type Endpoint struct {
 // caller did), but it refuses with an error, never a panic, whatever it cannot
 // compile: a nil spec, a bad endpoint or balancer, a service naming an
 // unknown upstream, or weights split.New refuses.
-func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
+func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err error) {
 	if spec == nil {
 		return nil, errors.New("compile generation: nil spec")
 	}
+	// The upstreams whose shared state (and series) this compile creates:
+	// forgotten again if it fails.
+	var created []string
+	defer func() {
+		if err != nil {
+			for _, name := range created {
+				p.dropShared(name)
+			}
+		}
+	}()
 	t := &Table{
 		generation: generation,
 		byHost:     make(map[string][]*service),
@@ -196,6 +206,9 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 				continue
 			}
 			ch.gone = append(ch.gone, pu)
+		}
+		if p.shared[u.Name] == nil {
+			created = append(created, u.Name)
 		}
 		cu, err := p.compileUpstream(u)
 		if err != nil {
@@ -328,15 +341,6 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 	}
 	// Nothing fails past this point: the table is the one Apply swaps in.
 	p.linkPeers(t, prev)
-	if t.changed != nil {
-		for _, u := range t.changed.fresh { // a carried-over one has its own
-			u.shared = p.upstreamShared(u.name)
-		}
-	} else {
-		for name, u := range t.upstreams {
-			u.shared = p.upstreamShared(name)
-		}
-	}
 	p.retainShared(t)
 	return t, nil
 }
@@ -427,7 +431,7 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 	if len(u.Endpoints) > config.MaxEndpoints {
 		return nil, fmt.Errorf("upstream %q: %d endpoints, at most %d", u.Name, len(u.Endpoints), config.MaxEndpoints)
 	}
-	cu := &upstream{name: u.Name, passive: passiveOf(u.Passive), cfg: cloneUpstream(u)}
+	cu := &upstream{name: u.Name, passive: passiveOf(u.Passive), cfg: cloneUpstream(u), shared: p.upstreamShared(u.Name)}
 	states := make([]*balance.State, len(u.Endpoints))
 	for i, addr := range u.Endpoints {
 		target, err := config.ParseEndpoint(addr)
@@ -441,7 +445,7 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 			index:      i,
 			HostHeader: target.Host,
 		}
-		ep.Pool, ep.poolKey = p.pool(u.Name, target.Scheme, target.Host)
+		ep.Pool, ep.poolKey = p.pool(cu, target.Scheme, target.Host)
 		ep.Pool.setTimeouts(millis(u.ConnectTimeoutMS, config.DefaultConnectTimeoutMS),
 			millis(u.ResponseHeaderTimeoutMS, config.DefaultResponseHeaderTimeoutMS),
 			millis(u.IdleTimeoutMS, config.DefaultIdleTimeoutMS))
@@ -464,20 +468,20 @@ func millis(ms, def int) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// pool returns the connection pool of endpoint host of upstream, reached
+// pool returns the connection pool of endpoint host of upstream u, reached
 // with scheme (http or https: over TLS), creating it on first use. Pools
 // are kept per upstream, scheme and endpoint, so each upstream's timeouts
 // apply to its own connections, and a plain connection never serves an
 // https endpoint at the same address. Called under applyMu.
-func (p *Proxy) pool(upstream, scheme, host string) (cp *connPool, key string) {
-	key = upstream + " " + scheme + " " + host
+func (p *Proxy) pool(u *upstream, scheme, host string) (cp *connPool, key string) {
+	key = u.name + " " + scheme + " " + host
 	cp = p.pools[key]
 	if cp == nil {
 		cp = newConnPool(host)
 		if scheme == "https" {
 			cp.tlsConfig = upstreamTLSConfig(p.upstreamTLS, host)
 		}
-		cp.Watch = newProtocolWatch(p.um.protocol, p.log, upstream, host)
+		cp.Watch = &protocolWatch{upstream: u.name, endpoint: host, counters: &u.shared.protocol, log: p.log}
 		p.pools[key] = cp
 	}
 	return cp, key

@@ -53,17 +53,24 @@ var errAnswerHeadTooLarge = errors.New("upstream answer head over 16 KiB")
 // use.
 type protocolWatch struct {
 	upstream, endpoint string
-	counters           [numReasons]prometheus.Counter
-	logged             atomic.Uint32 // bit r: reason r was logged
-	log                *slog.Logger
+	// counters are the upstream's, shared by the watches of all its
+	// endpoints (upstreamShared.protocol): the series are labelled by
+	// upstream and reason only.
+	counters *protocolCounters
+	logged   atomic.Uint32 // bit r: reason r was logged
+	log      *slog.Logger
 }
 
-func newProtocolWatch(vec *prometheus.CounterVec, log *slog.Logger, upstream, endpoint string) *protocolWatch {
-	w := &protocolWatch{upstream: upstream, endpoint: endpoint, log: log}
+// protocolCounters are the dwara_upstream_protocol_errors_total children
+// of one upstream, by reason.
+type protocolCounters [numReasons]prometheus.Counter
+
+func newProtocolCounters(vec *prometheus.CounterVec, upstream string) protocolCounters {
+	var c protocolCounters
 	for r := range numReasons {
-		w.counters[r] = vec.WithLabelValues(upstream, reasonNames[r])
+		c[r] = vec.WithLabelValues(upstream, reasonNames[r])
 	}
-	return w
+	return c
 }
 
 // report counts one protocol error of reason r, and logs the first of
