@@ -30,7 +30,13 @@ type metrics struct {
 	modelRequests *prometheus.CounterVec
 	modelTTFT     *prometheus.HistogramVec
 	modelTokens   *prometheus.CounterVec
+	// targets are the targetMetrics (Proxy.children) whose lazy series
+	// picks, forced, failovers and duration expose.
+	targets liveSet[*targetMetrics]
 }
+
+// durationBuckets are dwara_request_duration_seconds's.
+var durationBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 	m := &metrics{
@@ -51,7 +57,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dwara_request_duration_seconds",
 			Help:    "Time from receiving a request to the end of its proxied response.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+			Buckets: durationBuckets,
 		}, []string{"service", "upstream"}),
 		generation: gauge("dwara_generation_active",
 			"The configuration generation the data plane serves by; 0 before the first."),
@@ -82,21 +88,31 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 			"service", "alias", "upstream", "kind"),
 	}
 	if reg != nil {
-		reg.MustRegister(m.picks, m.forced, m.failovers, m.sticky, m.requests, m.duration,
-			m.generation, m.applySecs, m.canaryWeight, m.mirrors, m.matches,
+		target := func(vec *prometheus.CounterVec, of func(*targetMetrics) *lazyCounter) prometheus.Collector {
+			return lazyFamily[*targetMetrics]{vec: vec, zero: zeroCounter(vec), live: &m.targets,
+				series: func(tm *targetMetrics, yield func(seriesMetric)) { yield(of(tm)) }}
+		}
+		reg.MustRegister(
+			target(m.picks, func(tm *targetMetrics) *lazyCounter { return &tm.picks }),
+			target(m.forced, func(tm *targetMetrics) *lazyCounter { return &tm.forced }),
+			target(m.failovers, func(tm *targetMetrics) *lazyCounter { return &tm.failovers }),
+			lazyFamily[*targetMetrics]{vec: m.duration, zero: zeroHistogram(m.duration, durationBuckets), live: &m.targets,
+				series: func(tm *targetMetrics, yield func(seriesMetric)) { yield(&tm.duration) }},
+			m.sticky, m.requests, m.generation, m.applySecs, m.canaryWeight, m.mirrors, m.matches,
 			m.modelRequests, m.modelTTFT, m.modelTokens, endpointCollector{p})
 	}
 	return m
 }
 
 // targetMetrics are the metric children of one (service, upstream) pair,
-// resolved once and kept across generations while the pair exists, so the
-// hot path touches them with no label lookup. Safe for concurrent use.
+// kept across generations while the pair exists, so the hot path touches
+// them with no label lookup: each made on its first use (series.go), the
+// codes' as they come. Safe for concurrent use.
 type targetMetrics struct {
-	picks     prometheus.Counter
-	forced    prometheus.Counter
-	failovers prometheus.Counter
-	duration  prometheus.Observer
+	picks     lazyCounter
+	forced    lazyCounter
+	failovers lazyCounter
+	duration  lazyObserver
 	codes     codeCounters
 }
 
@@ -155,14 +171,15 @@ func (p *Proxy) targetMetrics(service, upstream string) *targetMetrics {
 	key := service + " " + upstream
 	tm := p.children[key]
 	if tm == nil {
-		tm = &targetMetrics{
-			picks:     p.m.picks.WithLabelValues(service, upstream),
-			forced:    p.m.forced.WithLabelValues(service, upstream),
-			failovers: p.m.failovers.WithLabelValues(service, upstream),
-			duration:  p.m.duration.WithLabelValues(service, upstream),
-		}
-		tm.codes.vec, tm.codes.labels = p.m.requests, []string{service, upstream}
+		tm = &targetMetrics{}
+		labels := []string{service, upstream}
+		tm.picks.init(p.m.picks, labels)
+		tm.forced.init(p.m.forced, labels)
+		tm.failovers.init(p.m.failovers, labels)
+		tm.duration.init(p.m.duration, labels)
+		tm.codes.vec, tm.codes.labels = p.m.requests, labels
 		p.children[key] = tm
+		p.m.targets.changed()
 	}
 	return tm
 }
@@ -188,13 +205,16 @@ func (p *Proxy) retainTargetMetrics(t *Table) {
 			continue
 		}
 		delete(p.children, key)
+		p.m.targets.changed()
+		tm.picks.drop()
+		tm.forced.drop()
+		tm.failovers.drop()
+		tm.duration.drop()
 		s, u := tm.codes.labels[0], tm.codes.labels[1]
-		p.m.picks.DeleteLabelValues(s, u)
-		p.m.forced.DeleteLabelValues(s, u)
-		p.m.failovers.DeleteLabelValues(s, u)
-		p.m.duration.DeleteLabelValues(s, u)
 		p.m.requests.DeletePartialMatch(prometheus.Labels{"service": s, "upstream": u})
 	}
+	p.m.targets.publish(p.children)
+	p.um.upstreams.publish(p.shared)
 	groups := make(map[string]bool, len(t.canaries))
 	for _, svc := range t.canaries {
 		groups[svc.name] = true

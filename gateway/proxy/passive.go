@@ -76,18 +76,24 @@ func passiveOf(pc *config.Passive) passiveSettings {
 type upstreamShared struct {
 	// retries counts the retry attempts of requests still in flight.
 	retries   atomic.Int64
-	retried   prometheus.Counter
-	ejections prometheus.Counter
+	retried   lazyCounter
+	ejections lazyCounter
 	protocol  protocolCounters
+	// labels are the label values of its series (upstreamShared.init).
+	labels [1 + numReasons][2]string
 }
 
 // upstreamMetrics are the collectors of the passive checks and retries.
+// Their series are the upstreamShared's, made on first use (series.go).
 type upstreamMetrics struct {
 	retries   *prometheus.CounterVec
 	ejections *prometheus.CounterVec
 	// protocol counts endpoint connections closed for what their endpoint
 	// sent outside an answer's frame (upcheck.go).
 	protocol *prometheus.CounterVec
+	// upstreams are the upstreamShared (Proxy.shared) whose series the
+	// collectors expose.
+	upstreams *liveSet[*upstreamShared]
 }
 
 func newUpstreamMetrics(reg prometheus.Registerer) upstreamMetrics {
@@ -101,9 +107,20 @@ func newUpstreamMetrics(reg prometheus.Registerer) upstreamMetrics {
 		protocol: counterVec("dwara_upstream_protocol_errors_total",
 			"Endpoint connections closed for bytes outside an answer's frame, by reason: extra_bytes (past an answer's end: a HEAD, 204 or 304 with a body, bytes after the last chunk or the Content-Length), unsolicited (bytes on an idle connection), head_too_large (an answer head over 16 KiB, answered 502).",
 			"upstream", "reason"),
+		upstreams: new(liveSet[*upstreamShared]),
 	}
 	if reg != nil {
-		reg.MustRegister(m.retries, m.ejections, m.protocol)
+		family := func(vec *prometheus.CounterVec, series func(*upstreamShared, func(seriesMetric))) prometheus.Collector {
+			return lazyFamily[*upstreamShared]{vec: vec, zero: zeroCounter(vec), live: m.upstreams, series: series}
+		}
+		reg.MustRegister(
+			family(m.retries, func(s *upstreamShared, yield func(seriesMetric)) { yield(&s.retried) }),
+			family(m.ejections, func(s *upstreamShared, yield func(seriesMetric)) { yield(&s.ejections) }),
+			family(m.protocol, func(s *upstreamShared, yield func(seriesMetric)) {
+				for r := range s.protocol {
+					yield(&s.protocol[r])
+				}
+			}))
 	}
 	return m
 }
@@ -116,12 +133,16 @@ func (p *Proxy) upstreamShared(name string) *upstreamShared {
 	}
 	s := p.shared[name]
 	if s == nil {
-		s = &upstreamShared{
-			retried:   p.um.retries.WithLabelValues(name),
-			ejections: p.um.ejections.WithLabelValues(name),
-			protocol:  newProtocolCounters(p.um.protocol, name),
+		s = &upstreamShared{}
+		s.labels[0][0] = name
+		s.retried.init(p.um.retries, s.labels[0][:1])
+		s.ejections.init(p.um.ejections, s.labels[0][:1])
+		for r := range numReasons {
+			s.labels[1+r] = [2]string{name, reasonNames[r]}
+			s.protocol[r].init(p.um.protocol, s.labels[1+r][:])
 		}
 		p.shared[name] = s
+		p.um.upstreams.changed()
 	}
 	return s
 }
@@ -148,10 +169,17 @@ func (p *Proxy) retainShared(t *Table) {
 // dropShared forgets the shared state of upstream name and deletes its
 // series. Called under applyMu.
 func (p *Proxy) dropShared(name string) {
+	s := p.shared[name]
+	if s == nil {
+		return
+	}
 	delete(p.shared, name)
-	p.um.retries.DeleteLabelValues(name)
-	p.um.ejections.DeleteLabelValues(name)
-	p.um.protocol.DeletePartialMatch(prometheus.Labels{"upstream": name})
+	p.um.upstreams.changed()
+	s.retried.drop()
+	s.ejections.drop()
+	for r := range s.protocol {
+		s.protocol[r].drop()
+	}
 }
 
 // linkPeers sets every endpoint's peers: the upstreams of t that name its

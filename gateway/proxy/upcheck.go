@@ -6,8 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync/atomic"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Endpoint protocol errors: what an endpoint sends outside the frame of
@@ -63,15 +61,7 @@ type protocolWatch struct {
 
 // protocolCounters are the dwara_upstream_protocol_errors_total children
 // of one upstream, by reason.
-type protocolCounters [numReasons]prometheus.Counter
-
-func newProtocolCounters(vec *prometheus.CounterVec, upstream string) protocolCounters {
-	var c protocolCounters
-	for r := range numReasons {
-		c[r] = vec.WithLabelValues(upstream, reasonNames[r])
-	}
-	return c
-}
+type protocolCounters [numReasons]lazyCounter
 
 // report counts one protocol error of reason r, and logs the first of
 // each reason.
