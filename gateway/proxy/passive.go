@@ -193,7 +193,11 @@ func (p *Proxy) linkPeers(t, prev *Table) {
 	defer p.ejectMu.Unlock()
 	ch := t.changed
 	if prev == nil || ch == nil || prev.peers == nil || len(ch.fresh)+len(ch.gone) > len(t.upstreams)/4 {
-		t.peers = make(map[string][]*upstream)
+		n := 0
+		for _, u := range t.upstreams {
+			n += len(u.endpoints)
+		}
+		t.peers = make(map[string][]*upstream, n)
 		for _, u := range t.upstreams {
 			for _, e := range u.endpoints {
 				t.peers[e.Addr] = append(t.peers[e.Addr], u)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/textproto"
 	"slices"
 	"strconv"
@@ -192,16 +193,18 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 		prev = nil
 	}
 	p.compiles++
+	p.reserve(spec)
 	var ch upstreamChanges
 	named := 0 // upstreams of prev that spec names
-	for _, u := range spec.Upstreams {
+	for i := range spec.Upstreams {
+		u := &spec.Upstreams[i]
 		var pu *upstream
 		if prev != nil {
 			pu = prev.upstreams[u.Name]
 		}
 		if pu != nil {
 			named++
-			if upstreamEqual(&pu.cfg, &u) {
+			if upstreamEqual(&pu.cfg, u) {
 				t.upstreams[u.Name] = pu
 				continue
 			}
@@ -210,7 +213,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 		if p.shared[u.Name] == nil {
 			created = append(created, u.Name)
 		}
-		cu, err := p.compileUpstream(u)
+		cu, err := p.compileUpstream(*u)
 		if err != nil {
 			return nil, err
 		}
@@ -238,8 +241,9 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 	if prev != nil {
 		prevServices = prev.carryable
 	}
-	for _, s := range spec.Services {
-		if ps := prevServices[s.Name]; ps != nil && carryable(&s) && serviceEqual(&ps.cfg, &s) {
+	for i := range spec.Services {
+		s := &spec.Services[i]
+		if ps := prevServices[s.Name]; ps != nil && carryable(s) && serviceEqual(&ps.cfg, s) {
 			if cs := slab.carry(ps, p.compiles, hdrGen, len(spec.Services)); cs != nil {
 				t.add(s.Host, cs)
 				continue
@@ -306,7 +310,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 			cs.branches = strings.Join(names, ", ")
 		}
 		if s.Mirror != nil {
-			m, err := p.compileMirror(s, t)
+			m, err := p.compileMirror(*s, t)
 			if err != nil {
 				return nil, fmt.Errorf("service %q: %w", s.Name, err)
 			}
@@ -314,7 +318,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 				tg.Mirror = m
 			}
 		}
-		if err := p.compileModels(s, cs, t, gen); err != nil {
+		if err := p.compileModels(*s, cs, t, gen); err != nil {
 			return nil, fmt.Errorf("service %q: %w", s.Name, err)
 		}
 		if cs.models != nil && len(cs.targets) > 0 {
@@ -324,11 +328,11 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 				}
 			}
 		}
-		if err := p.compileCache(s, cs, t); err != nil {
+		if err := p.compileCache(*s, cs, t); err != nil {
 			return nil, fmt.Errorf("service %q: %w", s.Name, err)
 		}
-		if carryable(&s) {
-			cs.cfg, cs.carryable = cloneService(s), true
+		if carryable(s) {
+			cs.cfg, cs.carryable = cloneService(*s), true
 		}
 		t.add(s.Host, cs)
 	}
@@ -346,6 +350,31 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 }
 
 func oneValue(v string) []string { return []string{v}[:1:1] }
+
+// reserve makes room in the proxy's maps of what outlives generations
+// (pools, metric children, upstreams' shared state) for spec's, when
+// they hold much less (as before a first apply), so that they do not grow
+// step by step while it compiles. Called under applyMu.
+func (p *Proxy) reserve(spec *config.Spec) {
+	endpoints := 0
+	for i := range spec.Upstreams {
+		endpoints += len(spec.Upstreams[i].Endpoints)
+	}
+	p.pools = reserved(p.pools, endpoints)
+	p.children = reserved(p.children, max(len(spec.Services), len(spec.Upstreams)))
+	p.shared = reserved(p.shared, len(spec.Upstreams))
+}
+
+// reserved is m, or a copy of it with room for n entries when it holds
+// fewer than half as many.
+func reserved[K comparable, V any](m map[K]V, n int) map[K]V {
+	if m != nil && len(m) >= n/2 {
+		return m
+	}
+	r := make(map[K]V, n)
+	maps.Copy(r, m)
+	return r
+}
 
 // newTarget is a target of service on upstream u in the generation whose
 // X-Dwara-Generation value is hdrGen, with its metric series.
