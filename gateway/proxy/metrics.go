@@ -114,6 +114,9 @@ type targetMetrics struct {
 	failovers lazyCounter
 	duration  lazyObserver
 	codes     codeCounters
+	// compiled is the last compile (Proxy.compiles) whose table has a
+	// target of the pair; read and written under applyMu only.
+	compiled int64
 }
 
 // codeSlots is how many distinct status codes a (service, upstream) pair
@@ -181,27 +184,16 @@ func (p *Proxy) targetMetrics(service, upstream string) *targetMetrics {
 		p.children[key] = tm
 		p.m.targets.changed()
 	}
+	tm.compiled = p.compiles
 	return tm
 }
 
 // retainTargetMetrics deletes the series of (service, upstream) pairs that
-// table t no longer has. Called under applyMu.
+// table t, just compiled, no longer has: those its compile did not mark
+// (targetMetrics.compiled). Called under applyMu.
 func (p *Proxy) retainTargetMetrics(t *Table) {
-	keep := make(map[*targetMetrics]bool, len(p.children))
-	for _, svcs := range t.services() {
-		for _, tg := range svcs.targets {
-			keep[tg.targetMetrics] = true
-		}
-		if svcs.models != nil {
-			for _, a := range svcs.models.aliases {
-				for _, tg := range a.targets {
-					keep[tg.targetMetrics] = true
-				}
-			}
-		}
-	}
 	for key, tm := range p.children {
-		if keep[tm] {
+		if tm.compiled == p.compiles {
 			continue
 		}
 		delete(p.children, key)
@@ -231,9 +223,17 @@ func (p *Proxy) retainTargetMetrics(t *Table) {
 	for g := range groups {
 		p.canaryGroups = append(p.canaryGroups, g)
 	}
-	p.retainMirrorMetrics(t)
-	p.retainMatchMetrics(t)
-	p.retainModelMetrics(t)
+	// Each of these looks at every service: not when there are no series
+	// it could delete.
+	if len(p.mirrors.children) > 0 {
+		p.retainMirrorMetrics(t)
+	}
+	if len(p.matchSeries) > 0 {
+		p.retainMatchMetrics(t)
+	}
+	if len(p.modelSeries) > 0 {
+		p.retainModelMetrics(t)
+	}
 }
 
 // matchCounter returns the dwara_split_matches_total child of a rule,

@@ -28,8 +28,10 @@ type Table struct {
 	// sorted by base path length, longest first.
 	byHost   map[string][]*service
 	hostless []*service
-	// upstreams by name, for Retain and introspection.
-	upstreams map[string]*upstream
+	// upstreams by name, for Retain and introspection; upstreamOrder in
+	// the order of the spec (upstreamAt).
+	upstreams     map[string]*upstream
+	upstreamOrder []*upstream
 	// canaries are the services with canary analysis, in spec order.
 	canaries []*service
 	// modelCanaries are the model aliases with canary analysis, in spec
@@ -37,9 +39,12 @@ type Table struct {
 	modelCanaries []*modelAlias
 	// caches are the services' response caches, by service name.
 	caches map[string]*serviceCache
-	// carryable are the services the next generation may carry over, by
-	// name (carryService).
-	carryable map[string]*service
+	// specOrder are the services in the order of the spec (the next
+	// generation looks a service to carry over up at its place first,
+	// carriedFrom); byName indexes the carryable ones by name, made by
+	// the first lookup that needs it. Read and written under applyMu.
+	specOrder []*service
+	byName    map[string]*service
 	// peers are the upstreams naming each endpoint address (linkPeers).
 	peers map[string][]*upstream
 	// changed is what of the upstreams differs from the table served
@@ -181,9 +186,10 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 		}
 	}()
 	t := &Table{
-		generation: generation,
-		byHost:     make(map[string][]*service),
-		upstreams:  make(map[string]*upstream, len(spec.Upstreams)),
+		generation:    generation,
+		byHost:        make(map[string][]*service),
+		upstreams:     make(map[string]*upstream, len(spec.Upstreams)),
+		upstreamOrder: make([]*upstream, 0, len(spec.Upstreams)),
 	}
 	// The generation served: what its configuration has not changed is
 	// carried over rather than compiled again. Nothing of it is written
@@ -198,14 +204,12 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 	named := 0 // upstreams of prev that spec names
 	for i := range spec.Upstreams {
 		u := &spec.Upstreams[i]
-		var pu *upstream
-		if prev != nil {
-			pu = prev.upstreams[u.Name]
-		}
+		pu := prev.upstreamAt(i, u.Name)
 		if pu != nil {
 			named++
 			if upstreamEqual(&pu.cfg, u) {
 				t.upstreams[u.Name] = pu
+				t.upstreamOrder = append(t.upstreamOrder, pu)
 				continue
 			}
 			ch.gone = append(ch.gone, pu)
@@ -218,6 +222,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 			return nil, err
 		}
 		t.upstreams[u.Name] = cu
+		t.upstreamOrder = append(t.upstreamOrder, cu)
 		ch.fresh = append(ch.fresh, cu)
 	}
 	if prev != nil {
@@ -235,15 +240,11 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 	}
 	gen := strconv.FormatInt(generation, 10)
 	hdrGen := oneValue(gen)
-	var prevServices map[string]*service
 	var slab carrySlab
-	t.carryable = make(map[string]*service, len(spec.Services))
-	if prev != nil {
-		prevServices = prev.carryable
-	}
+	t.specOrder = make([]*service, 0, len(spec.Services))
 	for i := range spec.Services {
 		s := &spec.Services[i]
-		if ps := prevServices[s.Name]; ps != nil && carryable(s) && serviceEqual(&ps.cfg, s) {
+		if ps := prev.carriedFrom(i, s.Name); ps != nil && carryable(s) && serviceEqual(&ps.cfg, s) {
 			if cs := slab.carry(ps, p.compiles, hdrGen, len(spec.Services)); cs != nil {
 				t.add(s.Host, cs)
 				continue
@@ -388,18 +389,55 @@ func (p *Proxy) newTarget(service string, u *upstream, hdrGen []string) *Target 
 	}
 }
 
-// add files cs, a service of host (any case; "" for none), in t, whose
-// carryable map compile made.
+// add files cs, the next service of the spec, of host (any case; "" for
+// none), in t.
 func (t *Table) add(host string, cs *service) {
-	if cs.carryable {
-		t.carryable[cs.name] = cs
-	}
+	t.specOrder = append(t.specOrder, cs)
 	if host == "" {
 		t.hostless = append(t.hostless, cs)
 		return
 	}
 	h := strings.ToLower(host)
 	t.byHost[h] = append(t.byHost[h], cs)
+}
+
+// upstreamAt returns the upstream of t (nil: none) named name, looked up
+// at place i of t's spec first.
+func (t *Table) upstreamAt(i int, name string) *upstream {
+	switch {
+	case t == nil:
+		return nil
+	case i < len(t.upstreamOrder) && t.upstreamOrder[i].name == name:
+		return t.upstreamOrder[i]
+	}
+	return t.upstreams[name]
+}
+
+// carriedFrom returns the service of t (the table served, nil for none)
+// that the service at place i of the next generation's spec, named name,
+// may be carried over from: the one at the same place of t's spec when it
+// has that name (a generation that edits services in place keeps the
+// others' places), else the one of that name; nil when t has none that
+// is carryable.
+func (t *Table) carriedFrom(i int, name string) *service {
+	if t == nil {
+		return nil
+	}
+	if i < len(t.specOrder) && t.specOrder[i].name == name {
+		if s := t.specOrder[i]; s.carryable {
+			return s
+		}
+		return nil
+	}
+	if t.byName == nil {
+		t.byName = make(map[string]*service, len(t.specOrder))
+		for _, s := range t.specOrder {
+			if s.carryable {
+				t.byName[s.name] = s
+			}
+		}
+	}
+	return t.byName[name]
 }
 
 // carryable reports whether a service compiled from s may be carried over
@@ -450,6 +488,7 @@ func (sl *carrySlab) carry(ps *service, compile int64, hdrGen []string, n int) *
 	cs.targets = sl.ptrs[len(sl.ptrs) : len(sl.ptrs)+k : len(sl.ptrs)+k]
 	sl.ptrs = sl.ptrs[:len(sl.ptrs)+k]
 	for i, tg := range ps.targets {
+		tg.targetMetrics.compiled = compile
 		ts[i] = Target{Up: tg.Up, targetMetrics: tg.targetMetrics, HdrService: tg.HdrService, HdrUpstream: tg.HdrUpstream, HdrGeneration: hdrGen}
 		cs.targets[i] = &ts[i]
 	}
