@@ -33,6 +33,10 @@ type metrics struct {
 	// targets are the targetMetrics (Proxy.children) whose lazy series
 	// picks, forced, failovers and duration expose.
 	targets liveSet[*targetMetrics]
+	// retainAll is set when a compile failed: the pairs it made are in
+	// no table, and the next retainTargetMetrics looks at every pair.
+	// Under applyMu.
+	retainAll bool
 }
 
 // durationBuckets are dwara_request_duration_seconds's.
@@ -190,20 +194,31 @@ func (p *Proxy) targetMetrics(service, upstream string) *targetMetrics {
 
 // retainTargetMetrics deletes the series of (service, upstream) pairs that
 // table t, just compiled, no longer has: those its compile did not mark
-// (targetMetrics.compiled). Called under applyMu.
+// (targetMetrics.compiled). When t followed a table, only the pairs of
+// the services it did not carry over are looked at (t.dropped), unless a
+// compile failed since the last look at all (its pairs are in none).
+// Called under applyMu.
 func (p *Proxy) retainTargetMetrics(t *Table) {
-	for key, tm := range p.children {
-		if tm.compiled == p.compiles {
-			continue
+	if t.changed == nil || p.m.retainAll {
+		for _, tm := range p.children {
+			if tm.compiled != p.compiles {
+				p.retainPair(tm)
+			}
 		}
-		delete(p.children, key)
-		p.m.targets.changed()
-		tm.picks.drop()
-		tm.forced.drop()
-		tm.failovers.drop()
-		tm.duration.drop()
-		s, u := tm.codes.labels[0], tm.codes.labels[1]
-		p.m.requests.DeletePartialMatch(prometheus.Labels{"service": s, "upstream": u})
+		p.m.retainAll = false
+	} else {
+		for _, s := range t.dropped {
+			for _, tg := range s.targets {
+				p.retainPair(tg.targetMetrics)
+			}
+			if s.models != nil {
+				for _, a := range s.models.aliases {
+					for _, tg := range a.targets {
+						p.retainPair(tg.targetMetrics)
+					}
+				}
+			}
+		}
 	}
 	p.m.targets.publish(p.children)
 	p.um.upstreams.publish(p.shared)
@@ -234,6 +249,22 @@ func (p *Proxy) retainTargetMetrics(t *Table) {
 	if len(p.modelSeries) > 0 {
 		p.retainModelMetrics(t)
 	}
+}
+
+// retainPair deletes the series of tm's pair unless the last compile
+// marked it. Called under applyMu.
+func (p *Proxy) retainPair(tm *targetMetrics) {
+	key := tm.codes.labels[0] + " " + tm.codes.labels[1]
+	if tm.compiled == p.compiles || p.children[key] != tm {
+		return
+	}
+	delete(p.children, key)
+	p.m.targets.changed()
+	tm.picks.drop()
+	tm.forced.drop()
+	tm.failovers.drop()
+	tm.duration.drop()
+	p.m.requests.DeletePartialMatch(prometheus.Labels{"service": tm.codes.labels[0], "upstream": tm.codes.labels[1]})
 }
 
 // matchCounter returns the dwara_split_matches_total child of a rule,

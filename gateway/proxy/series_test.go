@@ -171,3 +171,49 @@ func TestLazySeriesMadeOnce(t *testing.T) {
 		t.Errorf("the lazy series reads %v (%v), want 400", m.GetCounter().GetValue(), err)
 	}
 }
+
+// TestSeriesOfPairsGone: a generation that carries most services over
+// still deletes the series of the pairs it no longer has, of a service
+// it compiled anew or dropped, and of a compile that failed.
+func TestSeriesOfPairsGone(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	p := New(Options{Metrics: reg})
+	defer p.Close()
+	g := &gateway{Proxy: p, reg: reg}
+	pairs := func() map[string]bool {
+		out := map[string]bool{}
+		for _, s := range g.samples(t, "dwara_split_picks_total") {
+			out[s.labels["service"]+"/"+s.labels["upstream"]] = true
+		}
+		return out
+	}
+	const upstreams = `
+upstreams: [{name: a, endpoints: ["10.0.0.1:80"]}, {name: b, endpoints: ["10.0.0.2:80"]},
+  {name: c, endpoints: ["10.0.0.3:80"]}, {name: d, endpoints: ["10.0.0.4:80"]}]
+`
+	g.apply(t, 1, upstreams+`
+services: [{name: web, split: {targets: [{upstream: a}, {upstream: b}]}},
+  {name: api, base_path: /api, upstream: c}, {name: old, base_path: /old, upstream: d}]
+`)
+	g.apply(t, 2, upstreams+`
+services: [{name: web, split: {targets: [{upstream: a}, {upstream: d}]}}, {name: api, base_path: /api, upstream: c}]
+`)
+	if got := pairs(); len(got) != 3 || !got["web/a"] || !got["web/d"] || !got["api/c"] {
+		t.Errorf("pairs after generation 2: %v, want web/a, web/d, api/c", got)
+	}
+	bad := mustParse(t, upstreams+`
+services: [{name: web, split: {targets: [{upstream: a}, {upstream: d}]}}, {name: api, base_path: /api, upstream: c},
+  {name: new, base_path: /new, upstream: b}, {name: broken, base_path: /broken, upstream: a}]
+`)
+	bad.Services[3].Upstream = "nowhere"
+	if err := p.Apply(bad, 3); err == nil {
+		t.Fatal("a service of an unknown upstream applied")
+	}
+	g.apply(t, 4, upstreams+`
+services: [{name: web, split: {targets: [{upstream: a}, {upstream: d}]}}, {name: api, base_path: /api, upstream: c}]
+`)
+	if got := pairs(); len(got) != 3 || got["new/b"] {
+		t.Errorf("pairs after a failed compile and generation 4: %v, want web/a, web/d, api/c", got)
+	}
+}

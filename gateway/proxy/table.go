@@ -40,11 +40,16 @@ type Table struct {
 	// caches are the services' response caches, by service name.
 	caches map[string]*serviceCache
 	// specOrder are the services in the order of the spec (the next
-	// generation looks a service to carry over up at its place first,
-	// carriedFrom); byName indexes the carryable ones by name, made by
-	// the first lookup that needs it. Read and written under applyMu.
+	// generation looks a service up at its place first, serviceAt);
+	// byName indexes them by name, made by the first lookup that needs
+	// it. Read and written under applyMu.
 	specOrder []*service
 	byName    map[string]*service
+	// dropped are the services of the table served before this one that
+	// it did not carry over (compiled anew, or gone): the (service,
+	// upstream) pairs whose series it may no longer have are theirs. Set
+	// with changed.
+	dropped []*service
 	// peers are the upstreams naming each endpoint address (linkPeers).
 	peers map[string][]*upstream
 	// changed is what of the upstreams differs from the table served
@@ -183,6 +188,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 			for _, name := range created {
 				p.dropShared(name)
 			}
+			p.m.retainAll = true
 		}
 	}()
 	t := &Table{
@@ -242,13 +248,18 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 	hdrGen := oneValue(gen)
 	var slab carrySlab
 	t.specOrder = make([]*service, 0, len(spec.Services))
+	found := 0 // services of prev that spec names
 	for i := range spec.Services {
 		s := &spec.Services[i]
-		if ps := prev.carriedFrom(i, s.Name); ps != nil && carryable(s) && serviceEqual(&ps.cfg, s) {
-			if cs := slab.carry(ps, p.compiles, hdrGen, len(spec.Services)); cs != nil {
-				t.add(s.Host, cs)
-				continue
+		if ps := prev.serviceAt(i, s.Name); ps != nil {
+			found++
+			if ps.carryable && carryable(s) && serviceEqual(&ps.cfg, s) {
+				if cs := slab.carry(ps, p.compiles, hdrGen, len(spec.Services)); cs != nil {
+					t.add(s.Host, cs)
+					continue
+				}
 			}
+			t.dropped = append(t.dropped, ps)
 		}
 		cs := &service{name: s.Name, basePath: s.BasePath}
 		if cs.basePath == "" {
@@ -337,6 +348,17 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 		}
 		t.add(s.Host, cs)
 	}
+	if prev != nil && found < len(prev.specOrder) {
+		names := make(map[string]bool, len(spec.Services))
+		for i := range spec.Services {
+			names[spec.Services[i].Name] = true
+		}
+		for _, ps := range prev.specOrder {
+			if !names[ps.name] {
+				t.dropped = append(t.dropped, ps)
+			}
+		}
+	}
 	byLength := func(ss []*service) {
 		slices.SortStableFunc(ss, func(a, b *service) int { return len(b.basePath) - len(a.basePath) })
 	}
@@ -413,28 +435,20 @@ func (t *Table) upstreamAt(i int, name string) *upstream {
 	return t.upstreams[name]
 }
 
-// carriedFrom returns the service of t (the table served, nil for none)
-// that the service at place i of the next generation's spec, named name,
-// may be carried over from: the one at the same place of t's spec when it
-// has that name (a generation that edits services in place keeps the
-// others' places), else the one of that name; nil when t has none that
-// is carryable.
-func (t *Table) carriedFrom(i int, name string) *service {
+// serviceAt returns the service of t (the table served, nil for none)
+// named name, looked up at place i of t's spec first: a generation that
+// edits services in place keeps the others' places. Called under applyMu.
+func (t *Table) serviceAt(i int, name string) *service {
 	if t == nil {
 		return nil
 	}
 	if i < len(t.specOrder) && t.specOrder[i].name == name {
-		if s := t.specOrder[i]; s.carryable {
-			return s
-		}
-		return nil
+		return t.specOrder[i]
 	}
 	if t.byName == nil {
 		t.byName = make(map[string]*service, len(t.specOrder))
 		for _, s := range t.specOrder {
-			if s.carryable {
-				t.byName[s.name] = s
-			}
+			t.byName[s.name] = s
 		}
 	}
 	return t.byName[name]
