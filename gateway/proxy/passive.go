@@ -194,16 +194,16 @@ func (p *Proxy) linkPeers(t, prev *Table) {
 	ch := t.changed
 	if prev == nil || ch == nil || prev.peers == nil || len(ch.fresh)+len(ch.gone) > len(t.upstreams)/4 {
 		n := 0
-		for _, u := range t.upstreams {
+		for _, u := range t.upstreamOrder {
 			n += len(u.endpoints)
 		}
 		t.peers = make(map[string][]*upstream, n)
-		for _, u := range t.upstreams {
+		for _, u := range t.upstreamOrder {
 			for _, e := range u.endpoints {
 				t.peers[e.Addr] = append(t.peers[e.Addr], u)
 			}
 		}
-		for _, u := range t.upstreams {
+		for _, u := range t.upstreamOrder {
 			for _, e := range u.endpoints {
 				e.peers = t.peers[e.Addr]
 			}

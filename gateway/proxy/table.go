@@ -515,13 +515,16 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 	}
 	cu := &upstream{name: u.Name, passive: passiveOf(u.Passive), cfg: cloneUpstream(u), shared: p.upstreamShared(u.Name)}
 	states := make([]*balance.State, len(u.Endpoints))
+	eps := make([]Endpoint, len(u.Endpoints)) // in one allocation
+	cu.endpoints = make([]*Endpoint, 0, len(u.Endpoints))
 	for i, addr := range u.Endpoints {
 		target, err := config.ParseEndpoint(addr)
 		if err != nil {
 			return nil, fmt.Errorf("upstream %q: %w", u.Name, err)
 		}
 		states[i] = p.reg.Get(addr)
-		ep := &Endpoint{
+		ep := &eps[i]
+		*ep = Endpoint{
 			Addr:       addr,
 			state:      states[i],
 			index:      i,
