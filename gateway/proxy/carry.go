@@ -85,6 +85,6 @@ func clonePtr[T any](p *T) *T {
 }
 
 // cloneService returns a deep copy of s.
-func cloneService(s config.Service) config.Service {
-	return (&config.Spec{Services: []config.Service{s}}).Clone().Services[0]
+func cloneService(s *config.Service) *config.Service {
+	return &(&config.Spec{Services: []config.Service{*s}}).Clone().Services[0]
 }

@@ -47,7 +47,7 @@ func TestCarryEqual(t *testing.T) {
 	if cu := cloneUpstream(u); !upstreamEqual(&u, &cu) {
 		t.Error("an upstream differs from its copy")
 	}
-	if cs := cloneService(s); !serviceEqual(&cs, &s) {
+	if cs := cloneService(&s); !serviceEqual(cs, &s) {
 		t.Error("a service differs from its copy")
 	}
 	for i := range reflect.TypeFor[config.Upstream]().NumField() {
@@ -58,16 +58,16 @@ func TestCarryEqual(t *testing.T) {
 		}
 	}
 	for i := range reflect.TypeFor[config.Service]().NumField() {
-		c := cloneService(s)
-		changeField(t, reflect.ValueOf(&c), i)
-		if serviceEqual(&s, &c) || serviceEqual(&c, &s) {
+		c := cloneService(&s)
+		changeField(t, reflect.ValueOf(c), i)
+		if serviceEqual(&s, c) || serviceEqual(c, &s) {
 			t.Errorf("service field %s changed, still equal", reflect.TypeFor[config.Service]().Field(i).Name)
 		}
 	}
 	for i := range reflect.TypeFor[config.Split]().NumField() {
-		c := cloneService(s)
+		c := cloneService(&s)
 		changeField(t, reflect.ValueOf(c.Split), i)
-		if serviceEqual(&s, &c) || serviceEqual(&c, &s) {
+		if serviceEqual(&s, c) || serviceEqual(c, &s) {
 			t.Errorf("split field %s changed, still equal", reflect.TypeFor[config.Split]().Field(i).Name)
 		}
 	}

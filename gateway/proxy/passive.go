@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -214,9 +213,11 @@ func (p *Proxy) linkPeers(t, prev *Table) {
 		t.peers = prev.peers
 		return
 	}
-	// prev's lists are shared with its endpoints: each changed one is
+	// The map is prev's, changed in place: only the compiles read it
+	// (under applyMu), and prev's is not read again once t's is made.
+	// Its lists are shared with the endpoints: each changed one is
 	// replaced by a new slice, never written in place.
-	t.peers = maps.Clone(prev.peers)
+	t.peers = prev.peers
 	touched := map[string]bool{}
 	for _, u := range ch.gone {
 		for _, e := range u.endpoints {

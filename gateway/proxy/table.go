@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net/textproto"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -50,7 +49,9 @@ type Table struct {
 	// upstream) pairs whose series it may no longer have are theirs. Set
 	// with changed.
 	dropped []*service
-	// peers are the upstreams naming each endpoint address (linkPeers).
+	// peers are the upstreams naming each endpoint address (linkPeers);
+	// the next table may take the map over and change it. Read and
+	// written under applyMu only.
 	peers map[string][]*upstream
 	// changed is what of the upstreams differs from the table served
 	// before this one; set by compile, read by Apply's bookkeeping.
@@ -89,10 +90,11 @@ type service struct {
 	// models are the service's model aliases (models.go); nil without
 	// any.
 	models *modelRoutes
-	// cfg is the service's configuration, a copy of its own: the next
+	// cfg is the service's configuration, a copy of its own (shared by
+	// the services carried over from this one, never written): the next
 	// generation carries the compiled service over when its configuration
-	// is the same (carryService). Set only when carryable.
-	cfg       config.Service
+	// is the same (carrySlab.carry). Set only when carryable.
+	cfg       *config.Service
 	carryable bool
 }
 
@@ -253,7 +255,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 		s := &spec.Services[i]
 		if ps := prev.serviceAt(i, s.Name); ps != nil {
 			found++
-			if ps.carryable && carryable(s) && serviceEqual(&ps.cfg, s) {
+			if ps.carryable && carryable(s) && serviceEqual(ps.cfg, s) {
 				if cs := slab.carry(ps, p.compiles, hdrGen, len(spec.Services)); cs != nil {
 					t.add(s.Host, cs)
 					continue
@@ -344,7 +346,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 			return nil, fmt.Errorf("service %q: %w", s.Name, err)
 		}
 		if carryable(s) {
-			cs.cfg, cs.carryable = cloneService(*s), true
+			cs.cfg, cs.carryable = cloneService(s), true
 		}
 		t.add(s.Host, cs)
 	}
@@ -359,9 +361,6 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 			}
 		}
 	}
-	byLength := func(ss []*service) {
-		slices.SortStableFunc(ss, func(a, b *service) int { return len(b.basePath) - len(a.basePath) })
-	}
 	byLength(t.hostless)
 	for _, ss := range t.byHost {
 		byLength(ss)
@@ -373,6 +372,37 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 }
 
 func oneValue(v string) []string { return []string{v}[:1:1] }
+
+// byLength sorts ss by base path length, longest first, keeping the order
+// of those of the same length: a counting sort, as base paths are short
+// and a generation may have thousands of them.
+func byLength(ss []*service) {
+	if len(ss) < 2 {
+		return
+	}
+	longest := 0
+	for _, s := range ss {
+		longest = max(longest, len(s.basePath))
+	}
+	// at[k] is where the first service whose base path is longest-k
+	// characters long goes.
+	at := make([]int, longest+1)
+	for _, s := range ss {
+		if k := longest - len(s.basePath); k < longest {
+			at[k+1]++
+		}
+	}
+	for k := 1; k <= longest; k++ {
+		at[k] += at[k-1]
+	}
+	sorted := make([]*service, len(ss))
+	for _, s := range ss {
+		k := longest - len(s.basePath)
+		sorted[at[k]] = s
+		at[k]++
+	}
+	copy(ss, sorted)
+}
 
 // reserve makes room in the proxy's maps of what outlives generations
 // (pools, metric children, upstreams' shared state) for spec's, when
