@@ -220,6 +220,7 @@ func (p *Proxy) retainTargetMetrics(t *Table) {
 			}
 		}
 	}
+	t.dropped = nil
 	p.m.targets.publish(p.children)
 	p.um.upstreams.publish(p.shared)
 	groups := make(map[string]bool, len(t.canaries))

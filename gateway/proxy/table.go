@@ -47,7 +47,8 @@ type Table struct {
 	// dropped are the services of the table served before this one that
 	// it did not carry over (compiled anew, or gone): the (service,
 	// upstream) pairs whose series it may no longer have are theirs. Set
-	// with changed.
+	// with changed; cleared by retainTargetMetrics, so that it does not
+	// keep them.
 	dropped []*service
 	// peers are the upstreams naming each endpoint address (linkPeers);
 	// the next table may take the map over and change it. Read and
