@@ -217,3 +217,38 @@ services: [{name: web, split: {targets: [{upstream: a}, {upstream: d}]}}, {name:
 		t.Errorf("pairs after a failed compile and generation 4: %v, want web/a, web/d, api/c", got)
 	}
 }
+
+// TestProtocolErrorsAfterFailedCompile: the pools a failed compile made
+// for an upstream no table had do not outlive it, so the generation that
+// brings the upstream counts its endpoints' protocol errors.
+func TestProtocolErrorsAfterFailedCompile(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	p := New(Options{Metrics: reg})
+	defer p.Close()
+	g := &gateway{Proxy: p, reg: reg}
+	g.apply(t, 1, `
+upstreams: [{name: a, endpoints: ["10.0.0.1:80"]}]
+services: [{name: web, upstream: a}]
+`)
+	const spec = `
+upstreams: [{name: a, endpoints: ["10.0.0.1:80"]}, {name: x, endpoints: ["10.0.0.9:80"]}]
+services: [{name: web, upstream: a}, {name: other, base_path: /other, upstream: x}]
+`
+	bad := mustParse(t, spec)
+	bad.Services[1].Upstream = "nowhere"
+	if err := p.Apply(bad, 2); err == nil {
+		t.Fatal("a service of an unknown upstream applied")
+	}
+	g.apply(t, 3, spec)
+	p.table.Load().upstreams["x"].endpoints[0].Pool.Watch.report(reasonUnsolicited)
+	var n float64
+	for _, s := range g.samples(t, "dwara_upstream_protocol_errors_total") {
+		if s.labels["upstream"] == "x" && s.labels["reason"] == "unsolicited" {
+			n = s.value
+		}
+	}
+	if n != 1 {
+		t.Errorf("dwara_upstream_protocol_errors_total{x, unsolicited} = %v, want 1", n)
+	}
+}

@@ -184,13 +184,12 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 		return nil, errors.New("compile generation: nil spec")
 	}
 	// The upstreams whose shared state (and series) this compile creates:
-	// forgotten again if it fails.
+	// forgotten again if it fails, with the pools it made for them (their
+	// protocol watches count in that state).
 	var created []string
 	defer func() {
 		if err != nil {
-			for _, name := range created {
-				p.dropShared(name)
-			}
+			p.forgetUpstreams(created)
 			p.m.retainAll = true
 		}
 	}()
@@ -403,6 +402,26 @@ func byLength(ss []*service) {
 		at[k]++
 	}
 	copy(ss, sorted)
+}
+
+// forgetUpstreams drops the shared state and closes the pools of the
+// upstreams names, which a failed compile made and no table has. Called
+// under applyMu.
+func (p *Proxy) forgetUpstreams(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	gone := make(map[string]bool, len(names))
+	for _, name := range names {
+		p.dropShared(name)
+		gone[name] = true
+	}
+	for key, cp := range p.pools {
+		if upstream, _, _ := strings.Cut(key, " "); gone[upstream] {
+			cp.close()
+			delete(p.pools, key)
+		}
+	}
 }
 
 // reserve makes room in the proxy's maps of what outlives generations
