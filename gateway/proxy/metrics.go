@@ -222,7 +222,6 @@ func (p *Proxy) retainTargetMetrics(t *Table) {
 	}
 	t.dropped = nil
 	p.m.targets.publish(p.children)
-	p.um.upstreams.publish(p.shared)
 	groups := make(map[string]bool, len(t.canaries))
 	for _, svc := range t.canaries {
 		groups[svc.name] = true

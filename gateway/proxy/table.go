@@ -368,6 +368,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err erro
 	// Nothing fails past this point: the table is the one Apply swaps in.
 	p.linkPeers(t, prev)
 	p.retainShared(t)
+	p.um.upstreams.publish(p.shared)
 	return t, nil
 }
 
