@@ -47,7 +47,7 @@ func TestCarryEqual(t *testing.T) {
 	if cu := cloneUpstream(u); !upstreamEqual(&u, &cu) {
 		t.Error("an upstream differs from its copy")
 	}
-	if cs := cloneService(s); !serviceEqual(&cs, &s) {
+	if cs := cloneService(&s); !serviceEqual(cs, &s) {
 		t.Error("a service differs from its copy")
 	}
 	for i := range reflect.TypeFor[config.Upstream]().NumField() {
@@ -58,16 +58,16 @@ func TestCarryEqual(t *testing.T) {
 		}
 	}
 	for i := range reflect.TypeFor[config.Service]().NumField() {
-		c := cloneService(s)
-		changeField(t, reflect.ValueOf(&c), i)
-		if serviceEqual(&s, &c) || serviceEqual(&c, &s) {
+		c := cloneService(&s)
+		changeField(t, reflect.ValueOf(c), i)
+		if serviceEqual(&s, c) || serviceEqual(c, &s) {
 			t.Errorf("service field %s changed, still equal", reflect.TypeFor[config.Service]().Field(i).Name)
 		}
 	}
 	for i := range reflect.TypeFor[config.Split]().NumField() {
-		c := cloneService(s)
+		c := cloneService(&s)
 		changeField(t, reflect.ValueOf(c.Split), i)
-		if serviceEqual(&s, &c) || serviceEqual(&c, &s) {
+		if serviceEqual(&s, c) || serviceEqual(c, &s) {
 			t.Errorf("split field %s changed, still equal", reflect.TypeFor[config.Split]().Field(i).Name)
 		}
 	}
@@ -184,5 +184,46 @@ func TestApplyCarriesOver(t *testing.T) {
 	}
 	if p.Current().upstreams["a"] == t5.upstreams["a"] {
 		t.Error("upstream a carried over after Close")
+	}
+}
+
+// TestApplyCarriesOverReordered checks that a generation whose spec lists
+// the upstreams and services in another order, with one inserted and one
+// removed, still carries over each that did not change (found by name
+// when it is not at its place), and compiles anew the one at the place of
+// another name.
+func TestApplyCarriesOverReordered(t *testing.T) {
+	p := New(Options{})
+	defer p.Close()
+	if err := p.Apply(spectest.New().
+		Upstream("a", "127.0.0.1:9001").Upstream("b", "127.0.0.1:9101").Upstream("c", "127.0.0.1:9201").
+		Route("one", "/1", "a").Route("two", "/2", "b").Route("three", "/3", "c").
+		Parsed(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	t1 := p.Current()
+	if err := p.Apply(spectest.New().
+		Upstream("c", "127.0.0.1:9201").Upstream("new", "127.0.0.1:9301").Upstream("a", "127.0.0.1:9001").
+		Route("three", "/3", "c").Route("four", "/4", "new").Route("one", "/1", "a").
+		Parsed(t), 2); err != nil {
+		t.Fatal(err)
+	}
+	t2 := p.Current()
+	for _, name := range []string{"a", "c"} {
+		if t2.upstreams[name] != t1.upstreams[name] {
+			t.Errorf("upstream %s compiled again, want carried over", name)
+		}
+	}
+	for _, path := range []string{"/1", "/3"} {
+		s1, s2 := t1.match("x.test", path), t2.match("x.test", path)
+		if s2 == nil || s2.split.Load() != s1.split.Load() || s2.targets[0].Up != s1.targets[0].Up {
+			t.Errorf("%s: not carried over", path)
+		}
+	}
+	if s := t2.match("x.test", "/4"); s == nil || s.targets[0].Up != t2.upstreams["new"] {
+		t.Error("/4: not compiled to upstream new")
+	}
+	if t2.match("x.test", "/2") != nil {
+		t.Error("/2: the service removed still matches")
 	}
 }

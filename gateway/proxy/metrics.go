@@ -30,7 +30,17 @@ type metrics struct {
 	modelRequests *prometheus.CounterVec
 	modelTTFT     *prometheus.HistogramVec
 	modelTokens   *prometheus.CounterVec
+	// targets are the targetMetrics (Proxy.children) whose lazy series
+	// picks, forced, failovers and duration expose.
+	targets liveSet[*targetMetrics]
+	// retainAll is set when a compile failed: the pairs it made are in
+	// no table, and the next retainTargetMetrics looks at every pair.
+	// Under applyMu.
+	retainAll bool
 }
+
+// durationBuckets are dwara_request_duration_seconds's.
+var durationBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
 func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 	m := &metrics{
@@ -51,7 +61,7 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dwara_request_duration_seconds",
 			Help:    "Time from receiving a request to the end of its proxied response.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+			Buckets: durationBuckets,
 		}, []string{"service", "upstream"}),
 		generation: gauge("dwara_generation_active",
 			"The configuration generation the data plane serves by; 0 before the first."),
@@ -82,22 +92,35 @@ func newMetrics(reg prometheus.Registerer, p *Proxy) *metrics {
 			"service", "alias", "upstream", "kind"),
 	}
 	if reg != nil {
-		reg.MustRegister(m.picks, m.forced, m.failovers, m.sticky, m.requests, m.duration,
-			m.generation, m.applySecs, m.canaryWeight, m.mirrors, m.matches,
+		target := func(vec *prometheus.CounterVec, of func(*targetMetrics) *lazyCounter) prometheus.Collector {
+			return lazyFamily[*targetMetrics]{vec: vec, zero: zeroCounter(vec), live: &m.targets,
+				series: func(tm *targetMetrics, yield func(seriesMetric)) { yield(of(tm)) }}
+		}
+		reg.MustRegister(
+			target(m.picks, func(tm *targetMetrics) *lazyCounter { return &tm.picks }),
+			target(m.forced, func(tm *targetMetrics) *lazyCounter { return &tm.forced }),
+			target(m.failovers, func(tm *targetMetrics) *lazyCounter { return &tm.failovers }),
+			lazyFamily[*targetMetrics]{vec: m.duration, zero: zeroHistogram(m.duration, durationBuckets), live: &m.targets,
+				series: func(tm *targetMetrics, yield func(seriesMetric)) { yield(&tm.duration) }},
+			m.sticky, m.requests, m.generation, m.applySecs, m.canaryWeight, m.mirrors, m.matches,
 			m.modelRequests, m.modelTTFT, m.modelTokens, endpointCollector{p})
 	}
 	return m
 }
 
 // targetMetrics are the metric children of one (service, upstream) pair,
-// resolved once and kept across generations while the pair exists, so the
-// hot path touches them with no label lookup. Safe for concurrent use.
+// kept across generations while the pair exists, so the hot path touches
+// them with no label lookup: each made on its first use (series.go), the
+// codes' as they come. Safe for concurrent use.
 type targetMetrics struct {
-	picks     prometheus.Counter
-	forced    prometheus.Counter
-	failovers prometheus.Counter
-	duration  prometheus.Observer
+	picks     lazyCounter
+	forced    lazyCounter
+	failovers lazyCounter
+	duration  lazyObserver
 	codes     codeCounters
+	// compiled is the last compile (Proxy.compiles) whose table has a
+	// target of the pair; read and written under applyMu only.
+	compiled int64
 }
 
 // codeSlots is how many distinct status codes a (service, upstream) pair
@@ -155,46 +178,50 @@ func (p *Proxy) targetMetrics(service, upstream string) *targetMetrics {
 	key := service + " " + upstream
 	tm := p.children[key]
 	if tm == nil {
-		tm = &targetMetrics{
-			picks:     p.m.picks.WithLabelValues(service, upstream),
-			forced:    p.m.forced.WithLabelValues(service, upstream),
-			failovers: p.m.failovers.WithLabelValues(service, upstream),
-			duration:  p.m.duration.WithLabelValues(service, upstream),
-		}
-		tm.codes.vec, tm.codes.labels = p.m.requests, []string{service, upstream}
+		tm = &targetMetrics{}
+		labels := []string{service, upstream}
+		tm.picks.init(p.m.picks, labels)
+		tm.forced.init(p.m.forced, labels)
+		tm.failovers.init(p.m.failovers, labels)
+		tm.duration.init(p.m.duration, labels)
+		tm.codes.vec, tm.codes.labels = p.m.requests, labels
 		p.children[key] = tm
+		p.m.targets.changed()
 	}
+	tm.compiled = p.compiles
 	return tm
 }
 
 // retainTargetMetrics deletes the series of (service, upstream) pairs that
-// table t no longer has. Called under applyMu.
+// table t, just compiled, no longer has: those its compile did not mark
+// (targetMetrics.compiled). When t followed a table, only the pairs of
+// the services it did not carry over are looked at (t.dropped), unless a
+// compile failed since the last look at all (its pairs are in none).
+// Called under applyMu.
 func (p *Proxy) retainTargetMetrics(t *Table) {
-	keep := make(map[*targetMetrics]bool, len(p.children))
-	for _, svcs := range t.services() {
-		for _, tg := range svcs.targets {
-			keep[tg.targetMetrics] = true
+	if t.changed == nil || p.m.retainAll {
+		for _, tm := range p.children {
+			if tm.compiled != p.compiles {
+				p.retainPair(tm)
+			}
 		}
-		if svcs.models != nil {
-			for _, a := range svcs.models.aliases {
-				for _, tg := range a.targets {
-					keep[tg.targetMetrics] = true
+		p.m.retainAll = false
+	} else {
+		for _, s := range t.dropped {
+			for _, tg := range s.targets {
+				p.retainPair(tg.targetMetrics)
+			}
+			if s.models != nil {
+				for _, a := range s.models.aliases {
+					for _, tg := range a.targets {
+						p.retainPair(tg.targetMetrics)
+					}
 				}
 			}
 		}
 	}
-	for key, tm := range p.children {
-		if keep[tm] {
-			continue
-		}
-		delete(p.children, key)
-		s, u := tm.codes.labels[0], tm.codes.labels[1]
-		p.m.picks.DeleteLabelValues(s, u)
-		p.m.forced.DeleteLabelValues(s, u)
-		p.m.failovers.DeleteLabelValues(s, u)
-		p.m.duration.DeleteLabelValues(s, u)
-		p.m.requests.DeletePartialMatch(prometheus.Labels{"service": s, "upstream": u})
-	}
+	t.dropped = nil
+	p.m.targets.publish(p.children)
 	groups := make(map[string]bool, len(t.canaries))
 	for _, svc := range t.canaries {
 		groups[svc.name] = true
@@ -211,9 +238,33 @@ func (p *Proxy) retainTargetMetrics(t *Table) {
 	for g := range groups {
 		p.canaryGroups = append(p.canaryGroups, g)
 	}
-	p.retainMirrorMetrics(t)
-	p.retainMatchMetrics(t)
-	p.retainModelMetrics(t)
+	// Each of these looks at every service: not when there are no series
+	// it could delete.
+	if len(p.mirrors.children) > 0 {
+		p.retainMirrorMetrics(t)
+	}
+	if len(p.matchSeries) > 0 {
+		p.retainMatchMetrics(t)
+	}
+	if len(p.modelSeries) > 0 {
+		p.retainModelMetrics(t)
+	}
+}
+
+// retainPair deletes the series of tm's pair unless the last compile
+// marked it. Called under applyMu.
+func (p *Proxy) retainPair(tm *targetMetrics) {
+	key := tm.codes.labels[0] + " " + tm.codes.labels[1]
+	if tm.compiled == p.compiles || p.children[key] != tm {
+		return
+	}
+	delete(p.children, key)
+	p.m.targets.changed()
+	tm.picks.drop()
+	tm.forced.drop()
+	tm.failovers.drop()
+	tm.duration.drop()
+	p.m.requests.DeletePartialMatch(prometheus.Labels{"service": tm.codes.labels[0], "upstream": tm.codes.labels[1]})
 }
 
 // matchCounter returns the dwara_split_matches_total child of a rule,

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -70,21 +69,30 @@ func passiveOf(pc *config.Passive) passiveSettings {
 
 // upstreamShared is what the proxy keeps of one upstream across
 // generations: the retry budget's count of retries in flight, and the
-// upstream's retry and ejection counters. Safe for concurrent use.
+// upstream's retry, ejection and protocol error counters (the last
+// shared by the protocol watches of its endpoints' pools). Safe for
+// concurrent use.
 type upstreamShared struct {
 	// retries counts the retry attempts of requests still in flight.
 	retries   atomic.Int64
-	retried   prometheus.Counter
-	ejections prometheus.Counter
+	retried   lazyCounter
+	ejections lazyCounter
+	protocol  protocolCounters
+	// labels are the label values of its series (upstreamShared.init).
+	labels [1 + numReasons][2]string
 }
 
 // upstreamMetrics are the collectors of the passive checks and retries.
+// Their series are the upstreamShared's, made on first use (series.go).
 type upstreamMetrics struct {
 	retries   *prometheus.CounterVec
 	ejections *prometheus.CounterVec
 	// protocol counts endpoint connections closed for what their endpoint
 	// sent outside an answer's frame (upcheck.go).
 	protocol *prometheus.CounterVec
+	// upstreams are the upstreamShared (Proxy.shared) whose series the
+	// collectors expose.
+	upstreams *liveSet[*upstreamShared]
 }
 
 func newUpstreamMetrics(reg prometheus.Registerer) upstreamMetrics {
@@ -98,9 +106,20 @@ func newUpstreamMetrics(reg prometheus.Registerer) upstreamMetrics {
 		protocol: counterVec("dwara_upstream_protocol_errors_total",
 			"Endpoint connections closed for bytes outside an answer's frame, by reason: extra_bytes (past an answer's end: a HEAD, 204 or 304 with a body, bytes after the last chunk or the Content-Length), unsolicited (bytes on an idle connection), head_too_large (an answer head over 16 KiB, answered 502).",
 			"upstream", "reason"),
+		upstreams: new(liveSet[*upstreamShared]),
 	}
 	if reg != nil {
-		reg.MustRegister(m.retries, m.ejections, m.protocol)
+		family := func(vec *prometheus.CounterVec, series func(*upstreamShared, func(seriesMetric))) prometheus.Collector {
+			return lazyFamily[*upstreamShared]{vec: vec, zero: zeroCounter(vec), live: m.upstreams, series: series}
+		}
+		reg.MustRegister(
+			family(m.retries, func(s *upstreamShared, yield func(seriesMetric)) { yield(&s.retried) }),
+			family(m.ejections, func(s *upstreamShared, yield func(seriesMetric)) { yield(&s.ejections) }),
+			family(m.protocol, func(s *upstreamShared, yield func(seriesMetric)) {
+				for r := range s.protocol {
+					yield(&s.protocol[r])
+				}
+			}))
 	}
 	return m
 }
@@ -113,11 +132,16 @@ func (p *Proxy) upstreamShared(name string) *upstreamShared {
 	}
 	s := p.shared[name]
 	if s == nil {
-		s = &upstreamShared{
-			retried:   p.um.retries.WithLabelValues(name),
-			ejections: p.um.ejections.WithLabelValues(name),
+		s = &upstreamShared{}
+		s.labels[0][0] = name
+		s.retried.init(p.um.retries, s.labels[0][:1])
+		s.ejections.init(p.um.ejections, s.labels[0][:1])
+		for r := range numReasons {
+			s.labels[1+r] = [2]string{name, reasonNames[r]}
+			s.protocol[r].init(p.um.protocol, s.labels[1+r][:])
 		}
 		p.shared[name] = s
+		p.um.upstreams.changed()
 	}
 	return s
 }
@@ -144,10 +168,17 @@ func (p *Proxy) retainShared(t *Table) {
 // dropShared forgets the shared state of upstream name and deletes its
 // series. Called under applyMu.
 func (p *Proxy) dropShared(name string) {
+	s := p.shared[name]
+	if s == nil {
+		return
+	}
 	delete(p.shared, name)
-	p.um.retries.DeleteLabelValues(name)
-	p.um.ejections.DeleteLabelValues(name)
-	p.um.protocol.DeletePartialMatch(prometheus.Labels{"upstream": name})
+	p.um.upstreams.changed()
+	s.retried.drop()
+	s.ejections.drop()
+	for r := range s.protocol {
+		s.protocol[r].drop()
+	}
 }
 
 // linkPeers sets every endpoint's peers: the upstreams of t that name its
@@ -161,13 +192,17 @@ func (p *Proxy) linkPeers(t, prev *Table) {
 	defer p.ejectMu.Unlock()
 	ch := t.changed
 	if prev == nil || ch == nil || prev.peers == nil || len(ch.fresh)+len(ch.gone) > len(t.upstreams)/4 {
-		t.peers = make(map[string][]*upstream)
-		for _, u := range t.upstreams {
+		n := 0
+		for _, u := range t.upstreamOrder {
+			n += len(u.endpoints)
+		}
+		t.peers = make(map[string][]*upstream, n)
+		for _, u := range t.upstreamOrder {
 			for _, e := range u.endpoints {
 				t.peers[e.Addr] = append(t.peers[e.Addr], u)
 			}
 		}
-		for _, u := range t.upstreams {
+		for _, u := range t.upstreamOrder {
 			for _, e := range u.endpoints {
 				e.peers = t.peers[e.Addr]
 			}
@@ -178,9 +213,11 @@ func (p *Proxy) linkPeers(t, prev *Table) {
 		t.peers = prev.peers
 		return
 	}
-	// prev's lists are shared with its endpoints: each changed one is
+	// The map is prev's, changed in place: only the compiles read it
+	// (under applyMu), and prev's is not read again once t's is made.
+	// Its lists are shared with the endpoints: each changed one is
 	// replaced by a new slice, never written in place.
-	t.peers = maps.Clone(prev.peers)
+	t.peers = prev.peers
 	touched := map[string]bool{}
 	for _, u := range ch.gone {
 		for _, e := range u.endpoints {

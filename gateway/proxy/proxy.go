@@ -296,8 +296,8 @@ func (p *Proxy) retainEndpoints(t *Table) {
 		p.reg.Forget(forget...)
 		return
 	}
-	keep := make(map[string]struct{})
-	pools := make(map[*connPool]bool)
+	keep := make(map[string]struct{}, len(t.peers))
+	pools := make(map[*connPool]bool, len(p.pools))
 	for _, u := range t.upstreams {
 		for _, e := range u.endpoints {
 			keep[e.Addr] = struct{}{}
@@ -319,9 +319,13 @@ func (p *Proxy) retainEndpoints(t *Table) {
 // health_check in spec, with the states t's balancers read.
 func healthTargets(spec *config.Spec, t *Table) []health.Target {
 	var targets []health.Target
-	for _, u := range spec.Upstreams {
+	for i := range spec.Upstreams {
+		u := &spec.Upstreams[i]
+		if u.HealthCheck == nil {
+			continue
+		}
 		cu := t.upstreams[u.Name]
-		if u.HealthCheck == nil || cu == nil {
+		if cu == nil {
 			continue
 		}
 		for _, e := range cu.endpoints {

@@ -3,8 +3,8 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/textproto"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,8 +27,10 @@ type Table struct {
 	// sorted by base path length, longest first.
 	byHost   map[string][]*service
 	hostless []*service
-	// upstreams by name, for Retain and introspection.
-	upstreams map[string]*upstream
+	// upstreams by name, for Retain and introspection; upstreamOrder in
+	// the order of the spec (upstreamAt).
+	upstreams     map[string]*upstream
+	upstreamOrder []*upstream
 	// canaries are the services with canary analysis, in spec order.
 	canaries []*service
 	// modelCanaries are the model aliases with canary analysis, in spec
@@ -36,10 +38,21 @@ type Table struct {
 	modelCanaries []*modelAlias
 	// caches are the services' response caches, by service name.
 	caches map[string]*serviceCache
-	// carryable are the services the next generation may carry over, by
-	// name (carryService).
-	carryable map[string]*service
-	// peers are the upstreams naming each endpoint address (linkPeers).
+	// specOrder are the services in the order of the spec (the next
+	// generation looks a service up at its place first, serviceAt);
+	// byName indexes them by name, made by the first lookup that needs
+	// it. Read and written under applyMu.
+	specOrder []*service
+	byName    map[string]*service
+	// dropped are the services of the table served before this one that
+	// it did not carry over (compiled anew, or gone): the (service,
+	// upstream) pairs whose series it may no longer have are theirs. Set
+	// with changed; cleared by retainTargetMetrics, so that it does not
+	// keep them.
+	dropped []*service
+	// peers are the upstreams naming each endpoint address (linkPeers);
+	// the next table may take the map over and change it. Read and
+	// written under applyMu only.
 	peers map[string][]*upstream
 	// changed is what of the upstreams differs from the table served
 	// before this one; set by compile, read by Apply's bookkeeping.
@@ -78,10 +91,11 @@ type service struct {
 	// models are the service's model aliases (models.go); nil without
 	// any.
 	models *modelRoutes
-	// cfg is the service's configuration, a copy of its own: the next
+	// cfg is the service's configuration, a copy of its own (shared by
+	// the services carried over from this one, never written): the next
 	// generation carries the compiled service over when its configuration
-	// is the same (carryService). Set only when carryable.
-	cfg       config.Service
+	// is the same (carrySlab.carry). Set only when carryable.
+	cfg       *config.Service
 	carryable bool
 }
 
@@ -130,7 +144,7 @@ type upstream struct {
 	// filled in.
 	passive passiveSettings
 	// shared is the upstream's retry budget and counters, kept across
-	// generations; set once the whole table has compiled.
+	// generations.
 	shared *upstreamShared
 	// cfg is the upstream's configuration, a copy of its own: the next
 	// generation keeps the compiled upstream (endpoints, pools, balancer)
@@ -165,14 +179,25 @@ type Endpoint struct {
 // caller did), but it refuses with an error, never a panic, whatever it cannot
 // compile: a nil spec, a bad endpoint or balancer, a service naming an
 // unknown upstream, or weights split.New refuses.
-func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
+func (p *Proxy) compile(spec *config.Spec, generation int64) (_ *Table, err error) {
 	if spec == nil {
 		return nil, errors.New("compile generation: nil spec")
 	}
+	// The upstreams whose shared state (and series) this compile creates:
+	// forgotten again if it fails, with the pools it made for them (their
+	// protocol watches count in that state).
+	var created []string
+	defer func() {
+		if err != nil {
+			p.forgetUpstreams(created)
+			p.m.retainAll = true
+		}
+	}()
 	t := &Table{
-		generation: generation,
-		byHost:     make(map[string][]*service),
-		upstreams:  make(map[string]*upstream, len(spec.Upstreams)),
+		generation:    generation,
+		byHost:        make(map[string][]*service),
+		upstreams:     make(map[string]*upstream, len(spec.Upstreams)),
+		upstreamOrder: make([]*upstream, 0, len(spec.Upstreams)),
 	}
 	// The generation served: what its configuration has not changed is
 	// carried over rather than compiled again. Nothing of it is written
@@ -182,26 +207,30 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 		prev = nil
 	}
 	p.compiles++
+	p.reserve(spec)
 	var ch upstreamChanges
 	named := 0 // upstreams of prev that spec names
-	for _, u := range spec.Upstreams {
-		var pu *upstream
-		if prev != nil {
-			pu = prev.upstreams[u.Name]
-		}
+	for i := range spec.Upstreams {
+		u := &spec.Upstreams[i]
+		pu := prev.upstreamAt(i, u.Name)
 		if pu != nil {
 			named++
-			if upstreamEqual(&pu.cfg, &u) {
+			if upstreamEqual(&pu.cfg, u) {
 				t.upstreams[u.Name] = pu
+				t.upstreamOrder = append(t.upstreamOrder, pu)
 				continue
 			}
 			ch.gone = append(ch.gone, pu)
 		}
-		cu, err := p.compileUpstream(u)
+		if p.shared[u.Name] == nil {
+			created = append(created, u.Name)
+		}
+		cu, err := p.compileUpstream(*u)
 		if err != nil {
 			return nil, err
 		}
 		t.upstreams[u.Name] = cu
+		t.upstreamOrder = append(t.upstreamOrder, cu)
 		ch.fresh = append(ch.fresh, cu)
 	}
 	if prev != nil {
@@ -219,18 +248,20 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 	}
 	gen := strconv.FormatInt(generation, 10)
 	hdrGen := oneValue(gen)
-	var prevServices map[string]*service
 	var slab carrySlab
-	t.carryable = make(map[string]*service, len(spec.Services))
-	if prev != nil {
-		prevServices = prev.carryable
-	}
-	for _, s := range spec.Services {
-		if ps := prevServices[s.Name]; ps != nil && carryable(&s) && serviceEqual(&ps.cfg, &s) {
-			if cs := slab.carry(ps, p.compiles, hdrGen, len(spec.Services)); cs != nil {
-				t.add(s.Host, cs)
-				continue
+	t.specOrder = make([]*service, 0, len(spec.Services))
+	found := 0 // services of prev that spec names
+	for i := range spec.Services {
+		s := &spec.Services[i]
+		if ps := prev.serviceAt(i, s.Name); ps != nil {
+			found++
+			if ps.carryable && carryable(s) && serviceEqual(ps.cfg, s) {
+				if cs := slab.carry(ps, p.compiles, hdrGen, len(spec.Services)); cs != nil {
+					t.add(s.Host, cs)
+					continue
+				}
 			}
+			t.dropped = append(t.dropped, ps)
 		}
 		cs := &service{name: s.Name, basePath: s.BasePath}
 		if cs.basePath == "" {
@@ -293,7 +324,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 			cs.branches = strings.Join(names, ", ")
 		}
 		if s.Mirror != nil {
-			m, err := p.compileMirror(s, t)
+			m, err := p.compileMirror(*s, t)
 			if err != nil {
 				return nil, fmt.Errorf("service %q: %w", s.Name, err)
 			}
@@ -301,7 +332,7 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 				tg.Mirror = m
 			}
 		}
-		if err := p.compileModels(s, cs, t, gen); err != nil {
+		if err := p.compileModels(*s, cs, t, gen); err != nil {
 			return nil, fmt.Errorf("service %q: %w", s.Name, err)
 		}
 		if cs.models != nil && len(cs.targets) > 0 {
@@ -311,16 +342,24 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 				}
 			}
 		}
-		if err := p.compileCache(s, cs, t); err != nil {
+		if err := p.compileCache(*s, cs, t); err != nil {
 			return nil, fmt.Errorf("service %q: %w", s.Name, err)
 		}
-		if carryable(&s) {
+		if carryable(s) {
 			cs.cfg, cs.carryable = cloneService(s), true
 		}
 		t.add(s.Host, cs)
 	}
-	byLength := func(ss []*service) {
-		slices.SortStableFunc(ss, func(a, b *service) int { return len(b.basePath) - len(a.basePath) })
+	if prev != nil && found < len(prev.specOrder) {
+		names := make(map[string]bool, len(spec.Services))
+		for i := range spec.Services {
+			names[spec.Services[i].Name] = true
+		}
+		for _, ps := range prev.specOrder {
+			if !names[ps.name] {
+				t.dropped = append(t.dropped, ps)
+			}
+		}
 	}
 	byLength(t.hostless)
 	for _, ss := range t.byHost {
@@ -328,20 +367,88 @@ func (p *Proxy) compile(spec *config.Spec, generation int64) (*Table, error) {
 	}
 	// Nothing fails past this point: the table is the one Apply swaps in.
 	p.linkPeers(t, prev)
-	if t.changed != nil {
-		for _, u := range t.changed.fresh { // a carried-over one has its own
-			u.shared = p.upstreamShared(u.name)
-		}
-	} else {
-		for name, u := range t.upstreams {
-			u.shared = p.upstreamShared(name)
-		}
-	}
 	p.retainShared(t)
+	p.um.upstreams.publish(p.shared)
 	return t, nil
 }
 
 func oneValue(v string) []string { return []string{v}[:1:1] }
+
+// byLength sorts ss by base path length, longest first, keeping the order
+// of those of the same length: a counting sort, as base paths are short
+// and a generation may have thousands of them.
+func byLength(ss []*service) {
+	if len(ss) < 2 {
+		return
+	}
+	longest := 0
+	for _, s := range ss {
+		longest = max(longest, len(s.basePath))
+	}
+	// at[k] is where the first service whose base path is longest-k
+	// characters long goes.
+	at := make([]int, longest+1)
+	for _, s := range ss {
+		if k := longest - len(s.basePath); k < longest {
+			at[k+1]++
+		}
+	}
+	for k := 1; k <= longest; k++ {
+		at[k] += at[k-1]
+	}
+	sorted := make([]*service, len(ss))
+	for _, s := range ss {
+		k := longest - len(s.basePath)
+		sorted[at[k]] = s
+		at[k]++
+	}
+	copy(ss, sorted)
+}
+
+// forgetUpstreams drops the shared state and closes the pools of the
+// upstreams names, which a failed compile made and no table has. Called
+// under applyMu.
+func (p *Proxy) forgetUpstreams(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	gone := make(map[string]bool, len(names))
+	for _, name := range names {
+		p.dropShared(name)
+		gone[name] = true
+	}
+	for key, cp := range p.pools {
+		if upstream, _, _ := strings.Cut(key, " "); gone[upstream] {
+			cp.close()
+			delete(p.pools, key)
+		}
+	}
+}
+
+// reserve makes room in the proxy's maps of what outlives generations
+// (pools, metric children, upstreams' shared state) for spec's, when
+// they hold much less (as before a first apply), so that they do not grow
+// step by step while it compiles. Called under applyMu.
+func (p *Proxy) reserve(spec *config.Spec) {
+	endpoints := 0
+	for i := range spec.Upstreams {
+		endpoints += len(spec.Upstreams[i].Endpoints)
+	}
+	p.pools = reserved(p.pools, endpoints)
+	p.children = reserved(p.children, max(len(spec.Services), len(spec.Upstreams)))
+	p.shared = reserved(p.shared, len(spec.Upstreams))
+}
+
+// reserved is m, or a copy of it with room for n entries when it holds
+// fewer than half as many.
+func reserved[K comparable, V any](m map[K]V, n int) map[K]V {
+	if m != nil && len(m) >= n/2 {
+		return m
+	}
+	r := make(map[K]V, n)
+	maps.Copy(r, m)
+	return r
+}
 
 // newTarget is a target of service on upstream u in the generation whose
 // X-Dwara-Generation value is hdrGen, with its metric series.
@@ -355,18 +462,47 @@ func (p *Proxy) newTarget(service string, u *upstream, hdrGen []string) *Target 
 	}
 }
 
-// add files cs, a service of host (any case; "" for none), in t, whose
-// carryable map compile made.
+// add files cs, the next service of the spec, of host (any case; "" for
+// none), in t.
 func (t *Table) add(host string, cs *service) {
-	if cs.carryable {
-		t.carryable[cs.name] = cs
-	}
+	t.specOrder = append(t.specOrder, cs)
 	if host == "" {
 		t.hostless = append(t.hostless, cs)
 		return
 	}
 	h := strings.ToLower(host)
 	t.byHost[h] = append(t.byHost[h], cs)
+}
+
+// upstreamAt returns the upstream of t (nil: none) named name, looked up
+// at place i of t's spec first.
+func (t *Table) upstreamAt(i int, name string) *upstream {
+	switch {
+	case t == nil:
+		return nil
+	case i < len(t.upstreamOrder) && t.upstreamOrder[i].name == name:
+		return t.upstreamOrder[i]
+	}
+	return t.upstreams[name]
+}
+
+// serviceAt returns the service of t (the table served, nil for none)
+// named name, looked up at place i of t's spec first: a generation that
+// edits services in place keeps the others' places. Called under applyMu.
+func (t *Table) serviceAt(i int, name string) *service {
+	if t == nil {
+		return nil
+	}
+	if i < len(t.specOrder) && t.specOrder[i].name == name {
+		return t.specOrder[i]
+	}
+	if t.byName == nil {
+		t.byName = make(map[string]*service, len(t.specOrder))
+		for _, s := range t.specOrder {
+			t.byName[s.name] = s
+		}
+	}
+	return t.byName[name]
 }
 
 // carryable reports whether a service compiled from s may be carried over
@@ -417,6 +553,7 @@ func (sl *carrySlab) carry(ps *service, compile int64, hdrGen []string, n int) *
 	cs.targets = sl.ptrs[len(sl.ptrs) : len(sl.ptrs)+k : len(sl.ptrs)+k]
 	sl.ptrs = sl.ptrs[:len(sl.ptrs)+k]
 	for i, tg := range ps.targets {
+		tg.targetMetrics.compiled = compile
 		ts[i] = Target{Up: tg.Up, targetMetrics: tg.targetMetrics, HdrService: tg.HdrService, HdrUpstream: tg.HdrUpstream, HdrGeneration: hdrGen}
 		cs.targets[i] = &ts[i]
 	}
@@ -427,21 +564,24 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 	if len(u.Endpoints) > config.MaxEndpoints {
 		return nil, fmt.Errorf("upstream %q: %d endpoints, at most %d", u.Name, len(u.Endpoints), config.MaxEndpoints)
 	}
-	cu := &upstream{name: u.Name, passive: passiveOf(u.Passive), cfg: cloneUpstream(u)}
+	cu := &upstream{name: u.Name, passive: passiveOf(u.Passive), cfg: cloneUpstream(u), shared: p.upstreamShared(u.Name)}
 	states := make([]*balance.State, len(u.Endpoints))
+	eps := make([]Endpoint, len(u.Endpoints)) // in one allocation
+	cu.endpoints = make([]*Endpoint, 0, len(u.Endpoints))
 	for i, addr := range u.Endpoints {
 		target, err := config.ParseEndpoint(addr)
 		if err != nil {
 			return nil, fmt.Errorf("upstream %q: %w", u.Name, err)
 		}
 		states[i] = p.reg.Get(addr)
-		ep := &Endpoint{
+		ep := &eps[i]
+		*ep = Endpoint{
 			Addr:       addr,
 			state:      states[i],
 			index:      i,
 			HostHeader: target.Host,
 		}
-		ep.Pool, ep.poolKey = p.pool(u.Name, target.Scheme, target.Host)
+		ep.Pool, ep.poolKey = p.pool(cu, target.Scheme, target.Host)
 		ep.Pool.setTimeouts(millis(u.ConnectTimeoutMS, config.DefaultConnectTimeoutMS),
 			millis(u.ResponseHeaderTimeoutMS, config.DefaultResponseHeaderTimeoutMS),
 			millis(u.IdleTimeoutMS, config.DefaultIdleTimeoutMS))
@@ -464,20 +604,20 @@ func millis(ms, def int) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// pool returns the connection pool of endpoint host of upstream, reached
+// pool returns the connection pool of endpoint host of upstream u, reached
 // with scheme (http or https: over TLS), creating it on first use. Pools
 // are kept per upstream, scheme and endpoint, so each upstream's timeouts
 // apply to its own connections, and a plain connection never serves an
 // https endpoint at the same address. Called under applyMu.
-func (p *Proxy) pool(upstream, scheme, host string) (cp *connPool, key string) {
-	key = upstream + " " + scheme + " " + host
+func (p *Proxy) pool(u *upstream, scheme, host string) (cp *connPool, key string) {
+	key = u.name + " " + scheme + " " + host
 	cp = p.pools[key]
 	if cp == nil {
 		cp = newConnPool(host)
 		if scheme == "https" {
 			cp.tlsConfig = upstreamTLSConfig(p.upstreamTLS, host)
 		}
-		cp.Watch = newProtocolWatch(p.um.protocol, p.log, upstream, host)
+		cp.Watch = &protocolWatch{upstream: u.name, endpoint: host, counters: &u.shared.protocol, log: p.log}
 		p.pools[key] = cp
 	}
 	return cp, key

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync/atomic"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Endpoint protocol errors: what an endpoint sends outside the frame of
@@ -53,18 +51,17 @@ var errAnswerHeadTooLarge = errors.New("upstream answer head over 16 KiB")
 // use.
 type protocolWatch struct {
 	upstream, endpoint string
-	counters           [numReasons]prometheus.Counter
-	logged             atomic.Uint32 // bit r: reason r was logged
-	log                *slog.Logger
+	// counters are the upstream's, shared by the watches of all its
+	// endpoints (upstreamShared.protocol): the series are labelled by
+	// upstream and reason only.
+	counters *protocolCounters
+	logged   atomic.Uint32 // bit r: reason r was logged
+	log      *slog.Logger
 }
 
-func newProtocolWatch(vec *prometheus.CounterVec, log *slog.Logger, upstream, endpoint string) *protocolWatch {
-	w := &protocolWatch{upstream: upstream, endpoint: endpoint, log: log}
-	for r := range numReasons {
-		w.counters[r] = vec.WithLabelValues(upstream, reasonNames[r])
-	}
-	return w
-}
+// protocolCounters are the dwara_upstream_protocol_errors_total children
+// of one upstream, by reason.
+type protocolCounters [numReasons]lazyCounter
 
 // report counts one protocol error of reason r, and logs the first of
 // each reason.
