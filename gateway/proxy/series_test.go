@@ -51,10 +51,8 @@ func gatherLazy(t *testing.T, reg *prometheus.Registry) map[string]string {
 // a request of the older table counts in them afterwards.
 func TestLazySeriesExposedFromApply(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	p := New(Options{Metrics: reg})
-	defer p.Close()
-	g := &gateway{Proxy: p, reg: reg}
+	g := unservedGateway(t)
+	p, reg := g.Proxy, g.reg
 	g.apply(t, 1, `
 upstreams: [{name: a, endpoints: ["10.0.0.1:80", "10.0.0.2:80"]}, {name: b, endpoints: ["10.0.0.3:80"]}]
 services: [{name: web, split: {targets: [{upstream: a, weight: 9}, {upstream: b, weight: 1}]}}]
@@ -177,10 +175,8 @@ func TestLazySeriesMadeOnce(t *testing.T) {
 // it compiled anew or dropped, and of a compile that failed.
 func TestSeriesOfPairsGone(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	p := New(Options{Metrics: reg})
-	defer p.Close()
-	g := &gateway{Proxy: p, reg: reg}
+	g := unservedGateway(t)
+	p := g.Proxy
 	pairs := func() map[string]bool {
 		out := map[string]bool{}
 		for _, s := range g.samples(t, "dwara_split_picks_total") {
@@ -223,10 +219,8 @@ services: [{name: web, split: {targets: [{upstream: a}, {upstream: d}]}}, {name:
 // brings the upstream counts its endpoints' protocol errors.
 func TestProtocolErrorsAfterFailedCompile(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	p := New(Options{Metrics: reg})
-	defer p.Close()
-	g := &gateway{Proxy: p, reg: reg}
+	g := unservedGateway(t)
+	p := g.Proxy
 	g.apply(t, 1, `
 upstreams: [{name: a, endpoints: ["10.0.0.1:80"]}]
 services: [{name: web, upstream: a}]
@@ -251,4 +245,14 @@ services: [{name: web, upstream: a}, {name: other, base_path: /other, upstream: 
 	if n != 1 {
 		t.Errorf("dwara_upstream_protocol_errors_total{x, unsolicited} = %v, want 1", n)
 	}
+}
+
+// unservedGateway is a proxy with its own metrics registry, served by no
+// front: for tests that apply generations and read its series.
+func unservedGateway(t *testing.T) *gateway {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	p := New(Options{Metrics: reg})
+	t.Cleanup(p.Close)
+	return &gateway{Proxy: p, reg: reg}
 }
