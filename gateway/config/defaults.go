@@ -113,51 +113,63 @@ func (s *Spec) Clone() *Spec {
 		Services:  cloneSlice(s.Services),
 	}
 	for i := range c.Upstreams {
-		u := &c.Upstreams[i]
-		u.Endpoints = cloneSlice(u.Endpoints)
-		u.HealthCheck = clonePtr(u.HealthCheck)
-		u.Passive = clonePtr(u.Passive)
+		c.Upstreams[i] = c.Upstreams[i].Clone()
 	}
 	for i := range c.Services {
-		svc := &c.Services[i]
-		svc.Sticky = clonePtr(svc.Sticky)
-		svc.Override = clonePtr(svc.Override)
-		svc.Mirror = clonePtr(svc.Mirror)
-		if svc.Models != nil {
-			svc.Models = cloneSlice(svc.Models)
-			for j := range svc.Models {
-				m := &svc.Models[j]
-				m.Targets = cloneSlice(m.Targets)
-				m.CanaryAnalysis = cloneCanaryAnalysis(m.CanaryAnalysis)
-			}
-		}
-		if svc.Cache != nil {
-			c := *svc.Cache
-			c.VaryHeaders = cloneSlice(c.VaryHeaders)
-			svc.Cache = &c
-		}
-		if svc.Split != nil {
-			sp := *svc.Split
-			sp.Targets = cloneSlice(sp.Targets)
-			sp.CanaryAnalysis = cloneCanaryAnalysis(sp.CanaryAnalysis)
-			if sp.Match != nil {
-				sp.Match = cloneSlice(sp.Match)
-				for j := range sp.Match {
-					sp.Match[j].Headers = cloneMatches(sp.Match[j].Headers)
-					sp.Match[j].Cookies = cloneMatches(sp.Match[j].Cookies)
-				}
-			}
-			if sp.Slots != nil {
-				runs := make([][]int, len(sp.Slots))
-				for i, r := range sp.Slots {
-					runs[i] = cloneSlice(r)
-				}
-				sp.Slots = runs
-			}
-			svc.Split = &sp
-		}
+		c.Services[i] = c.Services[i].Clone()
 	}
 	return c
+}
+
+// Clone returns a deep copy of u that shares no memory with it (what
+// Spec.Clone makes of each upstream).
+func (u Upstream) Clone() Upstream {
+	u.Endpoints = cloneSlice(u.Endpoints)
+	u.HealthCheck = clonePtr(u.HealthCheck)
+	u.Passive = clonePtr(u.Passive)
+	return u
+}
+
+// Clone returns a deep copy of svc that shares no memory with it (what
+// Spec.Clone makes of each service).
+func (svc Service) Clone() Service {
+	svc.Sticky = clonePtr(svc.Sticky)
+	svc.Override = clonePtr(svc.Override)
+	svc.Mirror = clonePtr(svc.Mirror)
+	if svc.Models != nil {
+		svc.Models = cloneSlice(svc.Models)
+		for j := range svc.Models {
+			m := &svc.Models[j]
+			m.Targets = cloneSlice(m.Targets)
+			m.CanaryAnalysis = cloneCanaryAnalysis(m.CanaryAnalysis)
+		}
+	}
+	if svc.Cache != nil {
+		c := *svc.Cache
+		c.VaryHeaders = cloneSlice(c.VaryHeaders)
+		svc.Cache = &c
+	}
+	if svc.Split != nil {
+		sp := *svc.Split
+		sp.Targets = cloneSlice(sp.Targets)
+		sp.CanaryAnalysis = cloneCanaryAnalysis(sp.CanaryAnalysis)
+		if sp.Match != nil {
+			sp.Match = cloneSlice(sp.Match)
+			for j := range sp.Match {
+				sp.Match[j].Headers = cloneMatches(sp.Match[j].Headers)
+				sp.Match[j].Cookies = cloneMatches(sp.Match[j].Cookies)
+			}
+		}
+		if sp.Slots != nil {
+			runs := make([][]int, len(sp.Slots))
+			for i, r := range sp.Slots {
+				runs[i] = cloneSlice(r)
+			}
+			sp.Slots = runs
+		}
+		svc.Split = &sp
+	}
+	return svc
 }
 
 // cloneCanaryAnalysis returns a deep copy of ca; nil for nil.

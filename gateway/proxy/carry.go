@@ -64,27 +64,9 @@ func ptrEqual[T comparable](a, b *T) bool {
 	return *a == *b
 }
 
-// cloneUpstream returns a deep copy of u, which the caller's spec may
-// change later without changing it: what config.Spec.Clone makes of it,
-// without a spec around it (for the upstream fields upstreamEqual knows).
-func cloneUpstream(u config.Upstream) config.Upstream {
-	if upstreamFields != 9 {
-		return (&config.Spec{Upstreams: []config.Upstream{u}}).Clone().Upstreams[0]
-	}
-	u.Endpoints = slices.Clone(u.Endpoints)
-	u.HealthCheck, u.Passive = clonePtr(u.HealthCheck), clonePtr(u.Passive)
-	return u
-}
-
-func clonePtr[T any](p *T) *T {
-	if p == nil {
-		return nil
-	}
-	c := *p
-	return &c
-}
-
-// cloneService returns a deep copy of s.
+// cloneService returns a deep copy of s, which the caller's spec may
+// change later without changing it.
 func cloneService(s *config.Service) *config.Service {
-	return &(&config.Spec{Services: []config.Service{*s}}).Clone().Services[0]
+	c := s.Clone()
+	return &c
 }

@@ -44,14 +44,14 @@ func TestCarryEqual(t *testing.T) {
 		Split("web", "/w", spectest.T("a", 95), spectest.T("b", 5)).Sticky("sid", 0).
 		Parsed(t)
 	u, s := spec.Upstreams[0], spec.Services[0]
-	if cu := cloneUpstream(u); !upstreamEqual(&u, &cu) {
+	if cu := u.Clone(); !upstreamEqual(&u, &cu) {
 		t.Error("an upstream differs from its copy")
 	}
 	if cs := cloneService(&s); !serviceEqual(cs, &s) {
 		t.Error("a service differs from its copy")
 	}
 	for i := range reflect.TypeFor[config.Upstream]().NumField() {
-		c := cloneUpstream(u)
+		c := u.Clone()
 		changeField(t, reflect.ValueOf(&c), i)
 		if upstreamEqual(&u, &c) || upstreamEqual(&c, &u) {
 			t.Errorf("upstream field %s changed, still equal", reflect.TypeFor[config.Upstream]().Field(i).Name)

@@ -418,7 +418,7 @@ func (p *Proxy) forgetUpstreams(names []string) {
 		gone[name] = true
 	}
 	for key, cp := range p.pools {
-		if upstream, _, _ := strings.Cut(key, " "); gone[upstream] {
+		if gone[cp.Watch.upstream] {
 			cp.close()
 			delete(p.pools, key)
 		}
@@ -564,7 +564,7 @@ func (p *Proxy) compileUpstream(u config.Upstream) (*upstream, error) {
 	if len(u.Endpoints) > config.MaxEndpoints {
 		return nil, fmt.Errorf("upstream %q: %d endpoints, at most %d", u.Name, len(u.Endpoints), config.MaxEndpoints)
 	}
-	cu := &upstream{name: u.Name, passive: passiveOf(u.Passive), cfg: cloneUpstream(u), shared: p.upstreamShared(u.Name)}
+	cu := &upstream{name: u.Name, passive: passiveOf(u.Passive), cfg: u.Clone(), shared: p.upstreamShared(u.Name)}
 	states := make([]*balance.State, len(u.Endpoints))
 	eps := make([]Endpoint, len(u.Endpoints)) // in one allocation
 	cu.endpoints = make([]*Endpoint, 0, len(u.Endpoints))
