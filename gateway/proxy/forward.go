@@ -205,7 +205,7 @@ func (x Exchange) mayHaveArrived() bool {
 // touched. On success the read deadline is still set: the caller reads the
 // answer header under it and clears it.
 func (p *Proxy) Transmit(c *Conn, ep *Endpoint, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
-	if sent, err = p.WriteRest(c, body, length, trailer); err != nil {
+	if sent, err = p.SendBody(c, body, length, trailer); err != nil {
 		return sent, err
 	}
 	// Always set: a pooled connection may keep the deadline of its last
@@ -215,6 +215,9 @@ func (p *Proxy) Transmit(c *Conn, ep *Endpoint, body io.Reader, length int64, tr
 		end = time.Now().Add(d)
 	}
 	c.SetReadDeadline(end)
+	if err := c.FlushForAnswer(); err != nil {
+		return sent, err
+	}
 	if _, err := c.Reader.Peek(1); err != nil {
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			return sent, ErrUpstreamTimeout
@@ -224,17 +227,15 @@ func (p *Proxy) Transmit(c *Conn, ep *Endpoint, body io.Reader, length int64, tr
 	return sent, nil
 }
 
-// WriteRest sends the rest of a request whose head the caller has
-// written to c.bw: the body from body (none when nil), then flushes. sent
-// reports whether the body was touched.
-func (p *Proxy) WriteRest(c *Conn, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
-	if body != nil {
-		sent = true
-		if err := p.writeBody(c, body, length, trailer); err != nil {
-			return sent, err
-		}
+// SendBody sends the body of a request whose head the caller has written
+// to c.bw, from body (none when nil); what is left in c.bw is flushed by
+// the caller (FlushForAnswer), once it has set the answer's read
+// deadline. sent reports whether the body was touched.
+func (p *Proxy) SendBody(c *Conn, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
+	if body == nil {
+		return false, nil
 	}
-	return sent, c.Writer.Flush()
+	return true, p.writeBody(c, body, length, trailer)
 }
 
 // writeBody streams a request body on c: as is when length is above 0,

@@ -6,6 +6,7 @@ import (
 	"net"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // peeker looks at an idle connection's socket without reading it: one
@@ -52,16 +53,20 @@ func (k *peeker) state(nc net.Conn) idleState {
 }
 
 // peekFD looks at the socket fd without reading it and without waiting.
+// It is a raw system call, as a Socket's reads and writes are (see
+// socket_linux.go): a peek that cannot wait never blocks, so the
+// scheduler need not be told of it.
 func peekFD(fd int) idleState {
 	var b [1]byte
 	for {
-		n, _, err := syscall.Recvfrom(fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 		switch {
-		case err == syscall.EINTR:
+		case e == syscall.EINTR:
 			continue
-		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+		case e == syscall.EAGAIN || e == syscall.EWOULDBLOCK:
 			return idleClean
-		case err != nil || n == 0:
+		case e != 0 || n == 0:
 			return idleClosed
 		}
 		return idleData

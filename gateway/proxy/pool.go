@@ -107,6 +107,9 @@ type Conn struct {
 	// sock reads and writes a plain TCP connection's socket
 	// (socket_linux.go); an https endpoint's go through its TLS session.
 	sock Socket
+	// awaitAnswer is set while FlushForAnswer flushes: the write is a
+	// request's last, and waits for the answer (Socket.WriteAwait).
+	awaitAnswer bool
 }
 
 // CutNow unblocks every read and write on c at once, for good: the
@@ -129,10 +132,26 @@ func (c *Conn) SetReadDeadline(t time.Time) {
 }
 
 // Write writes b to the connection, counting what went out.
-func (c *Conn) Write(b []byte) (int, error) {
-	n, err := c.sock.Write(c.Net, b)
+func (c *Conn) Write(b []byte) (n int, err error) {
+	if c.awaitAnswer {
+		n, err = c.sock.WriteAwait(c.Net, b)
+	} else {
+		n, err = c.sock.Write(c.Net, b)
+	}
 	c.written += int64(n)
 	return n, err
+}
+
+// FlushForAnswer flushes the rest of a request from c.Writer, under the
+// read deadline of its answer, which the caller has set; on a plain TCP
+// connection the flush returns once the answer can be read (or the
+// deadline passed), which saves the read that would find the socket
+// empty (Socket.WriteAwait).
+func (c *Conn) FlushForAnswer() error {
+	c.awaitAnswer = true
+	err := c.Writer.Flush()
+	c.awaitAnswer = false
+	return err
 }
 
 // Read reads from the connection: the Reader's source.

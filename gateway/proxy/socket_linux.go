@@ -31,6 +31,10 @@ type Socket struct {
 	rc syscall.RawConn
 	// r and w are the reads and the writes.
 	r, w sockOp
+	// await is awaitIO, as a method value made once (WriteAwait).
+	await func(uintptr) bool
+	// wrote is set by awaitIO once all of w.p went out.
+	wrote bool
 }
 
 // sockOp is one direction of a Socket: the call made under the RawConn
@@ -60,6 +64,7 @@ func (s *Socket) Init(nc net.Conn) {
 			s.rc = rc
 			s.r.wait, s.r.call, s.r.sysno = rc.Read, s.r.rawIO, syscall.SYS_READ
 			s.w.wait, s.w.call, s.w.sysno = rc.Write, s.w.rawIO, syscall.SYS_WRITE
+			s.await = s.awaitIO
 			return
 		}
 		u, ok := nc.(interface{ Unwrap() net.Conn })
@@ -94,6 +99,62 @@ func (s *Socket) Write(nc net.Conn, p []byte) (int, error) {
 		return 0, nil
 	}
 	return s.w.run(nc, "write", p)
+}
+
+// WriteAwait writes all of p to nc, as Write does, then waits until the
+// socket has something to read, under nc's read deadline: p is the end of
+// a request, and what comes next is its answer. The write is made inside
+// the RawConn's wait for reading, so that readiness is armed before the
+// request leaves: the read that follows finds the answer without first
+// meeting an empty socket (one read call, not two, and the goroutine
+// parks once). nc's read deadline must be set (the answer's); a wait cut
+// by it, or by a close, is not the write's failure: WriteAwait returns
+// the bytes written, and the read that follows meets the same end. When
+// the socket takes only part of p, the rest is written as Write does,
+// without the wait.
+//
+// A WriteAwait must not run beside a read of nc.
+func (s *Socket) WriteAwait(nc net.Conn, p []byte) (int, error) {
+	if s.rc == nil {
+		return nc.Write(p)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	o := &s.w
+	o.mu.Lock()
+	o.p, o.n, o.errno, s.wrote = p, 0, 0, false
+	_ = s.rc.Read(s.await)
+	n, errno, rest := o.n, o.errno, o.p
+	o.p = nil
+	o.mu.Unlock()
+	switch {
+	case errno != 0:
+		return n, &net.OpError{Op: "write", Net: "tcp", Source: nc.LocalAddr(), Addr: nc.RemoteAddr(),
+			Err: os.NewSyscallError("write", errno)}
+	case len(rest) > 0:
+		// The socket's buffer was full, or the wait ended before the
+		// write was made: write the rest the usual way.
+		m, err := s.Write(nc, rest)
+		return n + m, err
+	}
+	return n, nil
+}
+
+// awaitIO is WriteAwait's call under the RawConn's Read: the first call
+// writes s.w.p (false, to wait for the socket to be readable, once all
+// of it went out), the next one ends the wait.
+func (s *Socket) awaitIO(fd uintptr) bool {
+	if s.wrote {
+		return true
+	}
+	o := &s.w
+	if o.rawIO(fd) || o.errno != 0 {
+		// Done: all of it written, or a failure.
+		s.wrote = o.errno == 0 && len(o.p) == 0
+		return !s.wrote
+	}
+	return true // the socket's buffer is full: Write finishes
 }
 
 // run makes o's call on p under the RawConn, which waits for the socket

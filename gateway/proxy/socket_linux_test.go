@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -172,4 +173,109 @@ func TestSocketWithoutRawSocket(t *testing.T) {
 	if err != nil || string(buf[:n]) != "pipe" {
 		t.Fatalf("read %q, %v", buf[:n], err)
 	}
+	// WriteAwait only writes there.
+	go func() { _, _ = b.Read(buf) }()
+	if n, err := s.WriteAwait(a, []byte("pipe")); n != 4 || err != nil {
+		t.Fatalf("WriteAwait: %d, %v", n, err)
+	}
 }
+
+// TestSocketWriteAwait: WriteAwait writes a request and returns only once
+// its answer can be read (the read that follows finds it); a wait cut by
+// the read deadline, or a deadline already past, still leaves the request
+// written and no error, the read meeting the deadline instead; a request
+// larger than the socket buffers goes out whole; a closed connection
+// fails as Write does.
+func TestSocketWriteAwait(t *testing.T) {
+	c, s, peer := socketPair(t)
+	buf := make([]byte, 64)
+
+	// The peer reads the request, then answers later: WriteAwait returns
+	// after the answer was sent, never before.
+	var answered atomic.Bool
+	go func() {
+		b := make([]byte, 64)
+		n, _ := peer.Read(b)
+		if string(b[:n]) != "ping" {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+		answered.Store(true)
+		_, _ = peer.Write([]byte("pong"))
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(testrun.Timeout))
+	if n, err := s.WriteAwait(c, []byte("ping")); n != 4 || err != nil {
+		t.Fatalf("WriteAwait: %d, %v", n, err)
+	}
+	if !answered.Load() {
+		t.Fatal("WriteAwait returned before the answer was sent")
+	}
+	if n, err := s.Read(c, buf); err != nil || string(buf[:n]) != "pong" {
+		t.Fatalf("read %q, %v; want pong", buf[:n], err)
+	}
+
+	// No answer within the deadline: the request is out, no error; the
+	// read meets the deadline.
+	got := make(chan string, 2)
+	go func() {
+		b := make([]byte, 64)
+		for range 2 {
+			n, _ := peer.Read(b)
+			got <- string(b[:n])
+		}
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	if n, err := s.WriteAwait(c, []byte("one")); n != 3 || err != nil {
+		t.Fatalf("WriteAwait cut by the deadline: %d, %v; want 3, nil", n, err)
+	}
+	if r := recvWithin(t, got, "the first request"); r != "one" {
+		t.Fatalf("peer read %q", r)
+	}
+	if _, err := s.Read(c, buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read after the cut wait: %v; want os.ErrDeadlineExceeded", err)
+	}
+	// The deadline already past: written all the same.
+	if n, err := s.WriteAwait(c, []byte("two")); n != 3 || err != nil {
+		t.Fatalf("WriteAwait past the deadline: %d, %v; want 3, nil", n, err)
+	}
+	if r := recvWithin(t, got, "the second request"); r != "two" {
+		t.Fatalf("peer read %q", r)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+
+	// 8 MiB, read slowly by the peer, then answered: all of it goes out.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 512<<10)
+	whole := make(chan bool, 1)
+	go func() {
+		var all bytes.Buffer
+		small := make([]byte, 4096)
+		for all.Len() < len(big) {
+			n, err := peer.Read(small)
+			all.Write(small[:n])
+			if err != nil {
+				break
+			}
+		}
+		whole <- bytes.Equal(all.Bytes(), big)
+		_, _ = peer.Write([]byte("ok"))
+	}()
+	if n, err := s.WriteAwait(c, big); n != len(big) || err != nil {
+		t.Fatalf("WriteAwait of 8 MiB: %d, %v", n, err)
+	}
+	if !recvWithin(t, whole, "the peer's read of 8 MiB") {
+		t.Fatal("the peer did not read the 8 MiB written")
+	}
+	if n, err := io.ReadFull(readerFunc(func(p []byte) (int, error) { return s.Read(c, p) }), buf[:2]); err != nil || string(buf[:n]) != "ok" {
+		t.Fatalf("read %q, %v; want ok", buf[:n], err)
+	}
+
+	c.Close()
+	if _, err := s.WriteAwait(c, []byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("WriteAwait on a closed connection: %v; want net.ErrClosed", err)
+	}
+}
+
+// readerFunc is an io.Reader made of a function.
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

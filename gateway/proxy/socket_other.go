@@ -16,3 +16,6 @@ func (s *Socket) Read(nc net.Conn, p []byte) (int, error) { return nc.Read(p) }
 
 // Write writes p to nc.
 func (s *Socket) Write(nc net.Conn, p []byte) (int, error) { return nc.Write(p) }
+
+// WriteAwait writes p to nc (see socket_linux.go).
+func (s *Socket) WriteAwait(nc net.Conn, p []byte) (int, error) { return nc.Write(p) }

@@ -570,7 +570,7 @@ var errClientGone = errors.New("the client went away before the answer")
 // read to its end before the client is looked at, so the look never
 // competes with a read of the body.
 func (p server) fastTransmit(x *fastExchange, c *proxy.Conn, ep *proxy.Endpoint, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
-	if sent, err = p.WriteRest(c, body, length, trailer); err != nil {
+	if sent, err = p.SendBody(c, body, length, trailer); err != nil {
 		return sent, err
 	}
 	d := ep.Pool.ResponseHeaderTimeout()
@@ -580,15 +580,11 @@ func (p server) fastTransmit(x *fastExchange, c *proxy.Conn, ep *proxy.Endpoint,
 		end = now.Add(d)
 	}
 	sliced := d <= 0 || d > ClientCheckInterval
+	c.SetReadDeadline(waitStep(now, end, sliced))
+	if err := c.FlushForAnswer(); err != nil {
+		return sent, err
+	}
 	for {
-		step := end
-		if sliced {
-			step = now.Add(ClientCheckInterval)
-			if !end.IsZero() && end.Before(step) {
-				step = end
-			}
-		}
-		c.SetReadDeadline(step)
 		_, err := c.Reader.Peek(1)
 		if err == nil {
 			break
@@ -604,11 +600,26 @@ func (p server) fastTransmit(x *fastExchange, c *proxy.Conn, ep *proxy.Endpoint,
 			x.gone = true
 			return sent, errClientGone
 		}
+		c.SetReadDeadline(waitStep(now, end, sliced))
 	}
 	if sliced && !fastHeadBuffered(c.Reader) {
 		c.SetReadDeadline(end)
 	}
 	return sent, nil
+}
+
+// waitStep is the read deadline of one slice of fastTransmit's wait from
+// now: the response-header deadline end (zero: none), or when sliced, at
+// most ClientCheckInterval away.
+func waitStep(now, end time.Time, sliced bool) time.Time {
+	if !sliced {
+		return end
+	}
+	step := now.Add(ClientCheckInterval)
+	if !end.IsZero() && end.Before(step) {
+		step = end
+	}
+	return step
 }
 
 // fastHeadBuffered reports whether br holds a whole answer head that is
