@@ -592,8 +592,17 @@ func listenFront(kind, addr string, px *proxy.Proxy, l Limits, tlsConfig *tls.Co
 	if err != nil {
 		return nil, err
 	}
-	return listen("proxy", addr, f)
+	return listenWith(proxyListen, "proxy", addr, f)
 }
+
+// proxyListen is how the proxy listener binds: its connections get no TCP
+// keep-alive probes, as nginx's and HAProxy's do not by default. HTTP
+// bounds every wait of theirs (the header and idle timeouts; an answer's
+// writes fail once the client is gone), and a tunnel, which can stay
+// quiet for hours, turns the probes on for itself
+// (proxy.TunnelKeepAlive). That is four system calls fewer for each new
+// connection (docs/performance.md).
+var proxyListen = net.ListenConfig{KeepAlive: -1}
 
 // listenAdmin binds addr for an admin or metrics listener serving h, with
 // TLS when tlsConfig is non-nil: requests are small (1 MiB at most), so
@@ -609,9 +618,15 @@ func listenAdmin(name, addr string, h http.Handler, l Limits, tlsConfig *tls.Con
 	return listen(name, addr, front.NewServerFront(srv, tlsConfig, l.AdminMaxConns))
 }
 
-// listen binds addr for f.
+// listen binds addr for f, its connections probed by TCP keep-alive
+// (Go's default).
 func listen(name, addr string, f front.Front) (*server, error) {
-	ln, err := net.Listen("tcp", addr)
+	return listenWith(net.ListenConfig{}, name, addr, f)
+}
+
+// listenWith binds addr for f as lc does.
+func listenWith(lc net.ListenConfig, name, addr string, f front.Front) (*server, error) {
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s listener: %w", name, err)
 	}

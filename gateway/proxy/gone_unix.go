@@ -4,7 +4,6 @@ package proxy
 
 import (
 	"net"
-	"syscall"
 	"time"
 )
 
@@ -41,22 +40,4 @@ func PeerGone(c net.Conn) bool {
 		}
 	}
 	return gone
-}
-
-// socketOf returns the socket under c: c itself, or what the wrappers
-// around it (a TLS connection's NetConn, an Unwrap method) give.
-func socketOf(c net.Conn) (syscall.Conn, bool) {
-	for range 8 {
-		switch w := c.(type) {
-		case syscall.Conn:
-			return w, true
-		case interface{ NetConn() net.Conn }:
-			c = w.NetConn()
-		case interface{ Unwrap() net.Conn }:
-			c = w.Unwrap()
-		default:
-			return nil, false
-		}
-	}
-	return nil, false
 }

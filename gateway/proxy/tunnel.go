@@ -6,6 +6,8 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 )
 
 // UpgradeMismatch returns why a 101 answer cannot be relayed to a client
@@ -98,6 +100,43 @@ type onlyReader struct{ io.Reader }
 
 type onlyWriter struct{ io.Writer }
 
+// TunnelKeepAlive is the TCP keep-alive of a tunnel's client socket
+// (RelayTunnel): the proxy listener accepts connections without probes,
+// as HTTP bounds its own waits (the idle and header timeouts), but a
+// tunnel may stay quiet for hours, and only probes find a client that
+// vanished without closing. These are Go's defaults for a connection it
+// accepts: the first probe after 15 s of quiet, then every 15 s, given up
+// after 9 unanswered.
+var TunnelKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
+
+// probeIdle turns TunnelKeepAlive on for the TCP socket under c, if it
+// has one.
+func probeIdle(c net.Conn) {
+	if sc, ok := socketOf(c); ok {
+		if tc, ok := sc.(*net.TCPConn); ok {
+			_ = tc.SetKeepAliveConfig(TunnelKeepAlive)
+		}
+	}
+}
+
+// socketOf returns the socket under c: c itself, or what the wrappers
+// around it (a TLS connection's NetConn, an Unwrap method) give.
+func socketOf(c net.Conn) (syscall.Conn, bool) {
+	for range 8 {
+		switch w := c.(type) {
+		case syscall.Conn:
+			return w, true
+		case interface{ NetConn() net.Conn }:
+			c = w.NetConn()
+		case interface{ Unwrap() net.Conn }:
+			c = w.Unwrap()
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
 // RelayTunnel copies bytes both ways between a client and an endpoint, from
 // the 101 answer on, until either side closes or fails: client is the
 // client's connection, read through cr (which holds what its server read of
@@ -105,6 +144,7 @@ type onlyWriter struct{ io.Writer }
 // deadline in the past unblocks a copy still on it) and returns once both
 // copies have ended; the caller closes client. Both fronts' tunnels run it.
 func (p *Proxy) RelayTunnel(client net.Conn, cr io.Reader, up io.ReadWriteCloser) {
+	probeIdle(client)
 	var stopOnce sync.Once
 	stop := func() {
 		stopOnce.Do(func() {
