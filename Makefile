@@ -158,6 +158,7 @@ clean:
 bench-compare: build
 	$(GO) build -o bin/bench-compare ./bench/compare
 	$(GO) build -o bin/bench-upstream ./bench/upstream
+	$(GO) build -o bin/bench-tlsload ./bench/tlsload
 	./bin/bench-compare
 
 # The runnable demos (demos/README.md): one script per scenario, each

@@ -240,3 +240,51 @@ func TestServeFastFrontTLS(t *testing.T) {
 		t.Errorf("HTTP/1.1: %s (%q) from %q: %s; want http/1.1 from pool-a with X-Forwarded-Proto https", resp.Proto, proto, resp.Header.Get("X-Pool"), answer)
 	}
 }
+
+// TestGatewayResumesTLSSessions: on each front, over HTTP/1.1 and HTTP/2,
+// a client's next connection resumes its TLS session (a session ticket
+// from the connection before), as the benchmark's tlsresume row assumes.
+func TestGatewayResumesTLSSessions(t *testing.T) {
+	t.Parallel()
+	for _, front := range []string{FrontNetHTTP, FrontFastHTTP} {
+		t.Run(strings.ReplaceAll(front, "/", ""), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cert := writeCert(t, dir, "resume")
+			a, b := pools(t)
+			file := filepath.Join(dir, "dwara.yaml")
+			if err := os.WriteFile(file, []byte(splitFile(a, b, 100, 0)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c := GatewayConfig{ConfigFile: file, Front: front}
+			c.TLS = &TLSFiles{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
+			gw := startGateway(t, c)
+			gw.waitApplied(t, 1)
+			pool := x509.NewCertPool()
+			pool.AddCert(cert)
+			for _, proto := range []string{"http/1.1", "h2"} {
+				sessions := tls.NewLRUClientSessionCache(1)
+				var resumed []bool
+				for range 3 {
+					// A transport of its own per request: a new connection
+					// each time, the session cache shared.
+					tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ClientSessionCache: sessions,
+						NextProtos: []string{proto}}, ForceAttemptHTTP2: proto == "h2"}
+					resp, err := (&http.Client{Transport: tr, Timeout: wait}).Get("https://" + gw.Proxy + "/")
+					if err != nil {
+						t.Fatal(err)
+					}
+					readAll(t, resp)
+					tr.CloseIdleConnections()
+					if got := resp.TLS.NegotiatedProtocol; got != proto {
+						t.Fatalf("negotiated %q, want %q", got, proto)
+					}
+					resumed = append(resumed, resp.TLS.DidResume)
+				}
+				if resumed[0] || !resumed[1] || !resumed[2] {
+					t.Errorf("%s: resumed %v over three connections; want the second and third to resume", proto, resumed)
+				}
+			}
+		})
+	}
+}

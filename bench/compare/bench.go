@@ -33,6 +33,7 @@ type bench struct {
 	upstreams []*proc // stable[0], stable[1], canary[0], canary[1]
 	wrk       wrkLoad
 	h2        h2Load
+	tlsLoad   tlsLoad
 	scripts   map[string]string // workload name -> path of its wrk script
 	// cert is the run's self-signed certificate, made when a workload is
 	// served over TLS; tlsClient trusts it; directTLS is the first stable
@@ -172,12 +173,13 @@ rounds:
 // certificate when a workload needs TLS and starts the upstreams.
 func (b *bench) prepare(ctx context.Context) error {
 	var need []string
-	anyTLS := false
+	anyTLS, resume := false, false
 	for _, w := range b.k.Workloads {
-		if t := w.loadGen(); !slices.Contains(need, t) {
+		if t := w.loadGen(); t != tlsLoadTool && !slices.Contains(need, t) {
 			need = append(need, t)
 		}
 		anyTLS = anyTLS || w.tls
+		resume = resume || w.resume
 	}
 	dwara := false
 	for _, name := range b.k.Contestants {
@@ -198,6 +200,11 @@ func (b *bench) prepare(ctx context.Context) error {
 	if err := checkExecutable(b.k.UpstreamBin); err != nil {
 		return fmt.Errorf("upstream binary (UPSTREAM_BIN): %w; build it with `go build -o bin/bench-upstream ./bench/upstream`", err)
 	}
+	if resume {
+		if err := checkExecutable(b.k.TLSLoadBin); err != nil {
+			return fmt.Errorf("workload tlsresume's load generator (TLSLOAD_BIN): %w; build it with `go build -o bin/%s ./bench/tlsload`", err, tlsLoadTool)
+		}
+	}
 	bins, err := ensureTools(ctx, b.ps, b.logf, need)
 	if err != nil {
 		return err
@@ -214,7 +221,7 @@ func (b *bench) prepare(ctx context.Context) error {
 
 	b.scripts = map[string]string{}
 	for _, w := range b.k.Workloads {
-		if w.h2 {
+		if w.h2 || w.resume {
 			continue
 		}
 		script := filepath.Join(b.dir, "wrk-"+w.name+".lua")
@@ -231,6 +238,7 @@ func (b *bench) prepare(ctx context.Context) error {
 			return err
 		}
 		b.tlsClient = tlsClient(b.cert.pool)
+		b.tlsLoad = tlsLoad{Bin: b.k.TLSLoadBin, Threads: b.k.Threads, Clients: b.k.Connections, CA: b.cert.Cert}
 		b.logf("self-signed ECDSA P-256 certificate for %s: %s", loopback, b.cert.Cert)
 	}
 
@@ -300,6 +308,9 @@ func (b *bench) load(ctx context.Context, w workload, port int, d time.Duration)
 		b.logs++
 		return b.h2.run(ctx, b.ps, url, filepath.Join(b.dir, fmt.Sprintf("h2load-%d.log", b.logs)), d)
 	}
+	if w.resume {
+		return b.tlsLoad.run(ctx, b.ps, url, d)
+	}
 	return b.wrk.run(ctx, b.ps, url, b.scripts[w.name], w.wrkArgs(), d)
 }
 
@@ -366,6 +377,9 @@ func (b *bench) measure(ctx context.Context, c contestant, w workload, round, sl
 	if res.Errors > 0 {
 		notes = append(notes, fmt.Sprintf("%s errors %d (non-2xx/3xx %d)", w.loadGen(), res.Errors, res.ErrStatus))
 	}
+	if res.Note != "" {
+		notes = append(notes, res.Note)
+	}
 	if c.cookie != "" {
 		note, err := stickyCheck(ctx, b.clientFor(w), schemeURL(w.scheme(), port, "/"), c.cookie, 10)
 		if err != nil {
@@ -408,6 +422,9 @@ func (b *bench) header(w io.Writer, start time.Time, orders []string) {
 		}
 		if wl.h2 {
 			gen = fmt.Sprintf("h2load -t%d -c%d -m%d -D %d", b.h2.threads(), b.k.H2Clients, b.k.H2Streams, secs)
+		}
+		if wl.resume {
+			gen = fmt.Sprintf("%s -t %d -c %d -d %ds -n 1", tlsLoadTool, b.k.Threads, b.k.Connections, secs)
 		}
 		fmt.Fprintf(w, "# workload %s: %s; %s %s\n", wl.name, wl.desc, gen, wl.scheme()+"://127.0.0.1:PORT"+wl.target())
 	}

@@ -69,6 +69,7 @@ type knobs struct {
 	CanaryPercent int
 	DwaraBin      string
 	UpstreamBin   string
+	TLSLoadBin    string
 	Contestants   []string   // in table order
 	Workloads     []workload // in table order
 	H2Clients     int        // h2load -c
@@ -89,7 +90,8 @@ func parseKnobs(args []string, getenv func(string) string, stderr io.Writer) (kn
 		Connections:   64,
 		CanaryPercent: 5,
 		DwaraBin:      "bin/dwara",
-		UpstreamBin:   defaultUpstreamBin(),
+		UpstreamBin:   besideThis("bench-upstream"),
+		TLSLoadBin:    besideThis(tlsLoadTool),
 		H2Clients:     20,
 		H2Streams:     10,
 	}
@@ -115,6 +117,7 @@ func parseKnobs(args []string, getenv func(string) string, stderr io.Writer) (kn
 	fs.IntVar(&k.CanaryPercent, "canary-percent", k.CanaryPercent, add("canary-percent", "CANARY_PERCENT")+"share of requests for the canary pool, 1..99")
 	fs.StringVar(&k.DwaraBin, "dwara-bin", k.DwaraBin, add("dwara-bin", "DWARA_BIN")+"dwara binary")
 	fs.StringVar(&k.UpstreamBin, "upstream-bin", k.UpstreamBin, add("upstream-bin", "UPSTREAM_BIN")+"bench/upstream binary")
+	fs.StringVar(&k.TLSLoadBin, "tlsload-bin", k.TLSLoadBin, add("tlsload-bin", "TLSLOAD_BIN")+"bench/tlsload binary (workload tlsresume)")
 	fs.String("contestants", contestantList, add("contestants", "CONTESTANTS")+"comma- or space-separated subset to run")
 	fs.String("workloads", "get", add("workloads", "WORKLOADS")+"comma- or space-separated workloads, each run by every contestant: "+strings.Join(workloadNames(), " "))
 	fs.IntVar(&k.H2Clients, "h2-clients", k.H2Clients, add("h2-clients", "H2_CLIENTS")+"workload h2: h2load connections (-c)")
@@ -192,16 +195,16 @@ func parseContestants(s string) ([]string, error) {
 	return slices.DeleteFunc(all, func(n string) bool { return !slices.Contains(want, n) }), nil
 }
 
-// defaultUpstreamBin is bench-upstream next to this program's executable
-// (where `make bench-compare` builds both), else bin/bench-upstream.
-func defaultUpstreamBin() string {
+// besideThis is the program name next to this program's executable
+// (where `make bench-compare` builds them all), else bin/name.
+func besideThis(name string) string {
 	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "bench-upstream")
+		p := filepath.Join(filepath.Dir(exe), name)
 		if checkExecutable(p) == nil {
 			return p
 		}
 	}
-	return "bin/bench-upstream"
+	return filepath.Join("bin", name)
 }
 
 // seconds is a flag.Value for a whole number of seconds, written as "10"

@@ -124,6 +124,9 @@ http {
 {{- if .TLS}}
         ssl_certificate     {{.Cert.Cert}};
         ssl_certificate_key {{.Cert.Key}};
+        # TLS 1.3 as every contestant: nginx before 1.23.4 (Debian 12's
+        # 1.22) leaves it out of its default protocols.
+        ssl_protocols TLSv1.2 TLSv1.3;
         ssl_conf_command Ciphersuites {{tls13Suites}};
         ssl_prefer_server_ciphers on;
 {{- end}}

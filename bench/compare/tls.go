@@ -98,14 +98,17 @@ func makeCert(dir string, now time.Time) (certFiles, error) {
 }
 
 // tlsClient is like client but speaks HTTPS to 127.0.0.1, trusting only
-// the run's certificate.
+// the run's certificate, and TLS 1.3 only: the TLS workloads are TLS 1.3,
+// so a contestant that does not offer it (Debian 12's nginx 1.22 leaves it
+// out of its default ssl_protocols) fails its readiness check rather than
+// being measured on TLS 1.2.
 func tlsClient(pool *x509.CertPool) *http.Client {
 	return &http.Client{
 		Transport: &http.Transport{
 			Proxy:               nil,
 			MaxIdleConnsPerHost: 4,
 			IdleConnTimeout:     5 * time.Second,
-			TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13},
 		},
 		Timeout: 2 * time.Second,
 	}

@@ -22,6 +22,9 @@ type workload struct {
 	tls bool
 	// h2 loads it with h2load over TLS, ALPN h2, instead of wrk.
 	h2 bool
+	// resume loads it with bench-tlsload over TLS instead of wrk: a new
+	// connection per request, each resuming the client's session.
+	resume bool
 	// bigAnswers: answers larger than nginx's stock proxy buffers.
 	bigAnswers bool
 	// bigBuffers: payloads over HAProxy's stock 16 KiB buffer.
@@ -45,6 +48,9 @@ var workloads = []workload{
 	{name: "newconn", desc: "GET / with Connection: close, a new TCP connection per request", path: "/", connClose: true,
 		noCeiling: "the upstream (Go's net/http) accepts and closes every connection itself; a proxy does that in its own front and reuses pooled upstream connections"},
 	{name: "tls", desc: "GET / over TLS 1.3, HTTP/1.1 keep-alive, self-signed ECDSA P-256 certificate", path: "/", tls: true},
+	{name: "tlsresume", desc: "GET / over TLS 1.3, HTTP/1.1, a new connection per request, each resuming its client's session (PSK from a session ticket), self-signed ECDSA P-256 certificate",
+		path: "/", tls: true, resume: true,
+		noCeiling: "the upstream (Go's net/http) makes every handshake and connection itself; a proxy does that in its own front and reuses pooled upstream connections"},
 	{name: "h2", desc: "GET / over TLS 1.3, HTTP/2 (ALPN h2), self-signed ECDSA P-256 certificate", path: "/", tls: true, h2: true,
 		noCeiling: "the upstream serves HTTP/2 itself (Go's net/http); a proxy does that in its own front and speaks HTTP/1.1 upstream"},
 	{name: "cache", desc: "GET /cache/1024?k=1..100 (1 KiB answer, Cache-Control: public, max-age=3600), 100 URLs in turn, keep-alive; every proxy caches",
@@ -64,6 +70,9 @@ func (w workload) scheme() string {
 func (w workload) loadGen() string {
 	if w.h2 {
 		return "h2load"
+	}
+	if w.resume {
+		return tlsLoadTool
 	}
 	return "wrk"
 }

@@ -33,7 +33,7 @@ func TestParseWorkloads(t *testing.T) {
 		t.Errorf("parseWorkloads = %v, want table order without duplicates", names)
 	}
 	all, err := parseWorkloads(strings.Join(workloadNames(), ","))
-	if err != nil || len(all) != 9 {
+	if err != nil || len(all) != 10 {
 		t.Errorf("all workloads: %d, %v", len(all), err)
 	}
 	for in, want := range map[string]string{
@@ -65,6 +65,7 @@ func TestWorkloadRequests(t *testing.T) {
 		{"post1m", "http", "/", "wrk", 1 << 20, nil},
 		{"newconn", "http", "/", "wrk", 0, []string{"-H", "Connection: close"}},
 		{"tls", "https", "/", "wrk", 0, nil},
+		{"tlsresume", "https", "/", tlsLoadTool, 0, nil},
 		{"h2", "https", "/", "h2load", 0, nil},
 		{"cache", "http", "/cache/1024", "wrk", 0, nil},
 	} {
@@ -231,5 +232,13 @@ func TestMakeCert(t *testing.T) {
 	status, _, body, err := get(t.Context(), tlsClient(f.pool), srv.URL+"/", "")
 	if err != nil || status != 200 || string(body) != "ok" {
 		t.Errorf("GET over TLS with the run's certificate: %d %q %v", status, body, err)
+	}
+	// A server without TLS 1.3 is refused (nginx 1.22's default protocols).
+	old := httptest.NewUnstartedServer(srv.Config.Handler)
+	old.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MaxVersion: tls.VersionTLS12}
+	old.StartTLS()
+	defer old.Close()
+	if _, _, _, err := get(t.Context(), tlsClient(f.pool), old.URL+"/", ""); err == nil {
+		t.Error("GET over TLS 1.2 succeeded; the run's client must insist on TLS 1.3")
 	}
 }

@@ -35,11 +35,28 @@ type wrkResult struct {
 	// Errors counts socket errors, timeouts and non-2xx/3xx answers;
 	// ErrStatus only the answers.
 	Errors, ErrStatus int64
+	// Note is what the load generator has to say about the run, if
+	// anything (bench-tlsload: sessions not resumed).
+	Note string
 }
 
 // parseWRK finds the WRKRESULT line in wrk's output and parses it. Every
 // field is required.
 func parseWRK(out []byte) (wrkResult, error) {
+	kv, err := wrkFields(out)
+	if err != nil {
+		return wrkResult{}, err
+	}
+	return kv.result(), nil
+}
+
+// wrkLine is the fields of a WRKRESULT line, by name.
+type wrkLine map[string]float64
+
+// wrkFields finds the last WRKRESULT line in out and reads its key=value
+// fields: wrk's, which are all required, and the extra ones named, which
+// are required too.
+func wrkFields(out []byte, extra ...string) (wrkLine, error) {
 	var line string
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
@@ -48,25 +65,30 @@ func parseWRK(out []byte) (wrkResult, error) {
 		}
 	}
 	if line == "" {
-		return wrkResult{}, fmt.Errorf("parse wrk output: no WRKRESULT line in %q", lastLines(out, 5))
+		return nil, fmt.Errorf("parse wrk output: no WRKRESULT line in %q", lastLines(out, 5))
 	}
-	kv := map[string]float64{}
+	kv := wrkLine{}
 	for field := range strings.FieldsSeq(line) {
 		k, v, ok := strings.Cut(field, "=")
 		if !ok {
-			return wrkResult{}, fmt.Errorf("parse wrk output: field %q is not key=value", field)
+			return nil, fmt.Errorf("parse wrk output: field %q is not key=value", field)
 		}
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			return wrkResult{}, fmt.Errorf("parse wrk output: %s: %w", k, err)
+			return nil, fmt.Errorf("parse wrk output: %s: %w", k, err)
 		}
 		kv[k] = f
 	}
-	for _, k := range []string{"requests", "duration_us", "rps", "p50_us", "p99_us", "max_us", "errors", "err_status"} {
+	for _, k := range append([]string{"requests", "duration_us", "rps", "p50_us", "p99_us", "max_us", "errors", "err_status"}, extra...) {
 		if _, ok := kv[k]; !ok {
-			return wrkResult{}, fmt.Errorf("parse wrk output: no %s in %q", k, line)
+			return nil, fmt.Errorf("parse wrk output: no %s in %q", k, line)
 		}
 	}
+	return kv, nil
+}
+
+// result is wrk's figures of the line.
+func (kv wrkLine) result() wrkResult {
 	us := func(k string) time.Duration { return time.Duration(kv[k] * float64(time.Microsecond)) }
 	return wrkResult{
 		Requests:  int64(kv["requests"]),
@@ -77,7 +99,7 @@ func parseWRK(out []byte) (wrkResult, error) {
 		Max:       us("max_us"),
 		Errors:    int64(kv["errors"]),
 		ErrStatus: int64(kv["err_status"]),
-	}, nil
+	}
 }
 
 // wrkLoad is how wrk is run: the same threads and connections for every
