@@ -51,6 +51,7 @@ var allowedImports = map[string][]string{
 	"internal/fakeai":          {},
 	"internal/testdocs":        {},
 	"bench/compare":            {},
+	"bench/tlsload":            {},
 	"bench/upstream":           {},
 	"web/webtest":              {},
 	"deploy/grafana":           {},
