@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -537,12 +538,33 @@ func fromMemory(c *Conn, e *cache.Entry, now time.Time, head bool, result int, t
 }
 
 // memoryConn is a connection of memory answering e at now: no endpoint
-// behind it, closed (to nothing) when the front is done with it.
+// behind it. When the front is done with it, it closes it (Close: every
+// front closes a connection whose Head.Close is set), which gives it back
+// for the next hit: so that a hit makes no Conn, reader and field slice
+// of its own.
 func memoryConn(e *cache.Entry, now time.Time, head bool, tc *targetCache) *Conn {
-	c := &Conn{Net: memoryNet{}, Reader: bufio.NewReaderSize(eofReader{}, 16)}
+	c := memoryConns.Get().(*Conn)
 	c.Head.Close = true
 	fromMemory(c, e, now, head, resultHit, tc)
 	return c
+}
+
+// memoryConns are the connections of memory answers not in use.
+var memoryConns = sync.Pool{New: func() any {
+	c := &Conn{Reader: bufio.NewReaderSize(eofReader{}, 16)}
+	c.Net = memoryNet{c}
+	return c
+}}
+
+// freeMemory gives c, a connection of memory its front has closed, back to
+// memoryConns, emptied: nothing of it (its head, its body reader) may be
+// used after. Its reader and its field slice's array stay with it.
+func (c *Conn) freeMemory() {
+	fields, r := c.Head.Fields[:0], c.Reader
+	r.Reset(eofReader{})
+	*c = Conn{Net: c.Net, Reader: r}
+	c.Head.Fields = fields
+	memoryConns.Put(c)
 }
 
 // eofReader is an empty reader: the connection reader of a memory answer.
@@ -550,12 +572,13 @@ type eofReader struct{}
 
 func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
 
-// memoryNet is the net.Conn of a memory answer: there is no socket.
-type memoryNet struct{}
+// memoryNet is the net.Conn of a memory answer, c: there is no socket.
+// Its Close gives c back (freeMemory); a front closes it once.
+type memoryNet struct{ c *Conn }
 
 func (memoryNet) Read([]byte) (int, error)         { return 0, io.EOF }
 func (memoryNet) Write(b []byte) (int, error)      { return len(b), nil }
-func (memoryNet) Close() error                     { return nil }
+func (m memoryNet) Close() error                   { m.c.freeMemory(); return nil }
 func (memoryNet) LocalAddr() net.Addr              { return memoryAddr{} }
 func (memoryNet) RemoteAddr() net.Addr             { return memoryAddr{} }
 func (memoryNet) SetDeadline(time.Time) error      { return nil }
