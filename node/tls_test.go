@@ -123,6 +123,25 @@ func readAll(t *testing.T, resp *http.Response) string {
 	return sb.String()
 }
 
+// startTLSGateway starts a gateway on front serving TLS with a fresh
+// certificate named cn (returned), its one service split 100/0 over two
+// pools, and waits for its first generation.
+func startTLSGateway(t *testing.T, front, cn string) (*proc, *x509.Certificate) {
+	t.Helper()
+	dir := t.TempDir()
+	cert := writeCert(t, dir, cn)
+	a, b := pools(t)
+	file := filepath.Join(dir, "dwara.yaml")
+	if err := os.WriteFile(file, []byte(splitFile(a, b, 100, 0)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := GatewayConfig{ConfigFile: file, Front: front}
+	c.TLS = &TLSFiles{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
+	gw := startGateway(t, c)
+	gw.waitApplied(t, 1)
+	return gw, cert
+}
+
 // TestHTTP2MaxFrameSize: on each front the proxy's HTTP/2 server announces
 // SETTINGS_MAX_FRAME_SIZE httpfront.MaxReadFrameSize (16 KiB) in its first SETTINGS
 // frame, not Go's 1 MiB, so a larger frame is a FRAME_SIZE_ERROR (h2spec
@@ -132,17 +151,7 @@ func TestHTTP2MaxFrameSize(t *testing.T) {
 	for _, front := range []string{FrontNetHTTP, FrontFastHTTP} {
 		t.Run(strings.ReplaceAll(front, "/", ""), func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
-			cert := writeCert(t, dir, "h2")
-			a, b := pools(t)
-			file := filepath.Join(dir, "dwara.yaml")
-			if err := os.WriteFile(file, []byte(splitFile(a, b, 100, 0)), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			c := GatewayConfig{ConfigFile: file, Front: front}
-			c.TLS = &TLSFiles{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
-			gw := startGateway(t, c)
-			gw.waitApplied(t, 1)
+			gw, cert := startTLSGateway(t, front, "h2")
 			const settingMaxFrameSize = 0x5
 			if got, ok := serverSettings(t, gw.Proxy, cert)[settingMaxFrameSize]; !ok || got != httpfront.MaxReadFrameSize {
 				t.Errorf("SETTINGS_MAX_FRAME_SIZE = %d (announced: %v), want %d", got, ok, httpfront.MaxReadFrameSize)
@@ -249,17 +258,7 @@ func TestGatewayResumesTLSSessions(t *testing.T) {
 	for _, front := range []string{FrontNetHTTP, FrontFastHTTP} {
 		t.Run(strings.ReplaceAll(front, "/", ""), func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
-			cert := writeCert(t, dir, "resume")
-			a, b := pools(t)
-			file := filepath.Join(dir, "dwara.yaml")
-			if err := os.WriteFile(file, []byte(splitFile(a, b, 100, 0)), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			c := GatewayConfig{ConfigFile: file, Front: front}
-			c.TLS = &TLSFiles{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
-			gw := startGateway(t, c)
-			gw.waitApplied(t, 1)
+			gw, cert := startTLSGateway(t, front, "resume")
 			pool := x509.NewCertPool()
 			pool.AddCert(cert)
 			for _, proto := range []string{"http/1.1", "h2"} {

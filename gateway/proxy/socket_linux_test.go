@@ -29,6 +29,21 @@ func socketPair(t *testing.T) (c net.Conn, s *Socket, peer net.Conn) {
 	return c, s, peer
 }
 
+// readSlowly reads n bytes from c in 4 KiB steps (fewer when it fails
+// first) and returns them.
+func readSlowly(c net.Conn, n int) []byte {
+	var all bytes.Buffer
+	small := make([]byte, 4096)
+	for all.Len() < n {
+		m, err := c.Read(small)
+		all.Write(small[:m])
+		if err != nil {
+			break
+		}
+	}
+	return all.Bytes()
+}
+
 // TestSocketReadsAndWrites: a Socket reads what the peer wrote (waiting
 // for it), writes all of a write larger than the socket buffers (waiting
 // while the peer reads slowly), reads io.EOF when the peer closes, and
@@ -56,18 +71,7 @@ func TestSocketReadsAndWrites(t *testing.T) {
 	// less at once: the peer reads it in small steps.
 	big := bytes.Repeat([]byte("0123456789abcdef"), 512<<10)
 	got := make(chan []byte, 1)
-	go func() {
-		var all bytes.Buffer
-		small := make([]byte, 4096)
-		for all.Len() < len(big) {
-			n, err := peer.Read(small)
-			all.Write(small[:n])
-			if err != nil {
-				break
-			}
-		}
-		got <- all.Bytes()
-	}()
+	go func() { got <- readSlowly(peer, len(big)) }()
 	if n, err := s.Write(c, big); n != len(big) || err != nil {
 		t.Fatalf("write: %d of %d, %v", n, len(big), err)
 	}
@@ -247,16 +251,7 @@ func TestSocketWriteAwait(t *testing.T) {
 	big := bytes.Repeat([]byte("0123456789abcdef"), 512<<10)
 	whole := make(chan bool, 1)
 	go func() {
-		var all bytes.Buffer
-		small := make([]byte, 4096)
-		for all.Len() < len(big) {
-			n, err := peer.Read(small)
-			all.Write(small[:n])
-			if err != nil {
-				break
-			}
-		}
-		whole <- bytes.Equal(all.Bytes(), big)
+		whole <- bytes.Equal(readSlowly(peer, len(big)), big)
 		_, _ = peer.Write([]byte("ok"))
 	}()
 	if n, err := s.WriteAwait(c, big); n != len(big) || err != nil {
