@@ -33,8 +33,6 @@ type Socket struct {
 	r, w sockOp
 	// await is awaitIO, as a method value made once (WriteAwait).
 	await func(uintptr) bool
-	// wrote is set by awaitIO once all of w.p went out.
-	wrote bool
 }
 
 // sockOp is one direction of a Socket: the call made under the RawConn
@@ -123,7 +121,7 @@ func (s *Socket) WriteAwait(nc net.Conn, p []byte) (int, error) {
 	}
 	o := &s.w
 	o.mu.Lock()
-	o.p, o.n, o.errno, s.wrote = p, 0, 0, false
+	o.p, o.n, o.errno = p, 0, 0
 	_ = s.rc.Read(s.await)
 	n, errno, rest := o.n, o.errno, o.p
 	o.p = nil
@@ -143,18 +141,15 @@ func (s *Socket) WriteAwait(nc net.Conn, p []byte) (int, error) {
 
 // awaitIO is WriteAwait's call under the RawConn's Read: the first call
 // writes s.w.p (false, to wait for the socket to be readable, once all
-// of it went out), the next one ends the wait.
+// of it went out), the next one, with nothing left to write, ends the
+// wait. A failure, or a socket buffer that takes only part (Write
+// finishes), ends it at once.
 func (s *Socket) awaitIO(fd uintptr) bool {
-	if s.wrote {
+	o := &s.w
+	if len(o.p) == 0 {
 		return true
 	}
-	o := &s.w
-	if o.rawIO(fd) || o.errno != 0 {
-		// Done: all of it written, or a failure.
-		s.wrote = o.errno == 0 && len(o.p) == 0
-		return !s.wrote
-	}
-	return true // the socket's buffer is full: Write finishes
+	return !o.rawIO(fd) || o.errno != 0
 }
 
 // run makes o's call on p under the RawConn, which waits for the socket
