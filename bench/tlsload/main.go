@@ -2,7 +2,8 @@
 // tlsresume: TLS handshakes that resume a session, which neither wrk nor
 // h2load makes (each of their connections starts a session of its own).
 //
-// Each of -c clients, in a loop for -d, opens a TLS connection to -url
+// Each of -c clients, in a loop for -d (or for -conns connections),
+// opens a TLS connection to -url
 // that resumes the client's last session (in TLS 1.3 a PSK from the
 // session ticket the server sent on the connection before; each client
 // keeps its own, as a browser does for a site), sends -n GET requests on it
@@ -50,11 +51,16 @@ func main() {
 	perConn := flag.Int("n", 1, "requests on each connection")
 	caFile := flag.String("ca", "", "PEM certificate(s) to verify the server's certificate with (required)")
 	timeout := flag.Duration("timeout", 10*time.Second, "bound of each connection's handshake and of each request")
+	conns := flag.Int("conns", 0, "connections each client makes at most, before -d is over (0: no bound)")
 	flag.Parse()
 	cfg, err := parseConfig(*target, *caFile, *clients, *threads, *perConn, *dur, *timeout)
 	if err != nil {
 		log.Fatalf("tlsload: %v", err)
 	}
+	if *conns < 0 {
+		log.Fatalf("tlsload: -conns must not be negative (got %d)", *conns)
+	}
+	cfg.conns = *conns
 	runtime.GOMAXPROCS(cfg.threads)
 	res := run(context.Background(), cfg)
 	fmt.Println(res.line())
@@ -70,6 +76,8 @@ type config struct {
 	clients, threads int
 	perConn          int
 	dur, timeout     time.Duration
+	// conns bounds each client's connections; 0: none but dur.
+	conns int
 }
 
 // parseConfig checks the flags.
@@ -186,7 +194,7 @@ func client(ctx context.Context, cfg config, end time.Time) result {
 	d := net.Dialer{Timeout: cfg.timeout}
 	last := fmt.Appendf(nil, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tlsload\r\nConnection: close\r\n\r\n", cfg.path, cfg.addr)
 	keep := fmt.Appendf(nil, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tlsload\r\n\r\n", cfg.path, cfg.addr)
-	for ctx.Err() == nil && time.Now().Before(end) {
+	for ctx.Err() == nil && time.Now().Before(end) && (cfg.conns == 0 || r.handshakes < int64(cfg.conns)) {
 		t0 := time.Now()
 		nc, err := d.DialContext(ctx, "tcp", cfg.addr)
 		if err != nil {

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dwara/dwara/internal/testrun"
 )
 
 // tlsServer starts a TLS server on loopback answering 200 (or status for
@@ -35,15 +37,17 @@ func tlsServer(t *testing.T, tickets bool) (*httptest.Server, *atomic.Int64) {
 	return srv, &served
 }
 
-// configFor is a run of clients clients, perConn requests a connection,
-// against srv's path for dur, trusting srv's certificate.
-func configFor(t *testing.T, srv *httptest.Server, path string, clients, perConn int, dur time.Duration) config {
+// configFor is a run of clients clients, each making conns connections
+// of perConn requests against srv's path, trusting srv's certificate:
+// bounded by the counts, not by time (the run's duration is the tests'
+// generous bound).
+func configFor(t *testing.T, srv *httptest.Server, path string, clients, conns, perConn int) config {
 	t.Helper()
 	roots := x509.NewCertPool()
 	roots.AddCert(srv.Certificate())
 	addr := strings.TrimPrefix(srv.URL, "https://")
 	return config{addr: addr, host: "127.0.0.1", path: path, roots: roots, clients: clients, threads: 2,
-		perConn: perConn, dur: dur, timeout: 10 * time.Second}
+		perConn: perConn, dur: testrun.Timeout, timeout: testrun.Timeout, conns: conns}
 }
 
 // TestResumes: every handshake but each client's first resumes the
@@ -51,10 +55,10 @@ func configFor(t *testing.T, srv *httptest.Server, path string, clients, perConn
 // server, and each connection carries one request.
 func TestResumes(t *testing.T) {
 	srv, served := tlsServer(t, true)
-	const clients = 4
-	r := run(context.Background(), configFor(t, srv, "/", clients, 1, 300*time.Millisecond))
-	if r.errors != 0 || r.requests < 2*clients {
-		t.Fatalf("%d requests, %d errors; want at least %d requests and no error", r.requests, r.errors, 2*clients)
+	const clients, conns = 4, 5
+	r := run(context.Background(), configFor(t, srv, "/", clients, conns, 1))
+	if r.errors != 0 || r.requests != clients*conns {
+		t.Fatalf("%d requests, %d errors; want %d requests and no error", r.requests, r.errors, clients*conns)
 	}
 	if r.requests != served.Load() || r.handshakes != r.requests || int64(len(r.latencies)) != r.requests {
 		t.Fatalf("%d requests, %d served, %d handshakes, %d latencies; want all equal", r.requests, served.Load(), r.handshakes, len(r.latencies))
@@ -76,8 +80,8 @@ func TestResumes(t *testing.T) {
 // resumed.
 func TestNoTicketsNoResumption(t *testing.T) {
 	srv, _ := tlsServer(t, false)
-	r := run(context.Background(), configFor(t, srv, "/", 2, 1, 200*time.Millisecond))
-	if r.errors != 0 || r.handshakes < 4 {
+	r := run(context.Background(), configFor(t, srv, "/", 2, 3, 1))
+	if r.errors != 0 || r.handshakes != 6 {
 		t.Fatalf("%d handshakes, %d errors", r.handshakes, r.errors)
 	}
 	if r.resumed != 0 {
@@ -90,12 +94,12 @@ func TestNoTicketsNoResumption(t *testing.T) {
 // answered); answers that are not 2xx or 3xx are errors and err_status.
 func TestRequestsPerConnection(t *testing.T) {
 	srv, served := tlsServer(t, true)
-	r := run(context.Background(), configFor(t, srv, "/", 2, 3, 200*time.Millisecond))
-	if r.errors != 0 || r.handshakes == 0 || r.requests != 3*r.handshakes || r.requests != served.Load() {
+	r := run(context.Background(), configFor(t, srv, "/", 2, 2, 3))
+	if r.errors != 0 || r.handshakes != 4 || r.requests != 3*r.handshakes || r.requests != served.Load() {
 		t.Fatalf("%d requests on %d connections (%d served), %d errors; want 3 a connection", r.requests, r.handshakes, served.Load(), r.errors)
 	}
-	r = run(context.Background(), configFor(t, srv, "/status", 1, 2, 100*time.Millisecond))
-	if r.requests == 0 || r.errStatus != r.requests || r.errors != r.requests {
+	r = run(context.Background(), configFor(t, srv, "/status", 1, 2, 2))
+	if r.requests != 4 || r.errStatus != r.requests || r.errors != r.requests {
 		t.Fatalf("%d requests, %d errors, %d err_status; want every 503 counted in both", r.requests, r.errors, r.errStatus)
 	}
 }
