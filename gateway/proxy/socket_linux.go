@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -33,6 +34,17 @@ type Socket struct {
 	r, w sockOp
 	// await is awaitIO, as a method value made once (WriteAwait).
 	await func(uintptr) bool
+
+	// hold is the buffer Hold keeps the end of an answer in (HoldIn);
+	// hn is how much of it is held (0: nothing), set under w.mu.
+	hold []byte
+	hn   atomic.Int32
+	// afterHeld is afterHeldIO, as a method value made once; writing is
+	// set while the held bytes are being written under w.mu, which
+	// afterHeldIO lets go of once they are out.
+	afterHeld func(uintptr) bool
+	writing   bool
+	heldErr   syscall.Errno
 }
 
 // sockOp is one direction of a Socket: the call made under the RawConn
@@ -63,6 +75,7 @@ func (s *Socket) Init(nc net.Conn) {
 			s.r.wait, s.r.call, s.r.sysno = rc.Read, s.r.rawIO, syscall.SYS_READ
 			s.w.wait, s.w.call, s.w.sysno = rc.Write, s.w.rawIO, syscall.SYS_WRITE
 			s.await = s.awaitIO
+			s.afterHeld = s.afterHeldIO
 			return
 		}
 		u, ok := nc.(interface{ Unwrap() net.Conn })
@@ -73,13 +86,17 @@ func (s *Socket) Init(nc net.Conn) {
 	}
 }
 
-// Read reads from nc, whose socket s is, into p.
+// Read reads from nc, whose socket s is, into p. Bytes held (Hold) are
+// written first, inside the wait for what there is to read.
 func (s *Socket) Read(nc net.Conn, p []byte) (int, error) {
 	if s.rc == nil {
 		return nc.Read(p)
 	}
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if s.hn.Load() != 0 {
+		return s.readAfterHeld(nc, p)
 	}
 	n, err := s.r.run(nc, "read", p)
 	if n == 0 && err == nil {
@@ -88,7 +105,8 @@ func (s *Socket) Read(nc net.Conn, p []byte) (int, error) {
 	return n, err
 }
 
-// Write writes all of p to nc, whose socket s is, unless it fails.
+// Write writes all of p to nc, whose socket s is, unless it fails. Bytes
+// held (Hold) go first.
 func (s *Socket) Write(nc net.Conn, p []byte) (int, error) {
 	if s.rc == nil {
 		return nc.Write(p)
@@ -96,7 +114,136 @@ func (s *Socket) Write(nc net.Conn, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if s.hn.Load() != 0 {
+		if err := s.Flush(nc); err != nil {
+			return 0, err
+		}
+	}
 	return s.w.run(nc, "write", p)
+}
+
+// HoldIn gives s the buffer Hold keeps bytes in; nothing is held
+// without one. Call it before the socket is used.
+func (s *Socket) HoldIn(buf []byte) { s.hold = buf }
+
+// Hold keeps a copy of p, the whole rest of an answer, to be written by
+// the next Read, Write or Flush of s, whichever comes first, instead of
+// now. It reports false, keeping nothing, when p does not fit the buffer
+// of HoldIn, when bytes are held already, or when s has no raw socket;
+// the caller then writes p itself.
+//
+// An answer's end held until the read of the next request is written
+// inside that read's wait: readiness is armed before the answer leaves,
+// so the read finds the next request without first meeting an empty
+// socket (one read call, not two), as WriteAwait does for a request and
+// its answer. Whoever ends the connection must Flush before closing it.
+func (s *Socket) Hold(p []byte) bool {
+	if s.rc == nil || len(p) == 0 || len(p) > len(s.hold) {
+		return false
+	}
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	if s.hn.Load() != 0 {
+		return false
+	}
+	s.hn.Store(int32(copy(s.hold, p)))
+	return true
+}
+
+// Flush writes the bytes held, if any, under nc's write deadline.
+func (s *Socket) Flush(nc net.Conn) error {
+	if s.rc == nil || s.hn.Load() == 0 {
+		return nil
+	}
+	o := &s.w
+	o.mu.Lock()
+	n := int(s.hn.Load())
+	s.hn.Store(0)
+	var err error
+	if n > 0 {
+		o.p, o.n, o.errno = s.hold[:n], 0, 0
+		err = s.rc.Write(o.call)
+		err = o.result(nc, "write", err)
+		o.p = nil
+	}
+	o.mu.Unlock()
+	return err
+}
+
+// readAfterHeld is Read with bytes held: they are written by the first
+// call under the RawConn's wait for reading (afterHeldIO), which then
+// waits, and the read is made once the socket has something. A socket
+// that takes only part of them has the rest written under the write
+// deadline before the read; a wait that ends before any call (a read
+// deadline passed, the connection closed) leaves them held, for the
+// Flush of whoever closes the connection.
+func (s *Socket) readAfterHeld(nc net.Conn, p []byte) (int, error) {
+	r, w := &s.r, &s.w
+	w.mu.Lock()
+	held := int(s.hn.Load())
+	if held == 0 { // flushed meanwhile
+		w.mu.Unlock()
+		return s.Read(nc, p)
+	}
+	s.hn.Store(0)
+	r.mu.Lock()
+	w.p, w.n, w.errno = s.hold[:held], 0, 0
+	r.p, r.n, r.errno = p, 0, 0
+	s.writing, s.heldErr = true, 0
+	err := s.rc.Read(s.afterHeld)
+	if s.writing {
+		// No call was made (err: a read deadline passed, the connection
+		// closed), or the socket took part of the bytes.
+		s.writing = false
+		if err != nil {
+			s.hn.Store(int32(copy(s.hold, w.p)))
+			err = poller("read", err)
+		} else {
+			err = w.result(nc, "write", s.rc.Write(w.call))
+		}
+		w.p = nil
+		w.mu.Unlock()
+		if err != nil {
+			r.p = nil
+			r.mu.Unlock()
+			return 0, err
+		}
+		err = s.rc.Read(r.call)
+	} else if s.heldErr != 0 {
+		w.errno, s.heldErr = s.heldErr, 0
+		err = w.result(nc, "write", nil)
+		w.errno = 0
+		r.p = nil
+		r.mu.Unlock()
+		return 0, err
+	}
+	n := r.n
+	if err = r.result(nc, "read", err); err == nil && n == 0 {
+		err = io.EOF
+	}
+	r.p = nil
+	r.mu.Unlock()
+	return n, err
+}
+
+// afterHeldIO is readAfterHeld's call under the RawConn's Read: the
+// first call writes the held bytes and, once they are all out, lets go
+// of the write lock and waits (false); the next ones read. A failed
+// write ends the wait at once (its error in heldErr), and so does a
+// socket that takes only part of them, with the write lock still held
+// for readAfterHeld to finish.
+func (s *Socket) afterHeldIO(fd uintptr) bool {
+	if !s.writing {
+		return s.r.rawIO(fd)
+	}
+	w := &s.w
+	if !w.rawIO(fd) {
+		return true // part of them
+	}
+	s.writing, s.heldErr = false, w.errno
+	w.p, w.errno = nil, 0
+	w.mu.Unlock()
+	return s.heldErr != 0
 }
 
 // WriteAwait writes all of p to nc, as Write does, then waits until the
@@ -157,18 +304,24 @@ func (s *Socket) awaitIO(fd uintptr) bool {
 func (o *sockOp) run(nc net.Conn, op string, p []byte) (int, error) {
 	o.mu.Lock()
 	o.p, o.n, o.errno = p, 0, 0
-	err := o.wait(o.call)
-	n, errno := o.n, o.errno
+	err := o.result(nc, op, o.wait(o.call))
+	n := o.n
 	o.p = nil
 	o.mu.Unlock()
+	return n, err
+}
+
+// result is the error of o's last call as nc's op would return it: err,
+// the RawConn's (a deadline, the connection closed), or the call's own.
+func (o *sockOp) result(nc net.Conn, op string, err error) error {
 	switch {
 	case err != nil:
-		return n, poller(op, err)
-	case errno != 0:
-		return n, &net.OpError{Op: op, Net: "tcp", Source: nc.LocalAddr(), Addr: nc.RemoteAddr(),
-			Err: os.NewSyscallError(op, errno)}
+		return poller(op, err)
+	case o.errno != 0:
+		return &net.OpError{Op: op, Net: "tcp", Source: nc.LocalAddr(), Addr: nc.RemoteAddr(),
+			Err: os.NewSyscallError(op, o.errno)}
 	}
-	return n, nil
+	return nil
 }
 
 // rawIO is the call of o under the RawConn: one read into o.p, or

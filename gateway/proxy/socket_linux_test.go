@@ -274,3 +274,150 @@ func TestSocketWriteAwait(t *testing.T) {
 type readerFunc func([]byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// TestSocketHold: held bytes are not written by Hold but by whatever the
+// connection does next: a Read (before it waits: the peer gets them
+// without sending anything first), a Write (before its own bytes), a
+// Flush. A read whose deadline has passed leaves them held; a socket
+// buffer that takes only part of them has the rest written before the
+// read; a close from another goroutine during the wait that follows
+// comes after they are out; a write to a reset connection fails the Read.
+func TestSocketHold(t *testing.T) {
+	c, s, peer := socketPair(t)
+	s.HoldIn(make([]byte, 1024))
+	buf := make([]byte, 64)
+	peerGot := func(want string) {
+		t.Helper()
+		_ = peer.SetReadDeadline(time.Now().Add(testrun.Timeout))
+		b := make([]byte, len(want))
+		if _, err := io.ReadFull(peer, b); err != nil || string(b) != want {
+			t.Fatalf("peer read %q, %v; want %q", b, err, want)
+		}
+		_ = peer.SetReadDeadline(time.Time{})
+	}
+	peerGets := func(within time.Duration) string {
+		_ = peer.SetReadDeadline(time.Now().Add(within))
+		b := make([]byte, 64)
+		n, _ := peer.Read(b)
+		_ = peer.SetReadDeadline(time.Time{})
+		return string(b[:n])
+	}
+
+	if s.Hold(make([]byte, 1025)) {
+		t.Fatal("Hold took more than its buffer")
+	}
+	if !s.Hold([]byte("answer1")) {
+		t.Fatal("Hold refused 7 bytes")
+	}
+	if s.Hold([]byte("more")) {
+		t.Fatal("Hold took bytes while others were held")
+	}
+	if got := peerGets(50 * time.Millisecond); got != "" {
+		t.Fatalf("Hold wrote %q at once", got)
+	}
+	// The Read writes them, then waits for the peer's next request.
+	go func() {
+		b := make([]byte, 7)
+		if _, err := io.ReadFull(peer, b); err == nil && string(b) == "answer1" {
+			_, _ = peer.Write([]byte("request2"))
+		}
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(testrun.Timeout))
+	if n, err := s.Read(c, buf); err != nil || string(buf[:n]) != "request2" {
+		t.Fatalf("Read after Hold: %q, %v; want request2 (the peer answers only once it has the held bytes)", buf[:n], err)
+	}
+
+	// A Write sends the held bytes first.
+	s.Hold([]byte("a2"))
+	if _, err := s.Write(c, []byte("+b2")); err != nil {
+		t.Fatal(err)
+	}
+	peerGot("a2+b2")
+	// Flush.
+	s.Hold([]byte("a3"))
+	if err := s.Flush(c); err != nil {
+		t.Fatal(err)
+	}
+	peerGot("a3")
+	if err := s.Flush(c); err != nil {
+		t.Fatalf("Flush with nothing held: %v", err)
+	}
+
+	// A read deadline already past: the read fails before writing, the
+	// bytes stay held for the Flush.
+	s.Hold([]byte("a4"))
+	_ = c.SetReadDeadline(time.Now().Add(-time.Second))
+	if _, err := s.Read(c, buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past its deadline: %v; want os.ErrDeadlineExceeded", err)
+	}
+	if got := peerGets(50 * time.Millisecond); got != "" {
+		t.Fatalf("a read that failed at once wrote %q", got)
+	}
+	if err := s.Flush(c); err != nil {
+		t.Fatal(err)
+	}
+	peerGot("a4")
+
+	// A full socket buffer: the peer reads nothing until the socket has
+	// refused a write, then all of it; the held bytes follow what was
+	// written before them, whole, and the read after them gets the
+	// peer's answer.
+	filler := bytes.Repeat([]byte("f"), 64<<10)
+	held := bytes.Repeat([]byte("a5"), 512)
+	// Small buffers, so that the socket refuses even a small write once
+	// full.
+	_ = c.(*limitConn).Conn.(*net.TCPConn).SetWriteBuffer(4096)
+	_ = peer.(*net.TCPConn).SetReadBuffer(4096)
+	sent := 0
+	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	for {
+		n, err := s.Write(c, filler)
+		sent += n
+		if err != nil {
+			break
+		}
+	}
+	_ = c.SetWriteDeadline(time.Time{})
+	if sent == 0 {
+		t.Fatal("nothing written before the socket buffer was full")
+	}
+	go func() {
+		// Late enough, mostly, for the held write to meet the full buffer.
+		time.Sleep(20 * time.Millisecond)
+		all := readSlowly(peer, sent+len(held))
+		if len(all) == sent+len(held) && bytes.Equal(all[sent:], held) {
+			_, _ = peer.Write([]byte("request6"))
+		}
+	}()
+	s.Hold(held)
+	_ = c.SetReadDeadline(time.Now().Add(testrun.Timeout))
+	if n, err := s.Read(c, buf); err != nil || string(buf[:n]) != "request6" {
+		t.Fatalf("Read after Hold on a full socket: %q, %v; want request6", buf[:n], err)
+	}
+
+	// A close during the wait: the held bytes are out before it.
+	s.Hold([]byte("a7"))
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := s.Read(c, buf)
+		readErr <- err
+	}()
+	peerGot("a7")
+	c.Close()
+	if err := recvWithin(t, readErr, "the read cut by the close"); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read cut by a close: %v; want net.ErrClosed", err)
+	}
+
+	// Held bytes for a reset connection: the Read fails with the write's
+	// error.
+	c2, s2, peer2 := socketPair(t)
+	s2.HoldIn(make([]byte, 16))
+	peer2.(*net.TCPConn).SetLinger(0)
+	peer2.Close()
+	_ = c2.SetReadDeadline(time.Now().Add(testrun.Timeout))
+	testrun.Eventually(t, "a held write to a reset connection failing its read", func() bool {
+		s2.Hold([]byte("x"))
+		_, err := s2.Read(c2, buf)
+		return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	})
+}

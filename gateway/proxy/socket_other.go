@@ -19,3 +19,12 @@ func (s *Socket) Write(nc net.Conn, p []byte) (int, error) { return nc.Write(p) 
 
 // WriteAwait writes p to nc (see socket_linux.go).
 func (s *Socket) WriteAwait(nc net.Conn, p []byte) (int, error) { return nc.Write(p) }
+
+// HoldIn does nothing here.
+func (s *Socket) HoldIn([]byte) {}
+
+// Hold keeps nothing here: the caller writes p.
+func (s *Socket) Hold([]byte) bool { return false }
+
+// Flush has nothing to write here.
+func (s *Socket) Flush(net.Conn) error { return nil }

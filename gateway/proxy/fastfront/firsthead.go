@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dwara/dwara/gateway/proxy"
+	"github.com/valyala/fasthttp"
 )
 
 // The first request head of a connection is bounded from the accept, as
@@ -34,7 +35,16 @@ type FirstHeadConn struct {
 	by atomic.Int64
 	// sock reads and writes the socket under the connection.
 	sock proxy.Socket
+	// whole: the next write is the whole of an answer (AnswerWhole), to
+	// be held in held and written by the next read (proxy.Socket.Hold).
+	whole bool
+	held  [holdSize]byte
 }
+
+// holdSize bounds an answer the connection holds for its next read: a
+// small answer is most of a small request's cost, and the buffer stays
+// with the connection.
+const holdSize = 1 << 10
 
 // released is FirstHeadConn.by once its deadlines pass unchanged.
 const released = -1
@@ -45,14 +55,39 @@ const released = -1
 func NewFirstHeadConn(c net.Conn) *FirstHeadConn {
 	fc := &FirstHeadConn{Conn: c}
 	fc.sock.Init(c)
+	fc.sock.HoldIn(fc.held[:])
 	return fc
 }
 
-// Read reads from the connection's socket.
+// Read reads from the connection's socket, writing first an answer it
+// holds.
 func (c *FirstHeadConn) Read(p []byte) (int, error) { return c.sock.Read(c.Conn, p) }
 
-// Write writes to the connection's socket.
-func (c *FirstHeadConn) Write(p []byte) (int, error) { return c.sock.Write(c.Conn, p) }
+// Write writes to the connection's socket. The whole of an answer
+// (AnswerWhole) that fits is held instead, for the next read to write
+// inside its wait for the next request: the keep-alive wait then costs no
+// read of an empty socket. It goes out at once on anything else the
+// connection does: a write, a close.
+func (c *FirstHeadConn) Write(p []byte) (int, error) {
+	if c.whole {
+		c.whole = false
+		if c.sock.Hold(p) {
+			return len(p), nil
+		}
+	}
+	return c.sock.Write(c.Conn, p)
+}
+
+// Close writes an answer held and closes the connection.
+func (c *FirstHeadConn) Close() error {
+	_ = c.sock.Flush(c.Conn)
+	return c.Conn.Close()
+}
+
+// AnswerWhole marks the next write on the connection as the whole of an
+// answer, to be held for the next read. Only the goroutine serving the
+// connection may call it, before the answer is written.
+func (c *FirstHeadConn) AnswerWhole() { c.whole = true }
 
 // SetReadDeadline sets the read deadline t, held at the first deadline
 // set while the first request head is read.
@@ -90,6 +125,19 @@ func (l firstHeadListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	return NewFirstHeadConn(c), nil
+}
+
+// answerWhole marks the answer to the request of ctx as written whole
+// by its next write (FirstHeadConn.AnswerWhole), when its connection is
+// a FirstHeadConn, itself or under TLS.
+func answerWhole(ctx *fasthttp.RequestCtx) {
+	c := ctx.Conn()
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if fc, ok := c.(*FirstHeadConn); ok {
+		fc.AnswerWhole()
+	}
 }
 
 // headRead releases the FirstHeadConn under c, a connection the front

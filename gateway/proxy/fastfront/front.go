@@ -646,6 +646,7 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 			out.SetContentLength(int(cl))
 		}
 		x.done = true
+		answerWhole(ctx)
 		return false
 	}
 	cl := c.Head.BodyLength()
@@ -657,6 +658,7 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 		ctx.Response.SetBody(b)
 		_, _ = c.Reader.Discard(cl)
 		x.done = true
+		answerWhole(ctx)
 		return false
 	}
 	x.body, x.out = body, out
