@@ -142,12 +142,12 @@ func (s *Socket) Hold(p []byte) bool {
 		return false
 	}
 	s.w.mu.Lock()
-	defer s.w.mu.Unlock()
-	if s.hn.Load() != 0 {
-		return false
+	free := s.hn.Load() == 0
+	if free {
+		s.hn.Store(int32(copy(s.hold, p)))
 	}
-	s.hn.Store(int32(copy(s.hold, p)))
-	return true
+	s.w.mu.Unlock()
+	return free
 }
 
 // Flush writes the bytes held, if any, under nc's write deadline.
