@@ -350,3 +350,55 @@ func FuzzFastFrontRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestFastFrontPipelinedBeforeSlow: of two pipelined requests, the first
+// answered at once and the second only once the test lets its endpoint
+// answer, the first answer reaches the client before the second is
+// answered. An answer the front holds for the next read (Socket.Hold)
+// must not wait for the answer to a request already read.
+func TestFastFrontPipelinedBeforeSlow(t *testing.T) {
+	t.Parallel()
+	eachFastFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		release := make(chan struct{}, 1)
+		up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/whole" {
+				_, _ = io.WriteString(w, "whole")
+				return
+			}
+			select {
+			case <-release:
+			case <-time.After(conformanceDeadline):
+			}
+			_, _ = io.WriteString(w, "later")
+		}))
+		addr := startFastFront(t, front, up.Listener.Addr().String(), 2*time.Second)
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// Half the endpoint's own wait: the first answer must come
+		// before that wait ends.
+		_ = c.SetDeadline(time.Now().Add(conformanceDeadline / 2))
+		if _, err := io.WriteString(c, "GET /whole HTTP/1.1\r\nHost: x\r\n\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("the first answer, before the second: %v", err)
+		}
+		if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "whole" {
+			t.Fatalf("first body %q, %v", b, err)
+		}
+		release <- struct{}{}
+		resp, err = http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("the second answer: %v", err)
+		}
+		if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "later" {
+			t.Fatalf("second body %q, %v", b, err)
+		}
+	})
+}

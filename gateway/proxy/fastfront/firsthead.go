@@ -18,7 +18,7 @@ import (
 // NewServer sets, so that an idle keep-alive connection holds no write
 // buffer) it sets the deadline again once the first byte has come. A
 // FirstHeadConn under the connection keeps that second deadline at the
-// first: until the handler marks the first head read (headRead, at the
+// first: until the handler marks the first head read (requestBegins, at the
 // start of ServeFastHTTP), no read deadline it is given may be later than
 // the first one, nor none at all. After that, deadlines pass unchanged:
 // the head of each later request is bounded from its first byte, after
@@ -131,22 +131,33 @@ func (l firstHeadListener) Accept() (net.Conn, error) {
 // by its next write (FirstHeadConn.AnswerWhole), when its connection is
 // a FirstHeadConn, itself or under TLS.
 func answerWhole(ctx *fasthttp.RequestCtx) {
-	c := ctx.Conn()
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	if fc, ok := c.(*FirstHeadConn); ok {
+	if fc := firstHead(ctx.Conn()); fc != nil {
 		fc.AnswerWhole()
 	}
 }
 
-// headRead releases the FirstHeadConn under c, a connection the front
-// serves (itself, or under its TLS connection), if there is one.
-func headRead(c net.Conn) {
+// requestBegins is called as the handler begins a request on c, a
+// connection the front serves: the first head is in (deadlines pass
+// unchanged from here), and an answer held for the next read goes out
+// now, since a request read ahead (pipelined) is served before that
+// read, and its answer may take long.
+func requestBegins(c net.Conn, first bool) {
+	fc := firstHead(c)
+	if fc == nil {
+		return
+	}
+	if first {
+		fc.Release()
+	}
+	fc.whole = false
+	_ = fc.sock.Flush(fc.Conn)
+}
+
+// firstHead is the FirstHeadConn c is, itself or under TLS, or nil.
+func firstHead(c net.Conn) *FirstHeadConn {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
-	if fc, ok := c.(*FirstHeadConn); ok {
-		fc.Release()
-	}
+	fc, _ := c.(*FirstHeadConn)
+	return fc
 }

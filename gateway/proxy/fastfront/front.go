@@ -157,9 +157,7 @@ func NewServer(p *proxy.Proxy, idle time.Duration) *fasthttp.Server {
 // bookkeeping; see NewServer for the server it expects.
 func (p server) ServeFastHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	if ctx.ConnRequestNum() == 1 {
-		headRead(ctx.Conn()) // the first head is in: deadlines pass from here
-	}
+	requestBegins(ctx.Conn(), ctx.ConnRequestNum() == 1)
 	// x holds what the request's view needs (its id among them) and
 	// becomes its exchange when it is forwarded; the request id lives in
 	// it, so it is used only while x is this request's.
