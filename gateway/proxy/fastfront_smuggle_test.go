@@ -402,3 +402,53 @@ func TestFastFrontPipelinedBeforeSlow(t *testing.T) {
 		}
 	})
 }
+
+// TestFastFrontPipelinedDuringAnswer: a request pipelined while the one
+// before it is still with the endpoint (in the socket, not yet read) is
+// served once that one is answered: the read after an answer finds it
+// without waiting for more from the client.
+func TestFastFrontPipelinedDuringAnswer(t *testing.T) {
+	t.Parallel()
+	eachFastFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		got, release := make(chan struct{}, 1), make(chan struct{}, 1)
+		up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/first" {
+				got <- struct{}{}
+				select {
+				case <-release:
+				case <-time.After(conformanceDeadline):
+				}
+			}
+			_, _ = io.WriteString(w, r.URL.Path)
+		}))
+		addr := startFastFront(t, front, up.Listener.Addr().String(), 2*time.Second)
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(conformanceDeadline / 2))
+		if _, err := io.WriteString(c, "GET /first HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		<-got
+		if _, err := io.WriteString(c, "GET /second HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		// Long enough for the gateway's poller to see the second request
+		// arrive while nothing reads it.
+		time.Sleep(50 * time.Millisecond)
+		release <- struct{}{}
+		br := bufio.NewReader(c)
+		for _, want := range []string{"/first", "/second"} {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("the answer to %s: %v", want, err)
+			}
+			if b, err := io.ReadAll(resp.Body); err != nil || string(b) != want {
+				t.Fatalf("the answer to %s: %q, %v", want, b, err)
+			}
+		}
+	})
+}

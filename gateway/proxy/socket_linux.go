@@ -35,7 +35,7 @@ type Socket struct {
 	// await is awaitIO, as a method value made once (WriteAwait).
 	await func(uintptr) bool
 
-	// hold is the buffer Hold keeps the end of an answer in (HoldIn);
+	// hold is the buffer Hold keeps bytes in (HoldIn);
 	// hn is how much of it is held (0: nothing), set under w.mu.
 	hold []byte
 	hn   atomic.Int32
@@ -106,7 +106,8 @@ func (s *Socket) Read(nc net.Conn, p []byte) (int, error) {
 }
 
 // Write writes all of p to nc, whose socket s is, unless it fails. Bytes
-// held (Hold) go first.
+// held (Hold) go first: in the same call, when p fits after them in the
+// buffer of HoldIn.
 func (s *Socket) Write(nc net.Conn, p []byte) (int, error) {
 	if s.rc == nil {
 		return nc.Write(p)
@@ -115,28 +116,37 @@ func (s *Socket) Write(nc net.Conn, p []byte) (int, error) {
 		return 0, nil
 	}
 	if s.hn.Load() != 0 {
-		if err := s.Flush(nc); err != nil {
+		s.w.mu.Lock()
+		n := int(s.hn.Load())
+		joined := n > 0 && n+len(p) <= len(s.hold)
+		if joined {
+			s.hn.Store(int32(n + copy(s.hold[n:], p)))
+		}
+		err := s.flushLocked(nc)
+		s.w.mu.Unlock()
+		switch {
+		case err != nil:
 			return 0, err
+		case joined:
+			return len(p), nil
 		}
 	}
 	return s.w.run(nc, "write", p)
 }
 
 // HoldIn gives s the buffer Hold keeps bytes in; nothing is held
-// without one. Call it before the socket is used.
+// without one. Call it before the first Hold, from the goroutine that
+// writes.
 func (s *Socket) HoldIn(buf []byte) { s.hold = buf }
 
-// Hold keeps a copy of p, the whole rest of an answer, to be written by
-// the next Read, Write or Flush of s, whichever comes first, instead of
-// now. It reports false, keeping nothing, when p does not fit the buffer
-// of HoldIn, when bytes are held already, or when s has no raw socket;
-// the caller then writes p itself.
-//
-// An answer's end held until the read of the next request is written
-// inside that read's wait: readiness is armed before the answer leaves,
-// so the read finds the next request without first meeting an empty
-// socket (one read call, not two), as WriteAwait does for a request and
-// its answer. Whoever ends the connection must Flush before closing it.
+// Hold keeps a copy of p, to be written by the next Read, Write or Flush
+// of s, whichever comes first, instead of now: a Write joins its bytes to
+// them in one call when they fit. It reports false, keeping nothing, when
+// p does not fit the buffer of HoldIn, when bytes are held already, or
+// when s has no raw socket; the caller then writes p itself. Whoever
+// holds bytes must see that one of those comes (fastfront.FirstHeadConn
+// has a timer), and whoever ends the connection must Flush before
+// closing it.
 func (s *Socket) Hold(p []byte) bool {
 	if s.rc == nil || len(p) == 0 || len(p) > len(s.hold) {
 		return false
@@ -150,29 +160,37 @@ func (s *Socket) Hold(p []byte) bool {
 	return free
 }
 
+// HeldLen is the number of bytes held.
+func (s *Socket) HeldLen() int { return int(s.hn.Load()) }
+
 // Flush writes the bytes held, if any, under nc's write deadline.
 func (s *Socket) Flush(nc net.Conn) error {
 	if s.rc == nil || s.hn.Load() == 0 {
 		return nil
 	}
-	o := &s.w
-	o.mu.Lock()
+	s.w.mu.Lock()
+	err := s.flushLocked(nc)
+	s.w.mu.Unlock()
+	return err
+}
+
+// flushLocked is Flush with s.w.mu held.
+func (s *Socket) flushLocked(nc net.Conn) error {
 	n := int(s.hn.Load())
-	s.hn.Store(0)
-	var err error
-	if n > 0 {
-		o.p, o.n, o.errno = s.hold[:n], 0, 0
-		err = s.rc.Write(o.call)
-		err = o.result(nc, "write", err)
-		o.p = nil
+	if n == 0 {
+		return nil
 	}
-	o.mu.Unlock()
+	s.hn.Store(0)
+	o := &s.w
+	o.p, o.n, o.errno = s.hold[:n], 0, 0
+	err := o.result(nc, "write", s.rc.Write(o.call))
+	o.p = nil
 	return err
 }
 
 // readAfterHeld is Read with bytes held: they are written by the first
 // call under the RawConn's wait for reading (afterHeldIO), which then
-// waits, and the read is made once the socket has something. A socket
+// reads, waiting for the socket when it has nothing yet. A socket
 // that takes only part of them has the rest written under the write
 // deadline before the read; a wait that ends before any call (a read
 // deadline passed, the connection closed) leaves them held, for the
@@ -228,10 +246,16 @@ func (s *Socket) readAfterHeld(nc net.Conn, p []byte) (int, error) {
 
 // afterHeldIO is readAfterHeld's call under the RawConn's Read: the
 // first call writes the held bytes and, once they are all out, lets go
-// of the write lock and waits (false); the next ones read. A failed
-// write ends the wait at once (its error in heldErr), and so does a
-// socket that takes only part of them, with the write lock still held
-// for readAfterHeld to finish.
+// of the write lock and reads; the next ones read. A failed write ends
+// the wait at once (its error in heldErr), and so does a socket that
+// takes only part of them, with the write lock still held for
+// readAfterHeld to finish.
+//
+// The read right after the write is not to be skipped, however sure the
+// caller is that the peer waits for the held bytes: the RawConn's Read
+// forgets the socket's readiness as it begins, so bytes that came before
+// it (a request pipelined behind the one answered, any HTTP/2 frame)
+// would wake no wait; only a read finds them.
 func (s *Socket) afterHeldIO(fd uintptr) bool {
 	if !s.writing {
 		return s.r.rawIO(fd)
@@ -243,7 +267,10 @@ func (s *Socket) afterHeldIO(fd uintptr) bool {
 	s.writing, s.heldErr = false, w.errno
 	w.p, w.errno = nil, 0
 	w.mu.Unlock()
-	return s.heldErr != 0
+	if s.heldErr != 0 {
+		return true
+	}
+	return s.r.rawIO(fd)
 }
 
 // WriteAwait writes all of p to nc, as Write does, then waits until the

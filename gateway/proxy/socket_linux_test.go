@@ -6,11 +6,15 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dwara/dwara/internal/testnet"
 	"github.com/dwara/dwara/internal/testrun"
 )
 
@@ -288,12 +292,7 @@ func TestSocketHold(t *testing.T) {
 	buf := make([]byte, 64)
 	peerGot := func(want string) {
 		t.Helper()
-		_ = peer.SetReadDeadline(time.Now().Add(testrun.Timeout))
-		b := make([]byte, len(want))
-		if _, err := io.ReadFull(peer, b); err != nil || string(b) != want {
-			t.Fatalf("peer read %q, %v; want %q", b, err, want)
-		}
-		_ = peer.SetReadDeadline(time.Time{})
+		testnet.ReadExactly(t, peer, want, testrun.Timeout)
 	}
 	peerGets := func(within time.Duration) string {
 		_ = peer.SetReadDeadline(time.Now().Add(within))
@@ -420,4 +419,86 @@ func TestSocketHold(t *testing.T) {
 		_, err := s2.Read(c2, buf)
 		return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 	})
+}
+
+// threadWrites is the number of write system calls the calling thread
+// has made (task I/O accounting); the caller has locked its goroutine to
+// the thread.
+func threadWrites(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/thread-self/io")
+	if err != nil {
+		t.Fatalf("task I/O accounting: %v", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("syscw %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no syscw in /proc/thread-self/io:\n%s", b)
+	return 0
+}
+
+// TestSocketWriteJoinsHeld: a Write after held bytes makes one write
+// call for both when it fits after them in the buffer (the bytes arrive
+// in order), and two when it does not.
+func TestSocketWriteJoinsHeld(t *testing.T) {
+	c, s, peer := socketPair(t)
+	s.HoldIn(make([]byte, 64))
+	peerGot := func(want string) {
+		t.Helper()
+		testnet.ReadExactly(t, peer, want, testrun.Timeout)
+	}
+	// The raw calls are made on the goroutine's own thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, tc := range []struct {
+		held, write string
+		calls       int
+	}{
+		{"head", "+body", 1},
+		{strings.Repeat("h", 40), strings.Repeat("b", 24), 1}, // exactly the buffer
+		{strings.Repeat("h", 40), strings.Repeat("b", 25), 2},
+	} {
+		if !s.Hold([]byte(tc.held)) {
+			t.Fatalf("Hold refused %d bytes", len(tc.held))
+		}
+		before := threadWrites(t)
+		if n, err := s.Write(c, []byte(tc.write)); err != nil || n != len(tc.write) {
+			t.Fatalf("Write after %d held bytes: %d, %v", len(tc.held), n, err)
+		}
+		if calls := threadWrites(t) - before; calls != tc.calls {
+			t.Errorf("%d bytes held, %d written: %d write calls, want %d", len(tc.held), len(tc.write), calls, tc.calls)
+		}
+		peerGot(tc.held + tc.write)
+	}
+}
+
+// TestSocketReadAfterHeldFindsWaitingBytes: bytes the peer sent before a
+// Read with bytes held (a pipelined request, an HTTP/2 frame) are read by
+// it, after the held bytes went out: the Read does not wait for more. The
+// pause lets the poller take the socket's readiness before the Read, as
+// it does when the bytes come while the connection is busy.
+func TestSocketReadAfterHeldFindsWaitingBytes(t *testing.T) {
+	c, s, peer := socketPair(t)
+	s.HoldIn(make([]byte, 64))
+	buf := make([]byte, 64)
+	for i := range 3 {
+		if _, err := peer.Write([]byte("request")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if !s.Hold([]byte("answer")) {
+			t.Fatal("Hold refused 6 bytes")
+		}
+		_ = c.SetReadDeadline(time.Now().Add(testrun.Timeout))
+		if n, err := s.Read(c, buf); err != nil || string(buf[:n]) != "request" {
+			t.Fatalf("round %d: Read with bytes held and a request waiting: %q, %v; want %q", i, buf[:n], err, "request")
+		}
+		testnet.ReadExactly(t, peer, "answer", testrun.Timeout)
+	}
 }

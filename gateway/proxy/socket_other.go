@@ -26,5 +26,8 @@ func (s *Socket) HoldIn([]byte) {}
 // Hold keeps nothing here: the caller writes p.
 func (s *Socket) Hold([]byte) bool { return false }
 
+// HeldLen is 0 here: nothing is held.
+func (s *Socket) HeldLen() int { return 0 }
+
 // Flush has nothing to write here.
 func (s *Socket) Flush(net.Conn) error { return nil }

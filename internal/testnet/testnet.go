@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // ClosedAddr returns a loopback address ("127.0.0.1:port") where nothing
@@ -56,4 +57,17 @@ func HungAddr(t testing.TB) string {
 		}
 	})
 	return l.Addr().String()
+}
+
+// ReadExactly reads len(want) bytes from c within timeout and fails the
+// test (t.Fatal) unless they are want; c's read deadline is cleared
+// after.
+func ReadExactly(t testing.TB, c net.Conn, want string, timeout time.Duration) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
+	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
+	b := make([]byte, len(want))
+	if _, err := io.ReadFull(c, b); err != nil || string(b) != want {
+		t.Fatalf("read %q, %v; want %q", b, err, want)
+	}
 }

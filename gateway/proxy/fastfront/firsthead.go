@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dwara/dwara/gateway/proxy"
-	"github.com/valyala/fasthttp"
 )
 
 // The first request head of a connection is bounded from the accept, as
@@ -33,17 +32,24 @@ type FirstHeadConn struct {
 	// was set, released once the first head is read or the connection
 	// carries no HTTP/1.1 (Release).
 	by atomic.Int64
-	// sock reads and writes the socket under the connection.
+	// sock reads and writes the socket under the connection; held is
+	// the buffer it holds a write in (JoinNextWrite), made by the first.
 	sock proxy.Socket
-	// whole: the next write is the whole of an answer (AnswerWhole), to
-	// be held in held and written by the next read (proxy.Socket.Hold).
-	whole bool
-	held  [holdSize]byte
+	held *[holdSize]byte
+	// joins counts the writes to be held for the one after them
+	// (JoinNextWrite); joinBy writes them if none comes within wait
+	// (joinWait but in tests).
+	joins  atomic.Int32
+	joinBy *time.Timer
+	wait   time.Duration
 }
 
-// holdSize bounds an answer the connection holds for its next read: a
-// small answer is most of a small request's cost, and the buffer stays
-// with the connection.
+// joinWait bounds how long a write held for the next one (JoinNextWrite)
+// waits for it: past it, the bytes go out alone.
+const joinWait = time.Millisecond
+
+// holdSize bounds a write the connection holds for the next one: the
+// buffer stays with the connection.
 const holdSize = 1 << 10
 
 // released is FirstHeadConn.by once its deadlines pass unchanged.
@@ -53,41 +59,69 @@ const released = -1
 // NewServer's) is to serve, so that its first request head is bounded from
 // the first read deadline set on it.
 func NewFirstHeadConn(c net.Conn) *FirstHeadConn {
-	fc := &FirstHeadConn{Conn: c}
+	fc := &FirstHeadConn{Conn: c, wait: joinWait}
 	fc.sock.Init(c)
-	fc.sock.HoldIn(fc.held[:])
 	return fc
 }
 
-// Read reads from the connection's socket, writing first an answer it
-// holds.
+// Read reads from the connection's socket, writing first what it holds.
 func (c *FirstHeadConn) Read(p []byte) (int, error) { return c.sock.Read(c.Conn, p) }
 
-// Write writes to the connection's socket. The whole of an answer
-// (AnswerWhole) that fits is held instead, for the next read to write
-// inside its wait for the next request: the keep-alive wait then costs no
-// read of an empty socket. It goes out at once on anything else the
-// connection does: a write, a close.
+// Write writes to the connection's socket, or holds p for the next
+// write (JoinNextWrite). A write that meets bytes held writes them
+// first, in the same call when both fit the buffer.
 func (c *FirstHeadConn) Write(p []byte) (int, error) {
-	if c.whole {
-		c.whole = false
-		if c.sock.Hold(p) {
-			return len(p), nil
+	if c.joins.Load() > 0 && c.sock.HeldLen() == 0 && c.takeJoin() && c.hold(p) {
+		if c.joinBy == nil {
+			c.joinBy = time.AfterFunc(c.wait, func() { _ = c.sock.Flush(c.Conn) })
+		} else {
+			c.joinBy.Reset(c.wait)
 		}
+		return len(p), nil
 	}
 	return c.sock.Write(c.Conn, p)
 }
 
-// Close writes an answer held and closes the connection.
+// hold holds p (proxy.Socket.Hold), in a buffer made the first time.
+// Writes are serialized, and nothing reads the buffer before a write
+// holds bytes in it.
+func (c *FirstHeadConn) hold(p []byte) bool {
+	if c.held == nil {
+		c.held = new([holdSize]byte)
+		c.sock.HoldIn(c.held[:])
+	}
+	return c.sock.Hold(p)
+}
+
+// JoinNextWrite asks that the next write on the connection be held and
+// written with the one after it, in one call, when both fit the buffer,
+// or alone after joinWait. It is for HTTP/2 (the net/http server over
+// this connection's TLS): an answer in memory goes out as a HEADERS frame
+// and a DATA frame, each in a TLS record of its own, and the server writes
+// the first before the handler hands over the second, so that without
+// this each answer costs two writes where one does. The writes of a
+// connection must be serialized, as tls.Conn serializes them; any
+// goroutine may call JoinNextWrite.
+func (c *FirstHeadConn) JoinNextWrite() { c.joins.Add(1) }
+
+// takeJoin takes one of the writes JoinNextWrite asked for, if any is left.
+func (c *FirstHeadConn) takeJoin() bool {
+	for {
+		n := c.joins.Load()
+		if n <= 0 {
+			return false
+		}
+		if c.joins.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// Close writes what the connection holds and closes it.
 func (c *FirstHeadConn) Close() error {
 	_ = c.sock.Flush(c.Conn)
 	return c.Conn.Close()
 }
-
-// AnswerWhole marks the next write on the connection as the whole of an
-// answer, to be held for the next read. Only the goroutine serving the
-// connection may call it, before the answer is written.
-func (c *FirstHeadConn) AnswerWhole() { c.whole = true }
 
 // SetReadDeadline sets the read deadline t, held at the first deadline
 // set while the first request head is read.
@@ -127,30 +161,16 @@ func (l firstHeadListener) Accept() (net.Conn, error) {
 	return NewFirstHeadConn(c), nil
 }
 
-// answerWhole marks the answer to the request of ctx as written whole
-// by its next write (FirstHeadConn.AnswerWhole), when its connection is
-// a FirstHeadConn, itself or under TLS.
-func answerWhole(ctx *fasthttp.RequestCtx) {
-	if fc := firstHead(ctx.Conn()); fc != nil {
-		fc.AnswerWhole()
-	}
-}
-
 // requestBegins is called as the handler begins a request on c, a
 // connection the front serves: the first head is in (deadlines pass
-// unchanged from here), and an answer held for the next read goes out
-// now, since a request read ahead (pipelined) is served before that
-// read, and its answer may take long.
+// unchanged from here).
 func requestBegins(c net.Conn, first bool) {
-	fc := firstHead(c)
-	if fc == nil {
+	if !first {
 		return
 	}
-	if first {
+	if fc := firstHead(c); fc != nil {
 		fc.Release()
 	}
-	fc.whole = false
-	_ = fc.sock.Flush(fc.Conn)
 }
 
 // firstHead is the FirstHeadConn c is, itself or under TLS, or nil.

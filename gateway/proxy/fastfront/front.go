@@ -644,7 +644,6 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 			out.SetContentLength(int(cl))
 		}
 		x.done = true
-		answerWhole(ctx)
 		return false
 	}
 	cl := c.Head.BodyLength()
@@ -656,7 +655,6 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 		ctx.Response.SetBody(b)
 		_, _ = c.Reader.Discard(cl)
 		x.done = true
-		answerWhole(ctx)
 		return false
 	}
 	x.body, x.out = body, out

@@ -197,8 +197,10 @@ func (p server) copyResponse(w *statusWriter, r *http.Request, c *proxy.Conn, dl
 	if p.StallTimeout() <= 0 {
 		dl = nil
 	}
+	sent := 0
 	for {
 		n, rerr := body.Read(buf)
+		sent += n
 		if n > 0 {
 			if dl != nil {
 				_ = dl.SetWriteDeadline(time.Now().Add(p.StallTimeout()))
@@ -228,6 +230,9 @@ func (p server) copyResponse(w *statusWriter, r *http.Request, c *proxy.Conn, dl
 	for _, f := range a.Trailers {
 		k := http.TrailerPrefix + http.CanonicalHeaderKey(string(f.Name))
 		h[k] = append(h[k], string(f.Value))
+	}
+	if r.ProtoMajor == 2 && !flush && sent > 0 && sent <= joinMax {
+		joinAnswer(r)
 	}
 	return !a.Close, false
 }

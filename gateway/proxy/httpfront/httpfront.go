@@ -104,6 +104,47 @@ func NewServer(p *proxy.Proxy, readHeader, idle time.Duration) *http.Server {
 		ReadHeaderTimeout: readHeader,
 		IdleTimeout:       idle,
 		MaxHeaderBytes:    MaxHeadBytes,
+		ConnContext:       joinerContext,
+	}
+}
+
+// An HTTP/2 answer whose body is in memory when the handler returns (up
+// to the server's 4 KiB buffer of a stream) goes out as a HEADERS frame
+// and a DATA frame, and Go's server writes each in a TLS record of its
+// own: the handler waits until the first is written before it hands over
+// the second, and the server flushes whenever nothing else is queued.
+// Where the connection under the TLS can hold a write for the one after
+// it (a writeJoiner: the fasthttp front's, fastfront.FirstHeadConn), the
+// handler asks it to, and the two records go out in one write, as
+// nginx's do (docs/performance.md has the counts).
+
+// writeJoiner is a connection that can hold its next write and make it
+// with the one after.
+type writeJoiner interface{ JoinNextWrite() }
+
+// joinerKey is the context key of a connection's writeJoiner.
+type joinerKey struct{}
+
+// joinMax is the largest body whose answer is joined: its two records
+// must fit the joiner's buffer (1 KiB) with the head's.
+const joinMax = 512
+
+// joinerContext is the ConnContext of the fronts' servers: ctx with the
+// writeJoiner under c's TLS, if it has one.
+func joinerContext(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*tls.Conn); ok {
+		if j, ok := tc.NetConn().(writeJoiner); ok {
+			return context.WithValue(ctx, joinerKey{}, j)
+		}
+	}
+	return ctx
+}
+
+// joinAnswer asks the connection of r, an HTTP/2 request whose answer's
+// body is all written, to write the answer's two frames in one call.
+func joinAnswer(r *http.Request) {
+	if j, ok := r.Context().Value(joinerKey{}).(writeJoiner); ok {
+		j.JoinNextWrite()
 	}
 }
 

@@ -1,0 +1,113 @@
+package fastfront
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/dwara/dwara/internal/testnet"
+	"github.com/dwara/dwara/internal/testrun"
+)
+
+// firstHeadPair is a FirstHeadConn on the accepted end of a loopback TCP
+// connection, and the dialled end.
+func firstHeadPair(t *testing.T) (*FirstHeadConn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := NewFirstHeadConn(c)
+	t.Cleanup(func() { _ = fc.Close(); _ = peer.Close() })
+	return fc, peer
+}
+
+// TestFirstHeadConnJoinsWrites: a write after JoinNextWrite is held and
+// goes out with the next one, in order; one that nothing follows goes
+// out alone within joinWait; a write that meets bytes held goes out with
+// them and leaves the join for a later one; a write too large is not
+// held; a close writes what is held before closing.
+func TestFirstHeadConnJoinsWrites(t *testing.T) {
+	t.Parallel()
+	fc, peer := firstHeadPair(t)
+	peerGot := func(want string) {
+		t.Helper()
+		testnet.ReadExactly(t, peer, want, testrun.Timeout)
+	}
+	write := func(s string) {
+		t.Helper()
+		if n, err := fc.Write([]byte(s)); err != nil || n != len(s) {
+			t.Fatalf("Write(%q): %d, %v", s, n, err)
+		}
+	}
+
+	fc.wait = time.Hour // the timer must not write what the checks look at
+	fc.JoinNextWrite()
+	write("HEADERS")
+	if n := fc.sock.HeldLen(); n != len("HEADERS") {
+		t.Fatalf("after a joined write %d bytes are held, want %d", n, len("HEADERS"))
+	}
+	write("DATA")
+	if n := fc.sock.HeldLen(); n != 0 {
+		t.Fatalf("the write after a joined one left %d bytes held", n)
+	}
+	peerGot("HEADERSDATA")
+
+	// Nothing follows: the timer writes it (the peer's deadline is the
+	// suite's generous one, not joinWait).
+	fc.wait = time.Millisecond
+	fc.JoinNextWrite()
+	write("alone")
+	peerGot("alone")
+	fc.wait = time.Hour
+
+	// Two joins asked before the writes: the first write is held, the
+	// second goes out with it and leaves the other join for the third,
+	// which the fourth writes.
+	fc.JoinNextWrite()
+	fc.JoinNextWrite()
+	write("a")
+	write("b")
+	if n := fc.sock.HeldLen(); n != 0 {
+		t.Fatalf("the write after a held one left %d bytes held", n)
+	}
+	peerGot("ab")
+	if n := fc.joins.Load(); n != 1 {
+		t.Fatalf("%d joins left after a held write and one joined to it, want 1", n)
+	}
+	write("c")
+	if n := fc.sock.HeldLen(); n != 1 {
+		t.Fatalf("the third write: %d bytes held, want 1", n)
+	}
+	write("d")
+	peerGot("cd")
+
+	// A write too large to hold goes out at once.
+	fc.JoinNextWrite()
+	big := make([]byte, holdSize+1)
+	for i := range big {
+		big[i] = 'x'
+	}
+	write(string(big))
+	peerGot(string(big))
+
+	// Close writes what is held first.
+	fc.JoinNextWrite()
+	write("last")
+	_ = fc.Close()
+	_ = peer.SetReadDeadline(time.Now().Add(testrun.Timeout))
+	rest, err := io.ReadAll(peer)
+	if err != nil || string(rest) != "last" {
+		t.Fatalf("after Close the peer read %q, %v; want %q then EOF", rest, err, "last")
+	}
+}
