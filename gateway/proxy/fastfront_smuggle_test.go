@@ -372,18 +372,10 @@ func TestFastFrontPipelinedBeforeSlow(t *testing.T) {
 			}
 			_, _ = io.WriteString(w, "later")
 		}))
-		addr := startFastFront(t, front, up.Listener.Addr().String(), 2*time.Second)
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
 		// Half the endpoint's own wait: the first answer must come
 		// before that wait ends.
-		_ = c.SetDeadline(time.Now().Add(conformanceDeadline / 2))
-		if _, err := io.WriteString(c, "GET /whole HTTP/1.1\r\nHost: x\r\n\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
+		c := pipelineConn(t, front, up)
+		sendRaw(t, c, "GET /whole HTTP/1.1\r\nHost: x\r\n\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
 		br := bufio.NewReader(c)
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
@@ -422,20 +414,10 @@ func TestFastFrontPipelinedDuringAnswer(t *testing.T) {
 			}
 			_, _ = io.WriteString(w, r.URL.Path)
 		}))
-		addr := startFastFront(t, front, up.Listener.Addr().String(), 2*time.Second)
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(conformanceDeadline / 2))
-		if _, err := io.WriteString(c, "GET /first HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
+		c := pipelineConn(t, front, up)
+		sendRaw(t, c, "GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
 		<-got
-		if _, err := io.WriteString(c, "GET /second HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
+		sendRaw(t, c, "GET /second HTTP/1.1\r\nHost: x\r\n\r\n")
 		// Long enough for the gateway's poller to see the second request
 		// arrive while nothing reads it.
 		time.Sleep(50 * time.Millisecond)
@@ -451,4 +433,27 @@ func TestFastFrontPipelinedDuringAnswer(t *testing.T) {
 			}
 		}
 	})
+}
+
+// pipelineConn is a client connection to a fasthttp front of front's
+// kind proxying to up, with half the suite's deadline for what the test
+// does on it; it is closed when the test ends.
+func pipelineConn(t *testing.T, front string, up *httptest.Server) net.Conn {
+	t.Helper()
+	addr := startFastFront(t, front, up.Listener.Addr().String(), 2*time.Second)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(conformanceDeadline / 2))
+	return c
+}
+
+// sendRaw writes s on c.
+func sendRaw(t *testing.T, c net.Conn, s string) {
+	t.Helper()
+	if _, err := io.WriteString(c, s); err != nil {
+		t.Fatal(err)
+	}
 }
