@@ -123,31 +123,6 @@ func TestConnPoolConnectRefused(t *testing.T) {
 	}
 }
 
-// tcpPair returns both ends of a loopback TCP connection, the dialed one
-// first; both are closed when the test ends.
-func tcpPair(t *testing.T) (dialed, accepted net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	ch := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			ch <- c
-		}
-	}()
-	dialed, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted = recvWithin(t, ch, "the accepted connection")
-	t.Cleanup(func() { dialed.Close(); accepted.Close() })
-	return dialed, accepted
-}
-
 // TestCutStaysCut: a connection cut (its client gone) while its exchange
 // is between two steps stays cut when the next step sets a read deadline
 // of its own: the read it waits on returns at once instead of at that
@@ -156,7 +131,7 @@ func tcpPair(t *testing.T) (dialed, accepted net.Conn) {
 // timeout).
 func TestCutStaysCut(t *testing.T) {
 	t.Parallel()
-	nc, _ := tcpPair(t)
+	nc, _ := testnet.TCPPair(t, conformanceDeadline)
 	c := newUpConn(nc)
 	c.CutNow()
 	c.SetReadDeadline(time.Now().Add(time.Hour)) // the response-header timeout, say

@@ -23,7 +23,7 @@ import (
 // as the listener's connections are wrapped) and the accepted one.
 func socketPair(t *testing.T) (c net.Conn, s *Socket, peer net.Conn) {
 	t.Helper()
-	dc, peer := tcpPair(t)
+	dc, peer := testnet.TCPPair(t, conformanceDeadline)
 	c = &limitConn{Conn: dc, release: func() {}}
 	s = new(Socket)
 	s.Init(c)

@@ -71,3 +71,34 @@ func ReadExactly(t testing.TB, c net.Conn, want string, timeout time.Duration) {
 		t.Fatalf("read %q, %v; want %q", b, err, want)
 	}
 }
+
+// TCPPair returns both ends of a loopback TCP connection, the dialled one
+// and the accepted one, both closed when the test ends. It fails the test
+// (t.Fatal) when either end cannot be had within timeout.
+func TCPPair(t testing.TB, timeout time.Duration) (dialed, accepted net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ch := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			ch <- c
+		}
+	}()
+	dialed, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dialed.Close() })
+	select {
+	case accepted = <-ch:
+	case <-time.After(timeout):
+		t.Fatal("no accepted connection")
+	}
+	t.Cleanup(func() { _ = accepted.Close() })
+	return dialed, accepted
+}

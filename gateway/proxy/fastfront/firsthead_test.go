@@ -14,21 +14,9 @@ import (
 // connection, and the dialled end.
 func firstHeadPair(t *testing.T) (*FirstHeadConn, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	peer, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	peer, c := testnet.TCPPair(t, testrun.Timeout)
 	fc := NewFirstHeadConn(c)
-	t.Cleanup(func() { _ = fc.Close(); _ = peer.Close() })
+	t.Cleanup(func() { _ = fc.Close() })
 	return fc, peer
 }
 
