@@ -23,6 +23,7 @@ import (
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/gateway/split"
+	"github.com/dwara/dwara/internal/testnet"
 )
 
 // The chaos run (make chaos) is gated apart from the fault suite: it runs
@@ -262,8 +263,8 @@ func TestChaos(t *testing.T) {
 func (h *chaos) startFleet(bin string) {
 	t := h.t
 	url := h.pg.URL("dwara_chaos")
-	h.admin = freeAddr(t)
-	proxy := freeAddr(t)
+	h.admin = testnet.FreeAddr(t)
+	proxy := testnet.FreeAddr(t)
 	h.serve = newMember(t, "serve", kindServe, bin, proxy, metricGeneration(h.admin),
 		"serve", "--listen", proxy, "--admin-listen", h.admin, "--database-url", url)
 	h.serve.start()
@@ -276,14 +277,14 @@ func (h *chaos) startFleet(bin string) {
 	h.members = []*member{h.serve}
 	state := t.TempDir()
 	for i := 1; i <= 2; i++ {
-		metrics := freeAddr(t)
-		m := newMember(t, fmt.Sprintf("replica %d", i), kindReplica, bin, freeAddr(t), healthGeneration(metrics), "gateway",
+		metrics := testnet.FreeAddr(t)
+		m := newMember(t, fmt.Sprintf("replica %d", i), kindReplica, bin, testnet.FreeAddr(t), healthGeneration(metrics), "gateway",
 			"--database-url", url, "--metrics-listen", metrics, "--state-dir", filepath.Join(state, strconv.Itoa(i)))
 		m.args = append(m.args, "--listen", m.proxy)
 		h.members = append(h.members, m)
 	}
-	metrics := freeAddr(t)
-	cp := newMember(t, "control-plane replica", kindControlPlane, bin, freeAddr(t), healthGeneration(metrics), "gateway",
+	metrics := testnet.FreeAddr(t)
+	cp := newMember(t, "control-plane replica", kindControlPlane, bin, testnet.FreeAddr(t), healthGeneration(metrics), "gateway",
 		"--control-plane", "http://"+h.admin, "--metrics-listen", metrics, "--state-dir", filepath.Join(state, "cp"))
 	cp.args = append(cp.args, "--listen", cp.proxy)
 	h.members = append(h.members, cp)

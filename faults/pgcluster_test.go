@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -12,10 +11,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dwara/dwara/internal/testnet"
 )
 
 // cluster is a private PostgreSQL cluster of one test: its own data
@@ -110,7 +110,7 @@ func startCluster(t testing.TB) *cluster {
 		"-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
 		t.Fatalf("initdb of the private cluster: %v\n%s", err, out)
 	}
-	c.port = freePort(t)
+	c.port = testnet.FreePort(t)
 	c.start()
 	return c
 }
@@ -246,45 +246,6 @@ func (c *cluster) freeze() int {
 }
 
 func (c *cluster) thaw() int { return c.signalAll(syscall.SIGCONT) }
-
-// handedOut holds every port freePort returned in this test process: the
-// kernel may give a port it just released to the next bind to port 0, and
-// a port handed out twice (to a process started later, say a replica's
-// --listen and --metrics-listen) makes one of the two fail to listen.
-var handedOut struct {
-	sync.Mutex
-	ports map[int]bool
-}
-
-// freePort returns a port on 127.0.0.1 that was free a moment ago and that
-// no earlier call returned.
-func freePort(t testing.TB) int {
-	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	if handedOut.ports == nil {
-		handedOut.ports = map[int]bool{}
-	}
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if !handedOut.ports[port] {
-			handedOut.ports[port] = true
-			return port
-		}
-	}
-	t.Fatal("freePort: 100 binds to port 0 gave only ports handed out before")
-	return 0
-}
-
-// freeAddr returns "127.0.0.1:port" for a port that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	return "127.0.0.1:" + strconv.Itoa(freePort(t))
-}
 
 func tail(b []byte, n int) []byte {
 	if len(b) > n {

@@ -21,6 +21,7 @@ import (
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/internal/testlog"
+	"github.com/dwara/dwara/internal/testnet"
 	"github.com/dwara/dwara/node"
 )
 
@@ -127,7 +128,7 @@ func TestAcknowledgedPublishSurvivesKill(t *testing.T) {
 	bin := buildDwara(t)
 	url := dbtest.New(t)
 	a, b := pools(t)
-	listen, admin := freeAddr(t), freeAddr(t)
+	listen, admin := testnet.FreeAddr(t), testnet.FreeAddr(t)
 	args := []string{"serve", "--listen", listen, "--admin-listen", admin, "--database-url", url}
 
 	type acked struct {
@@ -226,7 +227,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := [2]string{freeAddr(t), freeAddr(t)}
+	addrs := [2]string{testnet.FreeAddr(t), testnet.FreeAddr(t)}
 	startReplica := func(i int, name string) *proc {
 		p := startGateway(t, name, node.GatewayConfig{DatabaseURL: url, Process: node.Process{Listen: addrs[i]}})
 		p.waitApplied(t, g.ID, wait)

@@ -181,7 +181,7 @@ func TestLocalBrakeControlPlaneGateway(t *testing.T) {
 	relayed, relay := relayedURL(t, direct)
 
 	const token = "cp-token"
-	admin := freeAddr(t)
+	admin := testnet.FreeAddr(t)
 	sc := ServeConfig{DatabaseURL: relayed, AdminToken: token}
 	sc.CanaryInterval, sc.CanaryLockRetry, sc.CanaryBrakeInterval = canaryInterval, 4*canaryInterval, canaryInterval
 	serve := startServeOn(t, sc, admin)

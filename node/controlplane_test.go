@@ -10,20 +10,8 @@ import (
 
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/internal/testnet"
 )
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // startServeOn starts dwara serve with its API on admin, waiting (bounded)
 // for the address to be free again first.
@@ -65,7 +53,7 @@ func TestGatewayFollowsTheControlPlane(t *testing.T) {
 		t.Cleanup(func() { lock.Close(context.Background()) })
 
 		const token = "cp-token"
-		admin := freeAddr(t)
+		admin := testnet.FreeAddr(t)
 		sc := ServeConfig{Front: front, DatabaseURL: url, AdminToken: token}
 		srv := startServeOn(t, sc, admin)
 		gc := GatewayConfig{Front: front, ControlPlane: "http://" + admin, ControlPlaneToken: token}

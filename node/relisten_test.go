@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/internal/testnet"
 )
 
 // A generation published while serve's LISTEN connection is away (its
@@ -18,7 +19,7 @@ func TestControlPlaneCatchesUpAfterRelisten(t *testing.T) {
 	a, b := pools(t)
 	relayed, relay := relayedURL(t, direct)
 	const token = "cp-token"
-	admin := freeAddr(t)
+	admin := testnet.FreeAddr(t)
 	sc := ServeConfig{DatabaseURL: direct, AdminToken: token}
 	sc.ListenDatabaseURL = relayed // only the LISTEN connection goes through the relay
 	startServeOn(t, sc, admin)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dwara/dwara/db/dbtest"
 	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/internal/testnet"
 	"github.com/dwara/dwara/internal/testrun"
 )
 
@@ -231,24 +232,12 @@ func TestServeDemoPortsMoved(t *testing.T) {
 	}
 }
 
-// freePort returns a port free on 127.0.0.1 when it was asked.
-func freePort(t *testing.T) int {
-	t.Helper()
-	return freePorts(t, 1)[0]
-}
-
-// freePorts returns n distinct ports that were free a moment ago: each
-// listener is held until all n are taken, so no two are the same.
+// freePorts returns n distinct ports of testnet.FreePort.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	ports := make([]int, 0, n)
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, testnet.FreePort(t))
 	}
 	return ports
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -28,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dwara/dwara/db/dbtest"
+	"github.com/dwara/dwara/internal/testnet"
 )
 
 // wait bounds every wait of TestPodsRun.
@@ -308,7 +308,7 @@ func (p *pod) start(t *testing.T, c *corev1.Container, secrets map[string]map[st
 			if err != nil {
 				t.Fatalf("--%s=%s: %v", name, value, err)
 			}
-			addr := freeAddr(t)
+			addr := testnet.FreeAddr(t)
 			args[i+1] = "--" + name + "=" + addr
 			for _, l := range roles {
 				if l.flag == name && slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.ContainerPort == port }) {
@@ -459,18 +459,6 @@ func (p *pod) stop(t *testing.T) {
 			t.Errorf("%s did not exit within %v of SIGTERM: the kubelet would kill it", pr.name, grace)
 		}
 	}
-}
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // selfSigned returns a PEM certificate and key for the API's Service names

@@ -5,6 +5,7 @@ package testnet
 import (
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -101,4 +102,46 @@ func TCPPair(t testing.TB, timeout time.Duration) (dialed, accepted net.Conn) {
 	}
 	t.Cleanup(func() { _ = accepted.Close() })
 	return dialed, accepted
+}
+
+// handedOut holds every port FreePort returned in this test process: the
+// kernel may give a port it just released to the next bind to port 0, and
+// a port handed out twice (say to a server's --listen and its
+// --metrics-listen) makes one of the two fail to listen.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// FreePort returns a port on 127.0.0.1 that was free a moment ago and that
+// no earlier call in this test process returned, for a server the test
+// starts later (a child process, most often). It fails the test (t.Fatal)
+// when it cannot find one.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
+	}
+	t.Fatal("testnet.FreePort: 100 binds to port 0 gave only ports handed out before")
+	return 0
+}
+
+// FreeAddr returns "127.0.0.1:port" for a port of FreePort.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
 }

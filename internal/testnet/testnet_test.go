@@ -3,6 +3,7 @@ package testnet_test
 import (
 	"errors"
 	"net"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -33,5 +34,24 @@ func TestClosedAddrStaysClosed(t *testing.T) {
 	if ln, err := net.Listen("tcp", addr); err == nil {
 		ln.Close()
 		t.Fatalf("listen on %s: it was free, want it held", addr)
+	}
+}
+
+// TestFreePortNeverRepeats asks for many ports: each is free (a listener
+// binds it) and none comes back twice, even though each is released before
+// the next call.
+func TestFreePortNeverRepeats(t *testing.T) {
+	seen := map[int]bool{}
+	for range 300 {
+		p := testnet.FreePort(t)
+		if seen[p] {
+			t.Fatalf("FreePort returned %d twice", p)
+		}
+		seen[p] = true
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			t.Fatalf("port %d of FreePort is not free: %v", p, err)
+		}
+		ln.Close()
 	}
 }
