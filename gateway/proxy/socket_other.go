@@ -31,3 +31,8 @@ func (s *Socket) HeldLen() int { return 0 }
 
 // Flush has nothing to write here.
 func (s *Socket) Flush(net.Conn) error { return nil }
+
+// SpliceFrom moves nothing here: the caller copies (ErrNoSplice).
+func (s *Socket) SpliceFrom(net.Conn, *Socket, net.Conn, int64, func()) (int64, bool, error) {
+	return 0, false, ErrNoSplice
+}

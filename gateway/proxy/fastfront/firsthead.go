@@ -2,6 +2,7 @@ package fastfront
 
 import (
 	"crypto/tls"
+	"io"
 	"net"
 	"sync/atomic"
 	"time"
@@ -141,6 +142,22 @@ func (c *FirstHeadConn) SetReadDeadline(t time.Time) error {
 // Release lets every later deadline pass unchanged: the first head was
 // read, or the connection does not carry HTTP/1.1 (h2 after ALPN).
 func (c *FirstHeadConn) Release() { c.by.Store(released) }
+
+// ReadFrom is how fasthttp's buffered writer hands over the rest of an
+// answer's body that fastBody.WriteTo offered as a spliceBody, once the
+// head and the start of the body in its buffer are written: it moves
+// from the endpoint's socket to this one (spliceBody.spliceTo). Any
+// other reader is copied.
+func (c *FirstHeadConn) ReadFrom(r io.Reader) (int64, error) {
+	if lr, ok := r.(*io.LimitedReader); ok {
+		if s, ok := lr.R.(*spliceBody); ok {
+			n, err := s.spliceTo(c, lr.N)
+			lr.N -= n
+			return n, err
+		}
+	}
+	return io.Copy(writerOnly{c}, r)
+}
 
 // Unwrap returns the connection under c, for code that needs the
 // concrete type (PeerGone, TCP options).

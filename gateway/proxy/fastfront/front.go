@@ -701,7 +701,11 @@ type fastBody fastExchange
 // more; a read after the first, or one that may have waited on the
 // endpoint, moves it. A client that takes nothing for the stall timeout
 // is then cut (counted 499); a slow stream that keeps moving is not.
-func (b *fastBody) Read(p []byte) (n int, err error) {
+func (b *fastBody) Read(p []byte) (int, error) { return b.read(p, false) }
+
+// read is Read; direct reads past the endpoint connection's buffer once
+// it is empty (proxy.Conn.ReadAnswerDirect), for a body that allows it.
+func (b *fastBody) read(p []byte, direct bool) (n int, err error) {
 	defer func() {
 		if b.p.LogPanic("panic relaying an answer", recover()) {
 			b.cut = true
@@ -716,22 +720,21 @@ func (b *fastBody) Read(p []byte) (n int, err error) {
 		p = p[:b.remaining]
 	}
 	waited := b.relayed || b.conn == nil || b.conn.Reader.Buffered() == 0
-	n, err = b.body.Read(p)
+	if direct {
+		n, err = b.conn.ReadAnswerDirect(p)
+	} else {
+		n, err = b.body.Read(p)
+	}
 	if n > 0 {
-		if waited && b.p.StallTimeout() > 0 {
-			_ = b.ctx.SetWriteDeadline(time.Now().Add(b.p.StallTimeout()))
+		if waited {
+			b.moveStall()
 		}
 		b.relayed = true
 	}
 	if err != nil && err != io.EOF {
 		b.cut = true
 	}
-	if b.remaining > 0 {
-		b.remaining -= int64(n)
-		if b.remaining == 0 && err == nil {
-			b.done = true
-		}
-	}
+	b.count(int64(n), err)
 	if err == io.EOF {
 		if b.remaining > 0 {
 			b.cut = true
@@ -741,6 +744,25 @@ func (b *fastBody) Read(p []byte) (n int, err error) {
 		b.copyTrailers()
 	}
 	return n, err
+}
+
+// moveStall moves the client connection's write deadline to the stall
+// timeout from now, when there is one.
+func (b *fastBody) moveStall() {
+	if b.p.StallTimeout() > 0 {
+		_ = b.ctx.SetWriteDeadline(time.Now().Add(b.p.StallTimeout()))
+	}
+}
+
+// count takes n bytes relayed, which err came with, off what the body
+// still owes.
+func (b *fastBody) count(n int64, err error) {
+	if b.remaining > 0 {
+		b.remaining -= n
+		if b.remaining == 0 && err == nil {
+			b.done = true
+		}
+	}
 }
 
 // SupportsBodyWriteTo reports that fasthttp may write an answer of known
@@ -755,12 +777,27 @@ func (b *fastBody) SupportsBodyWriteTo() bool { return b.remaining >= 0 }
 // to the socket once its own buffer is empty. fasthttp's own path reads
 // into what is left of its write buffer instead, in more and smaller
 // reads: 256 KiB answers cost about 12% more CPU that way.
+//
+// A body the endpoint connection can hand over directly
+// (proxy.Conn.AnswerDirect) goes through fasthttp's ReadFrom instead, as
+// a spliceBody: its buffer is filled straight from the endpoint's socket,
+// and on a plain TCP client connection the rest goes by splice
+// (FirstHeadConn.ReadFrom), with no copy through this process.
 func (b *fastBody) WriteTo(w io.Writer) (int64, error) {
+	if rf, ok := w.(io.ReaderFrom); ok && b.conn != nil && b.conn.AnswerDirect() {
+		return rf.ReadFrom((*spliceBody)(b))
+	}
+	return b.copyTo(w, false)
+}
+
+// copyTo writes the rest of the body to w through a copy buffer, read as
+// read reads with direct.
+func (b *fastBody) copyTo(w io.Writer, direct bool) (int64, error) {
 	buf := b.p.Buffers().Get()
 	defer b.p.Buffers().Put(buf)
 	var total int64
 	for {
-		n, err := b.Read(buf)
+		n, err := b.read(buf, direct)
 		if n > 0 {
 			m, werr := w.Write(buf[:n])
 			total += int64(m)
@@ -776,6 +813,54 @@ func (b *fastBody) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 }
+
+// spliceBody is a fastBody that fasthttp's buffered writer takes with
+// ReadFrom (fastBody.WriteTo, for a body proxy.Conn.AnswerDirect allows).
+// The writer fills what is left of its buffer, after the answer's head,
+// with Read, which reads straight from the endpoint's socket once the
+// endpoint connection's buffer is empty; then it writes its buffer and
+// hands the rest to the client connection's ReadFrom, which moves it
+// with spliceTo.
+type spliceBody fastBody
+
+func (s *spliceBody) Read(p []byte) (int, error) { return (*fastBody)(s).read(p, true) }
+
+// spliceTo moves up to n bytes of the body to c, the client's connection:
+// from the endpoint's socket to c's by splice where both are plain TCP
+// sockets (proxy.Conn.SpliceAnswer), else through a copy buffer. The
+// bookkeeping is Read's: a failure on the endpoint's side cuts the
+// answer (502), one on c's is the client's (499); the stall timeout moves
+// ahead of each batch written.
+func (s *spliceBody) spliceTo(c *FirstHeadConn, n int64) (moved int64, err error) {
+	b := (*fastBody)(s)
+	defer func() {
+		if b.p.LogPanic("panic relaying an answer", recover()) {
+			b.cut = true
+			err = errRelayPanic
+		}
+	}()
+	var stall func()
+	if b.p.StallTimeout() > 0 {
+		stall = b.moveStall
+	}
+	moved, endpoint, err := b.conn.SpliceAnswer(&c.sock, c.Conn, min(n, b.remaining), stall)
+	if moved > 0 {
+		b.relayed = true
+	}
+	b.count(moved, err)
+	if endpoint {
+		b.cut = true
+	}
+	if err == proxy.ErrNoSplice {
+		var m int64
+		m, err = b.copyTo(writerOnly{c}, true)
+		moved += m
+	}
+	return moved, err
+}
+
+// writerOnly hides its writer's ReadFrom.
+type writerOnly struct{ io.Writer }
 
 // copyTrailers gives the client the endpoint's trailer values, also those
 // the endpoint did not announce (the client's Trailer field is written

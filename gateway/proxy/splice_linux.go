@@ -1,0 +1,196 @@
+package proxy
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+)
+
+// The flags of every splice call: move the pages rather than copy them
+// where the kernel can, and never block (the sockets are non-blocking
+// already; this makes the pipe so too).
+const spliceFlags = 0x1 | 0x2 // SPLICE_F_MOVE | SPLICE_F_NONBLOCK
+
+// spliceBatch bounds the bytes one fill of the pipe takes from the
+// source socket, and the pipe's size is asked to match it: a 256 KiB
+// answer moves in one fill and one drain when the socket holds it all.
+const spliceBatch = 256 << 10
+
+// fSetPipeSize is fcntl's F_SETPIPE_SZ, which the syscall package does
+// not name.
+const fSetPipeSize = 1031
+
+// splicePipe is a pipe the bytes of a splice cross, with the count of
+// bytes in it.
+type splicePipe struct {
+	r, w int
+	n    int
+}
+
+// pipes keeps up to maxIdlePipes empty pipes for the next splice; a
+// pipe given back with bytes in it (its splice failed halfway) is
+// closed instead.
+var pipes struct {
+	sync.Mutex
+	free []*splicePipe
+}
+
+const maxIdlePipes = 64
+
+// getPipe returns an empty pipe, a kept one when there is one.
+func getPipe() (*splicePipe, error) {
+	pipes.Lock()
+	if n := len(pipes.free); n > 0 {
+		p := pipes.free[n-1]
+		pipes.free[n-1] = nil
+		pipes.free = pipes.free[:n-1]
+		pipes.Unlock()
+		return p, nil
+	}
+	pipes.Unlock()
+	var fds [2]int
+	if err := syscall.Pipe2(fds[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+		return nil, os.NewSyscallError("pipe2", err)
+	}
+	// A larger pipe takes a larger batch; where the system refuses (its
+	// fs.pipe-max-size, or the user's pipe pages), the default (64 KiB)
+	// serves in more batches.
+	_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, uintptr(fds[1]), fSetPipeSize, spliceBatch)
+	return &splicePipe{r: fds[0], w: fds[1]}, nil
+}
+
+// putPipe keeps p for the next splice, or closes it when it holds bytes
+// or enough pipes are kept.
+func putPipe(p *splicePipe) {
+	if p.n == 0 {
+		pipes.Lock()
+		if len(pipes.free) < maxIdlePipes {
+			pipes.free = append(pipes.free, p)
+			pipes.Unlock()
+			return
+		}
+		pipes.Unlock()
+	}
+	_ = syscall.Close(p.r)
+	_ = syscall.Close(p.w)
+}
+
+// SpliceFrom moves n bytes from src's socket (srcConn's) to s's (dst's)
+// through a pipe, by splice(2): each batch fills the pipe from src,
+// waiting for src to have bytes as a read does (under srcConn's read
+// deadline), then drains it into dst, waiting for room as a write does
+// (under dst's write deadline), having run before, when it is not nil
+// (to move that deadline). Bytes held on s (Hold) go first. The reads are
+// serialized with src's other reads, the writes with s's other writes,
+// each only while it runs.
+//
+// It returns the bytes that reached dst, and reports whether an error is
+// src's side: its read failed, or it ended before n bytes
+// (io.ErrUnexpectedEOF); an error of dst's side is its write's.
+// ErrNoSplice, with nothing moved, when either socket is not a plain TCP
+// one or no pipe can be had.
+func (s *Socket) SpliceFrom(dst net.Conn, src *Socket, srcConn net.Conn, n int64, before func()) (moved int64, srcSide bool, err error) {
+	if s.rc == nil || src.rc == nil {
+		return 0, false, ErrNoSplice
+	}
+	p, err := getPipe()
+	if err != nil {
+		return 0, false, ErrNoSplice
+	}
+	defer putPipe(p)
+	for moved < n {
+		if err := src.fillPipe(srcConn, p, min(n-moved, spliceBatch)); err != nil {
+			return moved, true, err
+		}
+		if before != nil {
+			before()
+		}
+		m, err := s.drainPipe(dst, p)
+		moved += m
+		if err != nil {
+			return moved, false, err
+		}
+	}
+	return moved, false, nil
+}
+
+// fillPipe moves up to limit bytes from s's socket into the empty pipe p,
+// waiting for the socket to have some; the end of the stream is
+// io.ErrUnexpectedEOF (the caller wants more).
+func (s *Socket) fillPipe(nc net.Conn, p *splicePipe, limit int64) error {
+	o := &s.r
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var (
+		got   int
+		errno syscall.Errno
+	)
+	err := s.rc.Read(func(fd uintptr) bool {
+		var e syscall.Errno
+		got, e = splice(fd, uintptr(p.w), int(limit))
+		if e == syscall.EAGAIN {
+			return false
+		}
+		errno = e
+		return true
+	})
+	p.n += got
+	o.errno = errno
+	switch err = o.result(nc, "read", err); {
+	case err != nil:
+		return err
+	case got == 0:
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+
+// drainPipe writes what pipe p holds to s's socket, after the bytes held
+// on s, waiting for room as a write does; it returns the bytes of the
+// pipe written.
+func (s *Socket) drainPipe(nc net.Conn, p *splicePipe) (int64, error) {
+	o := &s.w
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := s.flushLocked(nc); err != nil {
+		return 0, err
+	}
+	var (
+		moved int64
+		errno syscall.Errno
+	)
+	err := s.rc.Write(func(fd uintptr) bool {
+		for p.n > 0 {
+			r, e := splice(uintptr(p.r), fd, p.n)
+			switch {
+			case e == syscall.EAGAIN:
+				return false
+			case e != 0:
+				errno = e
+				return true
+			case r == 0: // cannot be with bytes in the pipe; never spin
+				errno = syscall.EIO
+				return true
+			}
+			p.n -= r
+			moved += int64(r)
+		}
+		return true
+	})
+	o.errno = errno
+	splicedBytes.Add(moved)
+	return moved, o.result(nc, "write", err)
+}
+
+// splice makes one splice(2) call of up to n bytes from fd in to fd out,
+// again when a signal interrupts it.
+func splice(in, out uintptr, n int) (int, syscall.Errno) {
+	for {
+		r, _, e := syscall.RawSyscall6(syscall.SYS_SPLICE, in, 0, out, 0, uintptr(n), spliceFlags)
+		if e != syscall.EINTR {
+			return int(r), e
+		}
+	}
+}
