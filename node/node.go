@@ -592,17 +592,24 @@ func listenFront(kind, addr string, px *proxy.Proxy, l Limits, tlsConfig *tls.Co
 	if err != nil {
 		return nil, err
 	}
-	return listenWith(proxyListen, "proxy", addr, f)
+	return listenWith(proxyListen(l.ReadHeaderTimeout), "proxy", addr, f)
 }
 
-// proxyListen is how the proxy listener binds: its connections get no TCP
-// keep-alive probes, as nginx's and HAProxy's do not by default. HTTP
+// proxyListen is how the proxy listener binds. Its connections get no TCP
+// keep-alive probes, as nginx's and HAProxy's do not by default: HTTP
 // bounds every wait of theirs (the header and idle timeouts; an answer's
 // writes fail once the client is gone), and a tunnel, which can stay
 // quiet for hours, turns the probes on for itself
 // (proxy.TunnelKeepAlive). That is four system calls fewer for each new
-// connection (docs/performance.md).
-var proxyListen = net.ListenConfig{KeepAlive: -1}
+// connection. And on Linux a connection is accepted once its first bytes
+// have come (TCP_DEFER_ACCEPT, nginx's listen ... deferred), or after
+// head, the request-head timeout, when none come: the first read of a
+// new connection then finds its request instead of an empty socket, and a
+// connection that sends nothing holds no slot of --max-conns meanwhile
+// (docs/performance.md).
+func proxyListen(head time.Duration) net.ListenConfig {
+	return net.ListenConfig{KeepAlive: -1, Control: deferAccept(head)}
+}
 
 // listenAdmin binds addr for an admin or metrics listener serving h, with
 // TLS when tlsConfig is non-nil: requests are small (1 MiB at most), so

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,7 +44,21 @@ type FirstHeadConn struct {
 	joins  atomic.Int32
 	joinBy *time.Timer
 	wait   time.Duration
+
+	// readOnce is set by the first read. ahead[aheadAt:aheadN] is what
+	// that read took past the one byte it was asked for (readFirst), for
+	// the reads after it; nil once they took it all.
+	readOnce        bool
+	ahead           *[aheadSize]byte
+	aheadAt, aheadN int
 }
+
+// aheadSize is how much the first read of a connection takes when it is
+// asked for one byte: a request head, most often whole.
+const aheadSize = 4 << 10
+
+// aheadBuffers holds the buffers of readFirst between connections.
+var aheadBuffers = sync.Pool{New: func() any { return new([aheadSize]byte) }}
 
 // joinWait bounds how long a write held for the next one (JoinNextWrite)
 // waits for it: past it, the bytes go out alone.
@@ -66,7 +81,52 @@ func NewFirstHeadConn(c net.Conn) *FirstHeadConn {
 }
 
 // Read reads from the connection's socket, writing first what it holds.
-func (c *FirstHeadConn) Read(p []byte) (int, error) { return c.sock.Read(c.Conn, p) }
+func (c *FirstHeadConn) Read(p []byte) (int, error) {
+	if c.ahead != nil {
+		return c.readAhead(p), nil
+	}
+	if !c.readOnce {
+		c.readOnce = true
+		if len(p) == 1 {
+			return c.readFirst(p)
+		}
+	}
+	return c.sock.Read(c.Conn, p)
+}
+
+// readFirst is the first read of the connection when it asks for one
+// byte, as fasthttp's first read of a new connection does (with
+// ReduceMemoryUsage, it waits for the first byte alone, then reads the
+// head into its buffer): it reads up to aheadSize, and keeps what is past
+// the byte for the next reads, which would otherwise each be a system
+// call of their own.
+func (c *FirstHeadConn) readFirst(p []byte) (int, error) {
+	buf := aheadBuffers.Get().(*[aheadSize]byte)
+	n, err := c.sock.Read(c.Conn, buf[:])
+	if n == 0 {
+		aheadBuffers.Put(buf)
+		return 0, err
+	}
+	p[0] = buf[0]
+	if n == 1 {
+		aheadBuffers.Put(buf)
+	} else {
+		c.ahead, c.aheadAt, c.aheadN = buf, 1, n
+	}
+	// An error past the bytes read comes again from the next read.
+	return 1, nil
+}
+
+// readAhead reads into p from what readFirst kept.
+func (c *FirstHeadConn) readAhead(p []byte) int {
+	n := copy(p, c.ahead[c.aheadAt:c.aheadN])
+	c.aheadAt += n
+	if c.aheadAt == c.aheadN {
+		aheadBuffers.Put(c.ahead)
+		c.ahead = nil
+	}
+	return n
+}
 
 // Write writes to the connection's socket, or holds p for the next
 // write (JoinNextWrite). A write that meets bytes held writes them

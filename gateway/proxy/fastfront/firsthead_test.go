@@ -3,6 +3,8 @@ package fastfront
 import (
 	"io"
 	"net"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,4 +100,60 @@ func TestFirstHeadConnJoinsWrites(t *testing.T) {
 	if err != nil || string(rest) != "last" {
 		t.Fatalf("after Close the peer read %q, %v; want %q then EOF", rest, err, "last")
 	}
+}
+
+// TestFirstHeadConnReadsAhead: a first read of one byte (fasthttp's on a
+// new connection) takes what the socket has, up to aheadSize, in one
+// read, and the reads after it get the rest in order, then the socket's
+// own; the buffer goes once drained. A first read of more is a plain
+// read.
+func TestFirstHeadConnReadsAhead(t *testing.T) {
+	t.Parallel()
+	head := "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+	big := strings.Repeat("0123456789abcdef", (aheadSize+1000)/16) // past aheadSize
+	for _, sent := range []string{head, big} {
+		fc, peer := firstHeadPair(t)
+		if _, err := peer.Write([]byte(sent)); err != nil {
+			t.Fatal(err)
+		}
+		waitQueued(t, fc.Conn, len(sent))
+		b := make([]byte, 1)
+		if n, err := fc.Read(b); n != 1 || err != nil || b[0] != sent[0] {
+			t.Fatalf("first read: %d %q %v; want %q", n, b[:n], err, sent[:1])
+		}
+		took := min(len(sent), aheadSize)
+		if fc.ahead == nil || fc.aheadN-fc.aheadAt != took-1 {
+			t.Fatalf("%d bytes sent: the first read kept %d ahead; want %d", len(sent), fc.aheadN-fc.aheadAt, took-1)
+		}
+		testnet.ReadExactly(t, fc, sent[1:], testrun.Timeout)
+		if fc.ahead != nil {
+			t.Error("the read-ahead buffer is still held once drained")
+		}
+	}
+
+	fc, peer := firstHeadPair(t)
+	if _, err := peer.Write([]byte(head)); err != nil {
+		t.Fatal(err)
+	}
+	testnet.ReadExactly(t, fc, head, testrun.Timeout)
+	if fc.ahead != nil {
+		t.Error("a first read of more than a byte kept a read-ahead buffer")
+	}
+}
+
+// waitQueued waits (bounded) until c's socket holds n bytes to read.
+func waitQueued(t *testing.T, c net.Conn, n int) {
+	t.Helper()
+	rc, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, n)
+	testrun.Eventually(t, "the bytes sent queued on the socket", func() bool {
+		var got int
+		_ = rc.Control(func(fd uintptr) {
+			got, _, _ = syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		})
+		return got >= n
+	})
 }
