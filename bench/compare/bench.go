@@ -197,6 +197,11 @@ func (b *bench) prepare(ctx context.Context) error {
 			return fmt.Errorf("dwara binary (DWARA_BIN): %w; run `make build` first", err)
 		}
 	}
+	if b.k.DwaraBaseBin != "" && slices.Contains(b.k.Contestants, "dwara-base") {
+		if err := checkExecutable(b.k.DwaraBaseBin); err != nil {
+			return fmt.Errorf("contestant dwara-base's binary (DWARA_BASE_BIN): %w", err)
+		}
+	}
 	if err := checkExecutable(b.k.UpstreamBin); err != nil {
 		return fmt.Errorf("upstream binary (UPSTREAM_BIN): %w; build it with `go build -o bin/bench-upstream ./bench/upstream`", err)
 	}
@@ -451,6 +456,9 @@ func (b *bench) toolVersions(ctx context.Context) string {
 	vs = append(vs, "go "+runtime.Version())
 	if slices.ContainsFunc(b.k.Contestants, func(n string) bool { return lookup(n).tool == "dwara" }) {
 		vs = append(vs, "dwara "+buildRevision(b.k.DwaraBin))
+	}
+	if slices.Contains(b.k.Contestants, "dwara-base") {
+		vs = append(vs, "dwara-base "+buildRevision(b.k.DwaraBaseBin))
 	}
 	return strings.Join(vs, ", ")
 }

@@ -27,6 +27,9 @@ type contestant struct {
 	args []string
 	// optIn: run only when named in CONTESTANTS, not by default.
 	optIn bool
+	// base: a dwara contestant that runs DWARA_BASE_BIN instead of
+	// DWARA_BIN.
+	base bool
 }
 
 // contestants lists every contestant in the order of the table.
@@ -41,6 +44,10 @@ var contestants = []contestant{
 	// front): CONTESTANTS=nginx,dwara,dwara-fasthttp,dwara-nethttp.
 	{name: "dwara-fasthttp", tool: "dwara", conf: "dwara", args: []string{"--front", "fasthttp"}, optIn: true},
 	{name: "dwara-nethttp", tool: "dwara", conf: "dwara", args: []string{"--front", "net/http"}, optIn: true},
+	// Another build of dwara (DWARA_BASE_BIN), the one before a change,
+	// measured in the same shuffled rounds as the build after it:
+	// CONTESTANTS=nginx,dwara,dwara-base DWARA_BASE_BIN=/tmp/dwara-before.
+	{name: "dwara-base", tool: "dwara", conf: "dwara", optIn: true, base: true},
 }
 
 // contestantNames returns the names of contestants, in order: all of them,
@@ -96,7 +103,11 @@ func (b *bench) launch(ctx context.Context, c contestant, w workload, round int)
 		err = os.WriteFile(file, text, 0o644)
 	case "dwara":
 		file := filepath.Join(dir, "spec.yaml")
-		argv = []string{b.k.DwaraBin, "gateway", "--config", file,
+		bin := b.k.DwaraBin
+		if c.base {
+			bin = b.k.DwaraBaseBin
+		}
+		argv = []string{bin, "gateway", "--config", file,
 			"--listen", loopback + ":" + strconv.Itoa(port), "--metrics-listen", loopback + ":0"}
 		if w.tls {
 			argv = append(argv, "--tls-cert", b.cert.Cert, "--tls-key", b.cert.Key)

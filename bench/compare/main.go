@@ -68,6 +68,7 @@ type knobs struct {
 	Connections   int
 	CanaryPercent int
 	DwaraBin      string
+	DwaraBaseBin  string // contestant dwara-base's; "" unless it runs
 	UpstreamBin   string
 	TLSLoadBin    string
 	Contestants   []string   // in table order
@@ -116,6 +117,7 @@ func parseKnobs(args []string, getenv func(string) string, stderr io.Writer) (kn
 	fs.IntVar(&k.Connections, "connections", k.Connections, add("connections", "CONNECTIONS")+"wrk connections (-c)")
 	fs.IntVar(&k.CanaryPercent, "canary-percent", k.CanaryPercent, add("canary-percent", "CANARY_PERCENT")+"share of requests for the canary pool, 1..99")
 	fs.StringVar(&k.DwaraBin, "dwara-bin", k.DwaraBin, add("dwara-bin", "DWARA_BIN")+"dwara binary")
+	fs.StringVar(&k.DwaraBaseBin, "dwara-base-bin", "", add("dwara-base-bin", "DWARA_BASE_BIN")+"the dwara binary of contestant dwara-base (a build before a change), required with it")
 	fs.StringVar(&k.UpstreamBin, "upstream-bin", k.UpstreamBin, add("upstream-bin", "UPSTREAM_BIN")+"bench/upstream binary")
 	fs.StringVar(&k.TLSLoadBin, "tlsload-bin", k.TLSLoadBin, add("tlsload-bin", "TLSLOAD_BIN")+"bench/tlsload binary (workload tlsresume)")
 	fs.String("contestants", contestantList, add("contestants", "CONTESTANTS")+"comma- or space-separated subset to run")
@@ -176,6 +178,7 @@ func (k knobs) validate() error {
 	check(k.H2Clients >= 1 && k.H2Clients <= 1000, "H2_CLIENTS must be 1..1000, got %d", k.H2Clients)
 	check(k.H2Streams >= 1 && k.H2Streams <= 1000, "H2_STREAMS must be 1..1000, got %d", k.H2Streams)
 	check(k.Deadline >= time.Minute, "DEADLINE must be at least 60 seconds, got %s", k.Deadline)
+	check(!slices.Contains(k.Contestants, "dwara-base") || k.DwaraBaseBin != "", "contestant dwara-base needs DWARA_BASE_BIN, the dwara binary to compare with")
 	return errors.Join(errs...)
 }
 

@@ -42,6 +42,11 @@ func TestParseKnobs(t *testing.T) {
 	if want := 10*time.Minute + 8*34*time.Second; k.Deadline != want {
 		t.Errorf("deadline = %s, want %s", k.Deadline, want)
 	}
+	// dwara-base runs the other binary, named in table order after dwara.
+	k, err = parseKnobs(nil, env(map[string]string{"CONTESTANTS": "dwara-base,nginx,dwara", "DWARA_BASE_BIN": "/x/before"}), io.Discard)
+	if err != nil || k.DwaraBaseBin != "/x/before" || !slices.Equal(k.Contestants, []string{"nginx", "dwara", "dwara-base"}) {
+		t.Errorf("CONTESTANTS with dwara-base: %+v, %v", k, err)
+	}
 	k, err = parseKnobs([]string{"-workloads", "tls"}, env(map[string]string{"WORKLOADS": "h2"}), io.Discard)
 	if err != nil || len(k.Workloads) != 1 || k.Workloads[0].name != "tls" {
 		t.Errorf("flag -workloads tls under WORKLOADS=h2: %+v, %v", k.Workloads, err)
@@ -62,6 +67,7 @@ func TestParseKnobs(t *testing.T) {
 		{"unknown workload", map[string]string{"WORKLOADS": "get,put"}, nil, `unknown workload "put"`},
 		{"sticky is contestants", map[string]string{"WORKLOADS": "sticky"}, nil, "dwara-sticky and haproxy-sticky"},
 		{"h2 clients", map[string]string{"H2_CLIENTS": "0"}, nil, "H2_CLIENTS must be 1..1000"},
+		{"base without its binary", map[string]string{"CONTESTANTS": "dwara,dwara-base"}, nil, "dwara-base needs DWARA_BASE_BIN"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {

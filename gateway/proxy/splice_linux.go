@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -31,13 +32,23 @@ type splicePipe struct {
 
 // pipes keeps up to maxIdlePipes empty pipes for the next splice; a
 // pipe given back with bytes in it (its splice failed halfway) is
-// closed instead.
+// closed instead. live counts the pipes open, kept or in use: at most
+// maxPipes, so that answers relayed at once cannot take more than
+// 2 x maxPipes file descriptors from the connections; past it an answer
+// is copied.
 var pipes struct {
 	sync.Mutex
 	free []*splicePipe
+	live int
 }
 
-const maxIdlePipes = 64
+const (
+	maxIdlePipes = 64
+	maxPipes     = 1024
+)
+
+// errNoPipe is getPipe's answer when maxPipes are open.
+var errNoPipe = errors.New("splice: all pipes in use")
 
 // getPipe returns an empty pipe, a kept one when there is one.
 func getPipe() (*splicePipe, error) {
@@ -49,9 +60,17 @@ func getPipe() (*splicePipe, error) {
 		pipes.Unlock()
 		return p, nil
 	}
+	if pipes.live >= maxPipes {
+		pipes.Unlock()
+		return nil, errNoPipe
+	}
+	pipes.live++
 	pipes.Unlock()
 	var fds [2]int
 	if err := syscall.Pipe2(fds[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+		pipes.Lock()
+		pipes.live--
+		pipes.Unlock()
 		return nil, os.NewSyscallError("pipe2", err)
 	}
 	// A larger pipe takes a larger batch; where the system refuses (its
@@ -64,15 +83,14 @@ func getPipe() (*splicePipe, error) {
 // putPipe keeps p for the next splice, or closes it when it holds bytes
 // or enough pipes are kept.
 func putPipe(p *splicePipe) {
-	if p.n == 0 {
-		pipes.Lock()
-		if len(pipes.free) < maxIdlePipes {
-			pipes.free = append(pipes.free, p)
-			pipes.Unlock()
-			return
-		}
+	pipes.Lock()
+	if p.n == 0 && len(pipes.free) < maxIdlePipes {
+		pipes.free = append(pipes.free, p)
 		pipes.Unlock()
+		return
 	}
+	pipes.live--
+	pipes.Unlock()
 	_ = syscall.Close(p.r)
 	_ = syscall.Close(p.w)
 }

@@ -321,4 +321,30 @@ func TestSplicePipesKept(t *testing.T) {
 	if kept {
 		t.Fatal("a pipe with bytes in it was kept")
 	}
+
+	// No more than maxPipes open at once: past it, none is to be had
+	// (the answer is copied), until one is closed.
+	// Nothing else splices meanwhile: this test is not parallel.
+	var taken []*splicePipe
+	for {
+		p, err := getPipe()
+		if err != nil {
+			if !errors.Is(err, errNoPipe) || len(taken) != maxPipes {
+				t.Fatalf("after %d pipes: %v; want errNoPipe after %d", len(taken), err, maxPipes)
+			}
+			break
+		}
+		if taken = append(taken, p); len(taken) > maxPipes {
+			t.Fatalf("%d pipes open; want at most %d", len(taken), maxPipes)
+		}
+	}
+	for _, p := range taken {
+		p.n = 1 // closed, not kept
+		putPipe(p)
+	}
+	if p, err := getPipe(); err != nil {
+		t.Fatalf("a pipe once others were closed: %v", err)
+	} else {
+		putPipe(p)
+	}
 }
