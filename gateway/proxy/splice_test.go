@@ -64,15 +64,16 @@ func knownLengthUpstream(t *testing.T, gap time.Duration) (addr string, conns *a
 	return hostOf(up.URL), conns
 }
 
-// TestSplicedAnswers: answers of known length, from a byte short of the
-// endpoint connection's buffer to 5 MiB, reach the client byte for byte
+// TestSplicedAnswers: answers of known length, from 8 KiB (the fasthttp
+// front streams one past that from the endpoint connection's buffer
+// rather than copy it twice) to 5 MiB, reach the client byte for byte
 // on every front, twice over, on one client connection and one endpoint
 // connection (the connection a spliced answer came on is reused); HEAD
 // keeps its length. On the fasthttp front, what a large answer has past
 // the first two buffers moves by splice.
 func TestSplicedAnswers(t *testing.T) {
 	t.Parallel()
-	sizes := []int64{ConnBufferSize - 1, ConnBufferSize + 1, 200_000, 256 << 10, 1<<20 + 13, 5 << 20}
+	sizes := []int64{8 << 10, 8<<10 + 1, 16 << 10, ConnBufferSize - 1, ConnBufferSize + 1, 200_000, 256 << 10, 1<<20 + 13, 5 << 20}
 	eachFront(t, func(t *testing.T, front string) {
 		t.Parallel()
 		addr, conns := knownLengthUpstream(t, 0)

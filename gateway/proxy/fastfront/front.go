@@ -647,10 +647,12 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 		return false
 	}
 	cl := c.Head.BodyLength()
-	if cl >= 0 && cl <= proxy.ConnBufferSize && bodyBuffered(c.Reader, cl) {
+	if cl >= 0 && cl <= copiedAnswer && bodyBuffered(c.Reader, cl) {
 		// The whole body is in the connection's buffer already (most small
 		// answers): it is copied into the answer, and the exchange ends
 		// with the handler, with no stream for fasthttp to read and close.
+		// A larger one streams from that buffer instead, straight into
+		// fasthttp's (fastBody.WriteTo): one copy, not two.
 		b, _ := c.Reader.Peek(cl)
 		ctx.Response.SetBody(b)
 		_, _ = c.Reader.Discard(cl)
@@ -667,6 +669,11 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 	ctx.Response.SetBodyStream((*fastBody)(x), cl)
 	return true
 }
+
+// copiedAnswer bounds the body of an answer that respond copies into
+// fasthttp's answer when it has it whole: past it, a second copy of the
+// body (into fasthttp's write buffer) costs more than the stream does.
+const copiedAnswer = 8 << 10
 
 // fastAnswer is the AnswerSink of the fasthttp front: the client's
 // answer header.
