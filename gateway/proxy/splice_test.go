@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dwara/dwara/internal/testnet"
+	"github.com/dwara/dwara/internal/testrun"
 )
 
 // knownLengthUpstream answers GET /N with N bytes of the pattern and
@@ -347,5 +349,40 @@ func TestSplicePipesKept(t *testing.T) {
 		t.Fatalf("a pipe once others were closed: %v", err)
 	} else {
 		putPipe(p)
+	}
+}
+
+// TestDirectAnswersOverTLS: over a TLS client connection, where nothing
+// is spliced, answers of known length stream into the front's writer
+// straight from the endpoint's socket (Conn.ReadAnswerDirect) and still
+// reach the client byte for byte, on one endpoint connection.
+func TestDirectAnswersOverTLS(t *testing.T) {
+	t.Parallel()
+	serverTLS, roots, _ := testTLS(t)
+	for _, kind := range allFronts {
+		t.Run(frontName(kind), func(t *testing.T) {
+			t.Parallel()
+			addr, conns := knownLengthUpstream(t, 0)
+			p := frontProxy(t, addr)
+			s := startFront(t, p, FrontConfig{Kind: kind, ReadHeaderTimeout: testrun.Timeout, IdleTimeout: testrun.Timeout, Logger: discardLog, TLS: serverTLS})
+			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}}}
+			defer tr.CloseIdleConnections()
+			c := &http.Client{Transport: tr, Timeout: testrun.Timeout}
+			for _, n := range []int64{16 << 10, 200_000, 1<<20 + 13} {
+				resp, err := c.Get(fmt.Sprintf("https://%s/%d", s.addr, n))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var check patternChecker
+				_, err = io.Copy(&check, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK || resp.ProtoMajor != 1 || check.n != n {
+					t.Fatalf("GET /%d over TLS: %s %d, %d bytes of the pattern (%v); want HTTP/1.1 200 and all", n, resp.Proto, resp.StatusCode, check.n, err)
+				}
+			}
+			if n := conns.Load(); n != 1 {
+				t.Errorf("the endpoint accepted %d connections; want the one, reused", n)
+			}
+		})
 	}
 }
