@@ -141,6 +141,33 @@ func TestSplicedAnswerEnds(t *testing.T) {
 			waitCount(t, g, "a", "502", 1)
 			checkIdle(t, g, "a")
 		})
+		t.Run("bytes after the body", func(t *testing.T) {
+			t.Parallel()
+			// The endpoint writes a whole answer past the body's end: the
+			// body moves to its last byte and not one more, and the
+			// connection the stray answer waits on carries no later request.
+			body := make([]byte, 200_000)
+			_, _ = (&patternReader{n: int64(len(body))}).Read(body)
+			sent := make(chan struct{}, 4)
+			ep := startRawEndpoint(t, func(*http.Request, int) rawAnswer {
+				return rawAnswer{bytes: "HTTP/1.1 200 OK\r\nContent-Length: 200000\r\n\r\n" + string(body), late: poison, lateSent: sent}
+			})
+			g := proxyTo(t, front, 1, ep.addr, "")
+			rc := dialRaw(t, g)
+			for i := range 2 {
+				rc.write(rawHead("GET /stray HTTP/1.1", "Host: x"))
+				resp, got := rc.readFinal(http.MethodGet)
+				if resp.StatusCode != http.StatusOK || string(got) != string(body) {
+					t.Fatalf("request %d: status %d, %d bytes (the first %q); want 200 and the 200000 of the body", i+1, resp.StatusCode, len(got), got[:min(len(got), 16)])
+				}
+				select {
+				case <-sent: // the stray answer is on the connection before the next request
+				case <-time.After(conformanceDeadline):
+					t.Fatal("the endpoint did not send its stray answer")
+				}
+			}
+			checkIdle(t, g, "a")
+		})
 		t.Run("client gone", func(t *testing.T) {
 			t.Parallel()
 			addr, _ := knownLengthUpstream(t, 0)
