@@ -197,7 +197,7 @@ func (b *bench) prepare(ctx context.Context) error {
 			return fmt.Errorf("dwara binary (DWARA_BIN): %w; run `make build` first", err)
 		}
 	}
-	if b.k.DwaraBaseBin != "" && slices.Contains(b.k.Contestants, "dwara-base") {
+	if slices.Contains(b.k.Contestants, "dwara-base") { // validate made sure it names one
 		if err := checkExecutable(b.k.DwaraBaseBin); err != nil {
 			return fmt.Errorf("contestant dwara-base's binary (DWARA_BASE_BIN): %w", err)
 		}

@@ -363,13 +363,19 @@ func (b *answerBody) read(p []byte) (int, error) {
 	case bodyNone:
 		return 0, io.EOF
 	}
+	return b.readLength(b.br, p)
+}
+
+// readLength reads a Content-Length body from r into p: at most what is
+// left of it, an end before that being io.ErrUnexpectedEOF.
+func (b *answerBody) readLength(r io.Reader, p []byte) (int, error) {
 	if b.left <= 0 {
 		return 0, io.EOF
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]
 	}
-	n, err := b.br.Read(p)
+	n, err := r.Read(p)
 	b.left -= int64(n)
 	if err != nil {
 		return n, unexpected(err)

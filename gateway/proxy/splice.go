@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync/atomic"
 )
@@ -45,18 +44,7 @@ func (c *Conn) ReadAnswerDirect(p []byte) (int, error) {
 	if c.Reader.Buffered() > 0 || b.framing != BodyLength {
 		return b.Read(p)
 	}
-	if b.left <= 0 {
-		return 0, io.EOF
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := c.Read(p)
-	b.left -= int64(n)
-	if err != nil {
-		return n, unexpected(err)
-	}
-	return n, nil
+	return b.readLength(c, p)
 }
 
 // SpliceAnswer moves up to n more bytes of the body of c's last answer

@@ -203,12 +203,16 @@ func (s *Socket) drainPipe(nc net.Conn, p *splicePipe) (int64, error) {
 }
 
 // splice makes one splice(2) call of up to n bytes from fd in to fd out,
-// again when a signal interrupts it.
+// again when a signal interrupts it; it moved nothing when it fails.
 func splice(in, out uintptr, n int) (int, syscall.Errno) {
 	for {
 		r, _, e := syscall.RawSyscall6(syscall.SYS_SPLICE, in, 0, out, 0, uintptr(n), spliceFlags)
-		if e != syscall.EINTR {
-			return int(r), e
+		switch e {
+		case 0:
+			return int(r), 0
+		case syscall.EINTR:
+		default:
+			return 0, e // r is -1 then, which no count may take
 		}
 	}
 }
