@@ -80,9 +80,6 @@ func (p server) forward(w *statusWriter, r *http.Request, a *proxy.Attempt) int 
 			c.Net.Close()
 		}
 	}()
-	if p.StallTimeout() > 0 && dl != nil {
-		defer func() { _ = dl.SetWriteDeadline(time.Time{}) }() // the next request on the connection has none
-	}
 	reusable, clientGone = p.copyResponse(w, r, c, dl)
 	if clientGone {
 		return proxy.StatusClientGone
@@ -174,9 +171,14 @@ func httpOutbound(q *proxy.Request, r *http.Request) {
 // the end.
 //
 // With a stall timeout and dl, the client connection's write deadline
-// moves forward before every write: a client that reads nothing for the
-// stall timeout is cut (counted 499), a slow stream that keeps moving
-// never is.
+// moves forward before every write that may wait for the client: a client
+// that reads nothing for the stall timeout is cut (counted 499), a slow
+// stream that keeps moving never is. The deadline is lifted at the end, so
+// the next request on the connection has none. An answer whose body fits
+// the server's buffer (unflushedBody) is written without one: the server
+// writes it to the connection after the handler returned, when the
+// deadline would have been lifted already, and on HTTP/2 each change of
+// it is a message to the connection's goroutine and a timer.
 func (p server) copyResponse(w *statusWriter, r *http.Request, c *proxy.Conn, dl proxy.Deadliner) (reusable, clientGone bool) {
 	a := &c.Head
 	h := w.Header()
@@ -197,13 +199,20 @@ func (p server) copyResponse(w *statusWriter, r *http.Request, c *proxy.Conn, dl
 	if p.StallTimeout() <= 0 {
 		dl = nil
 	}
+	armed := false // the write deadline is set
+	defer func() {
+		if armed {
+			_ = dl.SetWriteDeadline(time.Time{})
+		}
+	}()
 	sent := 0
 	for {
 		n, rerr := body.Read(buf)
 		sent += n
 		if n > 0 {
-			if dl != nil {
+			if dl != nil && (armed || flush || sent > unflushedBody) {
 				_ = dl.SetWriteDeadline(time.Now().Add(p.StallTimeout()))
+				armed = true
 			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return false, true
@@ -236,6 +245,11 @@ func (p server) copyResponse(w *statusWriter, r *http.Request, c *proxy.Conn, dl
 	}
 	return !a.Close, false
 }
+
+// unflushedBody is the most of an answer's body that net/http's server
+// holds in its buffer until the handler returns: a response's 2 KiB
+// before it chooses its framing on HTTP/1.1 (an HTTP/2 stream's is 4 KiB).
+const unflushedBody = 2 << 10
 
 // stdAnswer is the AnswerSink of the net/http front: the header of its
 // answer, written at the status.
