@@ -34,18 +34,33 @@ type splicePipe struct {
 // pipe given back with bytes in it (its splice failed halfway) is
 // closed instead. live counts the pipes open, kept or in use: at most
 // maxPipes, so that answers relayed at once cannot take more than
-// 2 x maxPipes file descriptors from the connections; past it an answer
-// is copied.
+// 2 x maxPipes file descriptors from the connections (a quarter of the
+// process's at most); past it an answer is copied.
 var pipes struct {
 	sync.Mutex
 	free []*splicePipe
 	live int
 }
 
-const (
-	maxIdlePipes = 64
-	maxPipes     = 1024
-)
+const maxIdlePipes = 64
+
+// maxPipes is pipeLimit of the process's file descriptor limit, as Go
+// raised it at start.
+var maxPipes = func() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return pipeLimit(0)
+	}
+	return pipeLimit(lim.Cur)
+}()
+
+// pipeLimit is the most pipes open at once for a process that may open
+// nofile descriptors: an eighth of them (two descriptors a pipe, so a
+// quarter of the descriptors at most), and no more than 1,024. Where it
+// is 0 every answer is copied.
+func pipeLimit(nofile uint64) int {
+	return int(min(nofile/8, 1024))
+}
 
 // errNoPipe is getPipe's answer when maxPipes are open.
 var errNoPipe = errors.New("splice: all pipes in use")

@@ -322,63 +322,6 @@ func newSplicePair(t *testing.T) *splicePair {
 	return p
 }
 
-// TestSplicePipesKept: a pipe given back empty is kept for the next
-// splice, up to maxIdlePipes; one with bytes in it is closed.
-func TestSplicePipesKept(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("splice(2) is Linux's")
-	}
-	p, err := getPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	putPipe(p)
-	q, err := getPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if q != p {
-		t.Fatalf("the pipe given back empty was not the one taken next")
-	}
-	q.n = 1 // as a splice that failed halfway leaves it
-	putPipe(q)
-	pipes.Lock()
-	kept := false
-	for _, f := range pipes.free {
-		kept = kept || f == q
-	}
-	pipes.Unlock()
-	if kept {
-		t.Fatal("a pipe with bytes in it was kept")
-	}
-
-	// No more than maxPipes open at once: past it, none is to be had
-	// (the answer is copied), until one is closed.
-	// Nothing else splices meanwhile: this test is not parallel.
-	var taken []*splicePipe
-	for {
-		p, err := getPipe()
-		if err != nil {
-			if !errors.Is(err, errNoPipe) || len(taken) != maxPipes {
-				t.Fatalf("after %d pipes: %v; want errNoPipe after %d", len(taken), err, maxPipes)
-			}
-			break
-		}
-		if taken = append(taken, p); len(taken) > maxPipes {
-			t.Fatalf("%d pipes open; want at most %d", len(taken), maxPipes)
-		}
-	}
-	for _, p := range taken {
-		p.n = 1 // closed, not kept
-		putPipe(p)
-	}
-	if p, err := getPipe(); err != nil {
-		t.Fatalf("a pipe once others were closed: %v", err)
-	} else {
-		putPipe(p)
-	}
-}
-
 // TestDirectAnswersOverTLS: over a TLS client connection, where nothing
 // is spliced, answers of known length stream into the front's writer
 // straight from the endpoint's socket (Conn.ReadAnswerDirect) and still

@@ -13,10 +13,11 @@ import (
 // to it is refused, and nothing else can bind the port meanwhile.
 func closedPort(t testing.TB) string {
 	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	syscall.CloseOnExec(fd) // SOCK_CLOEXEC is not every Unix's
 	t.Cleanup(func() { syscall.Close(fd) })
 	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		t.Fatal(err)
