@@ -81,9 +81,16 @@ func (s *demoServe) onPorts(script string) string {
 	).Replace(script)
 }
 
+// scriptWait bounds a whole script of runScript. A script runs a dozen or
+// more commands, each a process of its own (TestDocsCLI's dwara is this
+// test binary), and on a machine running two suites at once one took 2-3 s:
+// wait (30 s) was too short for the script of the CLI's verbs. Like wait,
+// it only ends a hung script; a passing one never comes near it.
+const scriptWait = 4 * wait
+
 // runScript runs script with bash in dir, stopping at the first command
 // that fails and treating an HTTP error answer of curl as a failure, and
-// returns its stdout.
+// returns its stdout; the script is killed past scriptWait.
 func runScript(t *testing.T, dir, script string, env ...string) string {
 	t.Helper()
 	prelude := "set -euo pipefail\ncurl() { command curl --fail-with-body \"$@\"; }\n"
@@ -91,7 +98,7 @@ func runScript(t *testing.T, dir, script string, env ...string) string {
 	if err := os.WriteFile(path, []byte(prelude+script), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	ctx, cancel := context.WithTimeout(t.Context(), scriptWait)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", path)
 	cmd.Dir = dir
