@@ -1,7 +1,6 @@
 package httpfront
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/proxy"
 )
 
@@ -54,15 +50,7 @@ func TestWriteDeadlineWhereWritesWait(t *testing.T) {
 		}
 	}))
 	t.Cleanup(up.Close)
-	p := proxy.New(proxy.Options{Metrics: prometheus.NewRegistry(), ClientStallTimeout: time.Minute})
-	t.Cleanup(p.Close)
-	s, err := config.Parse(fmt.Appendf(nil, "upstreams: [{name: a, endpoints: [%q]}]\nservices: [{name: web, upstream: a}]\n", up.Listener.Addr().String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Apply(s, 1); err != nil {
-		t.Fatal(err)
-	}
+	p := proxyTo(t, proxy.Options{ClientStallTimeout: time.Minute}, up)
 	for _, tc := range []struct {
 		path    string
 		size    int

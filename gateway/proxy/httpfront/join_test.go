@@ -62,15 +62,7 @@ func TestHTTP2AnswerJoined(t *testing.T) {
 		}
 	}))
 	t.Cleanup(up.Close)
-	p := proxy.New(proxy.Options{Metrics: prometheus.NewRegistry()})
-	t.Cleanup(p.Close)
-	s, err := config.Parse(fmt.Appendf(nil, "upstreams: [{name: a, endpoints: [%q]}]\nservices: [{name: web, upstream: a}]\n", up.Listener.Addr().String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Apply(s, 1); err != nil {
-		t.Fatal(err)
-	}
+	p := proxyTo(t, proxy.Options{}, up)
 
 	certPEM, keyPEM, cert := testcert.New(t, "join")
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
@@ -125,4 +117,21 @@ func TestHTTP2AnswerJoined(t *testing.T) {
 			t.Fatalf("after GET %s over %s: %d joins asked, want %d", tc.path, tc.proto, got, tc.joins)
 		}
 	}
+}
+
+// proxyTo returns a proxy with options o (its metrics in a registry of
+// its own) serving one service, web, on the one endpoint up.
+func proxyTo(t *testing.T, o proxy.Options, up *httptest.Server) *proxy.Proxy {
+	t.Helper()
+	o.Metrics = prometheus.NewRegistry()
+	p := proxy.New(o)
+	t.Cleanup(p.Close)
+	s, err := config.Parse(fmt.Appendf(nil, "upstreams: [{name: a, endpoints: [%q]}]\nservices: [{name: web, upstream: a}]\n", up.Listener.Addr().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Apply(s, 1); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
