@@ -80,6 +80,7 @@ func TestCachePurgeReachesEveryGateway(t *testing.T) {
 	gateways := map[string]*proc{"serve": srv, "replica": replica, "control-plane gateway": cp}
 	for _, p := range gateways {
 		p.waitApplied(t, g.ID)
+		p.waitCachesReset(t) // else its first connect may empty the caches filled below
 	}
 
 	// fill caches path on every gateway: a MISS (or a HIT, when it is

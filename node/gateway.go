@@ -163,7 +163,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		base := controlPlaneURL(c.ControlPlane)
 		src := &source.ControlPlane{
 			URL: base, Token: c.ControlPlaneToken, Instance: instance(proxyL.addr()),
-			Apply: apply, Endpoints: px.Endpoints, Caches: px,
+			Apply: apply, Endpoints: px.Endpoints, Caches: resetHook{px, c.CachesReset},
 			Heartbeat: c.Heartbeat, Resync: c.Resync, Client: hc, Logger: log,
 		}
 		// No canary runner: judging needs the database. The windows go to
@@ -185,7 +185,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 		src := c.databaseSource(store, proxyL.addr(), px, apply)
 		cp := c.canaryParts(store, src.Instance.ID, px, kept, reg)
 		follower, brake = cp.follower, cp.brake
-		l := listener(c.listenURL(store), log, follows(src), weights(follower), purges(px, log))
+		l := listener(c.listenURL(store), log, follows(src), weights(follower), purges(resetHook{px, c.CachesReset}, log))
 		lsn = l
 		cp.run(gctx, g)
 		g.Go(func() error { return l.Run(gctx) })

@@ -97,6 +97,22 @@ type caches interface {
 	PurgeAllCaches() (removed int)
 }
 
+// resetHook is a data plane's caches with each emptying of them all
+// reported to reset (Process.CachesReset) once it is done; nil reset
+// reports nothing.
+type resetHook struct {
+	caches
+	reset func()
+}
+
+func (h resetHook) PurgeAllCaches() (removed int) {
+	removed = h.caches.PurgeAllCaches()
+	if h.reset != nil {
+		h.reset()
+	}
+	return removed
+}
+
 // purges is the consumer of a data plane's response caches: a purge on
 // db.CacheNotifyChannel empties the service's cache (or its entries under
 // the prefix), and every reconnect empties every cache, for the purges

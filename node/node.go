@@ -67,6 +67,12 @@ type Process struct {
 	// (from the database, from a publish of the embedded API, or from the
 	// spec file), once per generation, possibly from several goroutines.
 	Applied func(generation int64)
+	// CachesReset, when non-nil, is called after each time the process
+	// emptied every response cache because its feed of cache purges (the
+	// LISTEN connection, or a --control-plane gateway's event stream)
+	// connected: at the first connect and at every reconnect. A page cached
+	// before the first one is dropped by it.
+	CachesReset func()
 	// Trace, when non-nil, is called at each step of a load from the
 	// database (source.Database.Trace's stages, then "overlaid" once the
 	// canary weights in force were read), for measurements.

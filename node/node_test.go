@@ -51,6 +51,11 @@ type proc struct {
 	applied chan struct{} // receives (collapsed) after each Applied call
 	latest  atomic.Int64  // the newest generation applied
 	stop    func()        // stops the process and waits for it
+	// cachesReset is closed at the first CachesReset call: the process's
+	// feed of cache purges connected, and its first purge of every cache
+	// is behind it.
+	cachesReset chan struct{}
+	resetOnce   sync.Once
 }
 
 // hooks sets the process hooks of c to report to p.
@@ -60,6 +65,7 @@ func (p *proc) hooks(c *Process, started chan<- Addrs) {
 		c.Logger = discard
 	}
 	c.Started = func(a Addrs) { started <- a }
+	c.CachesReset = func() { p.resetOnce.Do(func() { close(p.cachesReset) }) }
 	c.Applied = func(g int64) {
 		// Serve applies from two goroutines (the API's publish and the
 		// database source): keep the newest.
@@ -81,6 +87,18 @@ func (p *proc) waitApplied(t testing.TB, gen int64) {
 	t.Helper()
 	if !p.appliedWithin(gen, wait) {
 		t.Fatalf("generation %d not applied within %v (latest %d)", gen, wait, p.latest.Load())
+	}
+}
+
+// waitCachesReset waits until p's feed of cache purges connected and
+// emptied every cache, as it does at its first connect: a page cached
+// after that stays cached until a purge.
+func (p *proc) waitCachesReset(t testing.TB) {
+	t.Helper()
+	select {
+	case <-p.cachesReset:
+	case <-time.After(wait):
+		t.Fatalf("the process's feed of cache purges did not connect within %v", wait)
 	}
 }
 
@@ -134,7 +152,7 @@ func startGateway(t testing.TB, c GatewayConfig) *proc {
 // process started.
 func start(t testing.TB, c *Process, run func(context.Context) error) *proc {
 	t.Helper()
-	p := &proc{applied: make(chan struct{}, 1)}
+	p := &proc{applied: make(chan struct{}, 1), cachesReset: make(chan struct{})}
 	started := make(chan Addrs, 1)
 	p.hooks(c, started)
 	stopped := make(chan error, 1)

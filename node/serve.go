@@ -126,7 +126,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	src := c.databaseSource(store, proxyL.addr(), px, apply)
 	cp := c.canaryParts(store, src.Instance.ID, px, px, reg)
 	follower, brake = cp.follower, cp.brake
-	l := listener(c.listenURL(store), log, follows(src), weights(follower), events(apiSrv), purges(px, log))
+	l := listener(c.listenURL(store), log, follows(src), weights(follower), events(apiSrv), purges(resetHook{px, c.CachesReset}, log))
 	lsn = l
 
 	g, gctx := errgroup.WithContext(ctx)
