@@ -91,22 +91,17 @@ func events(s *api.Server) consumer {
 	}
 }
 
-// caches is what purges consumes of a data plane (a *proxy.Proxy).
-type caches interface {
-	PurgeCache(service, pathPrefix string) (removed int, found bool)
-	PurgeAllCaches() (removed int)
-}
-
-// resetHook is a data plane's caches with each emptying of them all
-// reported to reset (Process.CachesReset) once it is done; nil reset
-// reports nothing.
+// resetHook is a data plane's caches (a *proxy.Proxy, as purges and a
+// source.ControlPlane purge them) with each emptying of them all reported
+// to reset (Process.CachesReset) once it is done; nil reset reports
+// nothing.
 type resetHook struct {
-	caches
+	source.Caches
 	reset func()
 }
 
 func (h resetHook) PurgeAllCaches() (removed int) {
-	removed = h.caches.PurgeAllCaches()
+	removed = h.Caches.PurgeAllCaches()
 	if h.reset != nil {
 		h.reset()
 	}
@@ -119,7 +114,7 @@ func (h resetHook) PurgeAllCaches() (removed int) {
 // sent while the listener was away were missed. The first connect of the
 // process empties them too (it may have served from its state directory
 // meanwhile), logged only when it removed something.
-func purges(px caches, log *slog.Logger) consumer {
+func purges(px source.Caches, log *slog.Logger) consumer {
 	var connects atomic.Int64
 	return consumer{
 		channels: []string{db.CacheNotifyChannel},

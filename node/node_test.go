@@ -55,7 +55,6 @@ type proc struct {
 	// feed of cache purges connected, and its first purge of every cache
 	// is behind it.
 	cachesReset chan struct{}
-	resetOnce   sync.Once
 }
 
 // hooks sets the process hooks of c to report to p.
@@ -65,7 +64,7 @@ func (p *proc) hooks(c *Process, started chan<- Addrs) {
 		c.Logger = discard
 	}
 	c.Started = func(a Addrs) { started <- a }
-	c.CachesReset = func() { p.resetOnce.Do(func() { close(p.cachesReset) }) }
+	c.CachesReset = sync.OnceFunc(func() { close(p.cachesReset) })
 	c.Applied = func(g int64) {
 		// Serve applies from two goroutines (the API's publish and the
 		// database source): keep the newest.
