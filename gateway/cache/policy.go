@@ -332,7 +332,7 @@ func ParseDate(s string) (t time.Time, ok bool) {
 	return time.Time{}, false
 }
 
-// FormatAge is an Age field value: whole seconds.
-func FormatAge(d time.Duration) string {
-	return strconv.FormatInt(int64(max(d, 0)/time.Second), 10)
+// AppendAge appends an Age field value to dst: whole seconds.
+func AppendAge(dst []byte, d time.Duration) []byte {
+	return strconv.AppendInt(dst, int64(max(d, 0)/time.Second), 10)
 }

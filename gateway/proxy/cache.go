@@ -310,10 +310,18 @@ func (cx *cacheExchange) end() bool {
 	return cx.hit
 }
 
+// serve answers a's request with e, fresh at now (a hit): no exchange, so
+// the endpoint's in-flight count is given back.
+func (cx *cacheExchange) serve(a *Attempt, e *cache.Entry, now time.Time, head bool) Exchange {
+	cx.hit, cx.result = true, resultHit
+	a.Endpoint.state.Done(a.began, false)
+	return Exchange{Conn: memoryConn(e, now, head, cx.tc)}
+}
+
 // AnsweredBy records, for the passive checks, the answer with status code
 // of the exchange a: Answered, but nothing for an answer from the cache.
 func (p *Proxy) AnsweredBy(a *Attempt, code int) {
-	if a.cx != nil && a.cx.hit {
+	if a.cx.hit {
 		return
 	}
 	p.Answered(a.Target.Up, a.Endpoint, code)
@@ -323,8 +331,8 @@ func (p *Proxy) AnsweredBy(a *Attempt, code int) {
 func (p *Proxy) cachedExchange(ctx context.Context, a *Attempt, req *Request, send sendFunc) (Exchange, error) {
 	tc := a.Target.cache
 	store := tc.svc.store
-	cx := &cacheExchange{tc: tc, result: resultBypass}
-	a.cx = cx
+	a.cx = cacheExchange{tc: tc, result: resultBypass}
+	cx := &a.cx
 	var cr cache.Request
 	cr.Reset(req.Method, req.Length != 0)
 	pragma, hasCC := false, false
@@ -349,11 +357,23 @@ func (p *Proxy) cachedExchange(ctx context.Context, a *Attempt, req *Request, se
 		}
 		return x, err
 	}
-	var kb [256]byte // most keys fit: one allocation, the string
-	primary := string(cache.Key(kb[:0], a.Target.Up.name, req.Host, req.Target))
 	get := req.joined
-	e, key := store.Lookup(primary, get)
+	// A hit keeps no key: it looks the answer up by a key in kb (most
+	// fit). Past a hit the keys are kept (a flight, the store), so they
+	// are strings of their own.
+	var kb [256]byte
+	probe := UnsafeString(cache.Key(kb[:0], a.Target.Up.name, req.Host, req.Target))
+	e, found := store.Lookup(probe, get)
 	now := store.Now()
+	if e != nil && cache.Decide(&cr, e, now) == cache.Serve {
+		return cx.serve(a, e, now, req.Method == "HEAD"), nil
+	}
+	primary, key := strings.Clone(probe), ""
+	if found == probe {
+		key = primary
+	} else {
+		key = strings.Clone(found)
+	}
 	if e == nil && cr.Method == "GET" {
 		f, leader := store.Lead(key)
 		if leader {
@@ -370,9 +390,7 @@ func (p *Proxy) cachedExchange(ctx context.Context, a *Attempt, req *Request, se
 	if e != nil {
 		switch cache.Decide(&cr, e, now) {
 		case cache.Serve:
-			cx.hit, cx.result = true, resultHit
-			a.Endpoint.state.Done(a.began, false) // no exchange: the endpoint's count is given back
-			return Exchange{Conn: memoryConn(e, now, req.Method == "HEAD", tc)}, nil
+			return cx.serve(a, e, now, req.Method == "HEAD"), nil
 		case cache.Revalidate:
 			stale = e
 			if e.ETag != "" {
@@ -526,7 +544,7 @@ func fromMemory(c *Conn, e *cache.Entry, now time.Time, head bool, result int, t
 	for _, f := range e.Fields {
 		a.Fields = append(a.Fields, AnswerField{Name: f.Name, Value: f.Value})
 	}
-	a.Fields = append(a.Fields, AnswerField{Name: ageName, Value: []byte(cache.FormatAge(e.Age(now)))})
+	a.Fields = append(a.Fields, AnswerField{Name: ageName, Value: cache.AppendAge(c.age[:0], e.Age(now))})
 	markAnswer(a, result, tc)
 	a.Trailers, a.conn = a.Trailers[:0], a.conn[:0]
 	a.Length = int64(len(e.Body))

@@ -110,6 +110,9 @@ type Conn struct {
 	// awaitAnswer is set while FlushForAnswer flushes: the write is a
 	// request's last, and waits for the answer (Socket.WriteAwait).
 	awaitAnswer bool
+	// age holds the Age value of an answer from the cache (fromMemory),
+	// which Head's field aliases until the next answer on c.
+	age [20]byte
 }
 
 // CutNow unblocks every read and write on c at once, for good: the

@@ -503,7 +503,7 @@ func (p *Proxy) Route(t *Table, v *Request) Route {
 // version it reached). It is each front's deferred bookkeeping of a
 // forwarded request, called once.
 func (a *Attempt) End(code int, start time.Time) {
-	if a.cx != nil && a.cx.end() {
+	if a.cx.tc != nil && a.cx.end() {
 		return // answered from the cache: no exchange to account for
 	}
 	tg := a.Target

@@ -73,9 +73,9 @@ type Attempt struct {
 	// (it was not a refused or timed-out connect), so the request does not
 	// fail over to another target.
 	reached bool
-	// cx is the response cache's part of the exchange (cache.go); nil
-	// when the service has no cache.
-	cx *cacheExchange
+	// cx is the response cache's part of the exchange (cache.go); its tc
+	// is nil when the service has no cache.
+	cx cacheExchange
 }
 
 // newAttempt begins an exchange on ep, on no target: Route.Begin's start.
