@@ -156,8 +156,7 @@ func (cw chunkWriter) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var num [16]byte
-	cw.w.Write(strconv.AppendInt(num[:0], int64(len(p)), 16))
+	cw.w.Write(strconv.AppendInt(cw.w.AvailableBuffer(), int64(len(p)), 16))
 	cw.w.WriteString("\r\n")
 	n, err := cw.w.Write(p)
 	cw.w.WriteString("\r\n")

@@ -192,9 +192,8 @@ func (r *Request) writeHead(bw *bufio.Writer, host string, tg *Target, m *mirror
 	}
 	switch {
 	case r.Length > 0:
-		var num [20]byte
 		bw.WriteString("Content-Length: ")
-		bw.Write(strconv.AppendInt(num[:0], r.Length, 10))
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), r.Length, 10))
 		bw.WriteString("\r\n")
 	case r.Length < 0:
 		bw.WriteString("Transfer-Encoding: chunked\r\n")

@@ -24,10 +24,18 @@ const spliceBatch = 256 << 10
 const fSetPipeSize = 1031
 
 // splicePipe is a pipe the bytes of a splice cross, with the count of
-// bytes in it.
+// bytes in it, and the fill or drain under way: fillIO and drainIO, as
+// method values made once with the pipe, so that a splice allocates
+// nothing.
 type splicePipe struct {
 	r, w int
 	n    int
+
+	fill, drain func(uintptr) bool
+	limit       int           // the most a fill takes
+	got         int           // what the fill's last call took
+	moved       int64         // what the drain wrote
+	errno       syscall.Errno // the call's failure
 }
 
 // pipes keeps up to maxIdlePipes empty pipes for the next splice; a
@@ -92,7 +100,9 @@ func getPipe() (*splicePipe, error) {
 	// fs.pipe-max-size, or the user's pipe pages), the default (64 KiB)
 	// serves in more batches.
 	_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, uintptr(fds[1]), fSetPipeSize, spliceBatch)
-	return &splicePipe{r: fds[0], w: fds[1]}, nil
+	p := &splicePipe{r: fds[0], w: fds[1]}
+	p.fill, p.drain = p.fillIO, p.drainIO
+	return p, nil
 }
 
 // putPipe keeps p for the next splice, or closes it when it holds bytes
@@ -156,28 +166,29 @@ func (s *Socket) fillPipe(nc net.Conn, p *splicePipe, limit int64) error {
 	o := &s.r
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var (
-		got   int
-		errno syscall.Errno
-	)
-	err := s.rc.Read(func(fd uintptr) bool {
-		var e syscall.Errno
-		got, e = splice(fd, uintptr(p.w), int(limit))
-		if e == syscall.EAGAIN {
-			return false
-		}
-		errno = e
-		return true
-	})
-	p.n += got
-	o.errno = errno
+	p.limit, p.got, p.errno = int(limit), 0, 0
+	err := s.rc.Read(p.fill)
+	p.n += p.got
+	o.errno = p.errno
 	switch err = o.result(nc, "read", err); {
 	case err != nil:
 		return err
-	case got == 0:
+	case p.got == 0:
 		return io.ErrUnexpectedEOF
 	}
 	return nil
+}
+
+// fillIO is one try of fillPipe's on the socket fd: false to wait for
+// bytes.
+func (p *splicePipe) fillIO(fd uintptr) bool {
+	var e syscall.Errno
+	p.got, e = splice(fd, uintptr(p.w), p.limit)
+	if e == syscall.EAGAIN {
+		return false
+	}
+	p.errno = e
+	return true
 }
 
 // drainPipe writes what pipe p holds to s's socket, after the bytes held
@@ -190,31 +201,32 @@ func (s *Socket) drainPipe(nc net.Conn, p *splicePipe) (int64, error) {
 	if err := s.flushLocked(nc); err != nil {
 		return 0, err
 	}
-	var (
-		moved int64
-		errno syscall.Errno
-	)
-	err := s.rc.Write(func(fd uintptr) bool {
-		for p.n > 0 {
-			r, e := splice(uintptr(p.r), fd, p.n)
-			switch {
-			case e == syscall.EAGAIN:
-				return false
-			case e != 0:
-				errno = e
-				return true
-			case r == 0: // cannot be with bytes in the pipe; never spin
-				errno = syscall.EIO
-				return true
-			}
-			p.n -= r
-			moved += int64(r)
+	p.moved, p.errno = 0, 0
+	err := s.rc.Write(p.drain)
+	o.errno = p.errno
+	splicedBytes.Add(p.moved)
+	return p.moved, o.result(nc, "write", err)
+}
+
+// drainIO is one try of drainPipe's on the socket fd: false to wait for
+// room.
+func (p *splicePipe) drainIO(fd uintptr) bool {
+	for p.n > 0 {
+		r, e := splice(uintptr(p.r), fd, p.n)
+		switch {
+		case e == syscall.EAGAIN:
+			return false
+		case e != 0:
+			p.errno = e
+			return true
+		case r == 0: // cannot be with bytes in the pipe; never spin
+			p.errno = syscall.EIO
+			return true
 		}
-		return true
-	})
-	o.errno = errno
-	splicedBytes.Add(moved)
-	return moved, o.result(nc, "write", err)
+		p.n -= r
+		p.moved += int64(r)
+	}
+	return true
 }
 
 // splice makes one splice(2) call of up to n bytes from fd in to fd out,
