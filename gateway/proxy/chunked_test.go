@@ -121,3 +121,33 @@ func (r *oneByte) Read(p []byte) (int, error) {
 	p[0], r.s = r.s[0], r.s[1:]
 	return 1, nil
 }
+
+// TestRequestHeadAndChunksAllocateNothing: the head writer's
+// Content-Length and a chunk's size line are formatted in the writer's
+// own buffer, so writing a request head with a body, and a chunked body,
+// allocates nothing. Not parallel: AllocsPerRun.
+func TestRequestHeadAndChunksAllocateNothing(t *testing.T) {
+	tg := &Target{HdrService: []string{"web"}, HdrUpstream: []string{"stable"}, HdrGeneration: []string{"7"}}
+	r := &Request{Method: "POST", Target: "/upload", Host: "web.example", RequestID: "id-1", ClientIP: "192.0.2.1", Length: 4096}
+	r.AddField("Content-Type", "application/octet-stream")
+	var sb strings.Builder
+	bw := bufio.NewWriterSize(&sb, 4096)
+	r.writeHead(bw, "10.0.0.1:8080", tg, nil)
+	cw := chunkWriter{bw}
+	cw.Write([]byte("0123456789abcdefg"))
+	bw.Flush()
+	for _, want := range []string{"POST /upload HTTP/1.1\r\n", "\r\nContent-Length: 4096\r\n", "\r\n\r\n11\r\n0123456789abcdefg\r\n"} {
+		if !strings.Contains(sb.String(), want) {
+			t.Fatalf("written %q; want it to hold %q", sb.String(), want)
+		}
+	}
+	chunk := make([]byte, 300)
+	bw.Reset(io.Discard)
+	if allocs := testing.AllocsPerRun(100, func() {
+		r.writeHead(bw, "10.0.0.1:8080", tg, nil)
+		cw.Write(chunk)
+		bw.Flush()
+	}); allocs > 0 {
+		t.Errorf("a request head and a chunk allocate %v times; want none", allocs)
+	}
+}

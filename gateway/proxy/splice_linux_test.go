@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"testing"
 )
 
@@ -74,5 +76,32 @@ func TestPipeLimit(t *testing.T) {
 	}
 	if maxPipes < 1 || maxPipes > 1024 {
 		t.Errorf("maxPipes = %d for this process; want 1..1024", maxPipes)
+	}
+}
+
+// TestSpliceAllocatesNothing: a splice with a kept pipe allocates
+// nothing: its fill and drain are the pipe's own method values, their
+// results in the pipe. Not parallel: AllocsPerRun.
+func TestSpliceAllocatesNothing(t *testing.T) {
+	sp := newSplicePair(t)
+	const n = 16 << 10 // fits the sockets' buffers: no goroutine needed
+	out, in := make([]byte, n), make([]byte, n)
+	for i := range out {
+		out[i] = byte(i)
+	}
+	run := func() {
+		if _, err := sp.srcPeer.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		if moved, _, err := sp.ds.SpliceFrom(sp.dst, &sp.ss, sp.src, n, nil); moved != n || err != nil {
+			t.Fatalf("SpliceFrom: %d moved, %v; want %d", moved, err, n)
+		}
+		if _, err := io.ReadFull(sp.dstPeer, in); err != nil || !bytes.Equal(in, out) {
+			t.Fatalf("the bytes spliced differ (%v)", err)
+		}
+	}
+	run() // takes a pipe, kept after
+	if allocs := testing.AllocsPerRun(50, run); allocs > 0 {
+		t.Errorf("a splice allocates %v times; want none", allocs)
 	}
 }
