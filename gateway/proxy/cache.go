@@ -365,7 +365,11 @@ func (p *Proxy) cachedExchange(ctx context.Context, a *Attempt, req *Request, se
 	probe := UnsafeString(cache.Key(kb[:0], a.Target.Up.name, req.Host, req.Target))
 	e, found := store.Lookup(probe, get)
 	now := store.Now()
-	if e != nil && cache.Decide(&cr, e, now) == cache.Serve {
+	use := cache.Forward // what e is good for: nothing when there is none
+	if e != nil {
+		use = cache.Decide(&cr, e, now)
+	}
+	if use == cache.Serve {
 		return cx.serve(a, e, now, req.Method == "HEAD"), nil
 	}
 	primary, key := strings.Clone(probe), ""
@@ -379,26 +383,22 @@ func (p *Proxy) cachedExchange(ctx context.Context, a *Attempt, req *Request, se
 		if leader {
 			cx.flight = f
 		} else if f.Wait(ctx, max(a.Endpoint.Pool.ResponseHeaderTimeout(), time.Second)) {
-			e, key = store.Lookup(primary, get)
+			led, _ := store.Lookup(primary, get)
 			now = store.Now()
-			if e == nil || cache.Decide(&cr, e, now) != cache.Serve {
-				e = nil // the leader stored nothing usable: forwarded alone
+			if led != nil && cache.Decide(&cr, led, now) == cache.Serve {
+				return cx.serve(a, led, now, req.Method == "HEAD"), nil
 			}
+			// The leader stored nothing usable: forwarded alone.
 		}
 	}
 	var stale *cache.Entry
-	if e != nil {
-		switch cache.Decide(&cr, e, now) {
-		case cache.Serve:
-			return cx.serve(a, e, now, req.Method == "HEAD"), nil
-		case cache.Revalidate:
-			stale = e
-			if e.ETag != "" {
-				req.AddField("If-None-Match", e.ETag)
-			}
-			if e.LastModified != "" {
-				req.AddField("If-Modified-Since", e.LastModified)
-			}
+	if use == cache.Revalidate {
+		stale = e
+		if e.ETag != "" {
+			req.AddField("If-None-Match", e.ETag)
+		}
+		if e.LastModified != "" {
+			req.AddField("If-Modified-Since", e.LastModified)
 		}
 	}
 	requested := now
