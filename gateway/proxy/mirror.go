@@ -521,7 +521,7 @@ func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 		return err
 	}
 	c := x.Conn
-	stop := context.AfterFunc(ctx, c.CutNow)
+	stop := context.AfterFunc(ctx, c.Cutter())
 	c.SetReadDeadline(deadline)
 	var rerr error
 	if body := c.AnswerStream(); body != nil {

@@ -104,6 +104,8 @@ type Conn struct {
 	// cut is set once the connection was cut (cutNow): a read deadline
 	// set later must not undo that.
 	cut atomic.Bool
+	// cutter is CutNow as a method value, made once (Cutter).
+	cutter func()
 	// sock reads and writes a plain TCP connection's socket
 	// (socket_linux.go); an https endpoint's go through its TLS session.
 	sock Socket
@@ -122,6 +124,16 @@ type Conn struct {
 func (c *Conn) CutNow() {
 	c.cut.Store(true)
 	_ = c.Net.SetDeadline(aLongTimeAgo)
+}
+
+// Cutter returns CutNow as a func, made once per connection, for a
+// context.AfterFunc to call: a request that watches its client with it
+// does not allocate the method value each time.
+func (c *Conn) Cutter() func() {
+	if c.cutter == nil {
+		c.cutter = c.CutNow
+	}
+	return c.cutter
 }
 
 // SetReadDeadline sets c's read deadline to t, unless c was cut: a cut

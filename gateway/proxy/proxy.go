@@ -62,6 +62,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -639,6 +640,19 @@ func (p *Proxy) LogPanic(msg string, v any, args ...any) bool {
 func NewRequestID() string {
 	var b [32]byte
 	return string(AppendRequestID(b[:0]))
+}
+
+// NewRequestIDValues returns a fresh random request id as the values of
+// a header field, in one allocation: the id's bytes and the slice that
+// holds it are one object (the net/http front sets it so).
+func NewRequestIDValues() []string {
+	c := new(struct {
+		v [1]string
+		b [32]byte
+	})
+	AppendRequestID(c.b[:0])
+	c.v[0] = unsafe.String(&c.b[0], len(c.b))
+	return c.v[:]
 }
 
 // AppendRequestID appends a fresh random request id to dst.

@@ -48,7 +48,7 @@ func (p server) forward(w *statusWriter, r *http.Request, a *proxy.Attempt) int 
 		if gone != nil {
 			gone() // an earlier connection's, which failed
 		}
-		gone = context.AfterFunc(ctx, c.CutNow)
+		gone = context.AfterFunc(ctx, c.Cutter())
 		return p.send(c, r, q, ep, tg)
 	})
 	if w.body.DL != nil {
@@ -252,16 +252,52 @@ func (p server) copyResponse(w *statusWriter, r *http.Request, c *proxy.Conn, dl
 const unflushedBody = 2 << 10
 
 // stdAnswer is the AnswerSink of the net/http front: the header of its
-// answer, written at the status.
+// answer, written at the status. The fields wait in the writer until End,
+// which makes one string of all their values (each field's its own
+// string was most of the allocations of an HTTP/2 answer that were the
+// front's).
 type stdAnswer statusWriter
 
-func (o *stdAnswer) Field(name, value []byte) {
-	o.add(answerKey(name), string(value))
+// pendingField is a field of the endpoint's answer between stdAnswer's
+// Field and End: its key (a common one's, or "": the canonical name is in
+// statusWriter.text before the value) and the end of its value in text.
+type pendingField struct {
+	key       string
+	keyLen    int
+	valueFrom int
+	end       int
 }
 
-func (o *stdAnswer) Trailer(value []byte) { o.add("Trailer", string(value)) }
+func (o *stdAnswer) Field(name, value []byte) {
+	f := pendingField{}
+	if k, ok := commonAnswerKeys[string(name)]; ok {
+		f.key = k
+	} else {
+		o.text = appendCanonicalKey(o.text, name)
+		f.keyLen = len(name)
+	}
+	f.valueFrom = len(o.text)
+	o.text = append(o.text, value...)
+	f.end = len(o.text)
+	o.fields = append(o.fields, f)
+}
+
+func (o *stdAnswer) Trailer(value []byte) {
+	from := len(o.text)
+	o.text = append(o.text, value...)
+	o.fields = append(o.fields, pendingField{key: "Trailer", valueFrom: from, end: len(o.text)})
+}
 
 func (o *stdAnswer) End(code int, rid string) {
+	text := string(o.text)
+	for _, f := range o.fields {
+		k := f.key
+		if k == "" {
+			k = text[f.valueFrom-f.keyLen : f.valueFrom]
+		}
+		o.add(k, text[f.valueFrom:f.end])
+	}
+	o.text, o.fields = o.text[:0], o.fields[:0]
 	if rid != "" {
 		o.add("X-Request-Id", rid)
 	}
@@ -289,13 +325,23 @@ func (w *statusWriter) value(v string) []string {
 	return w.values[n-1 : n : n]
 }
 
-// answerKey is the net/http header key of an answer's field name: the
-// canonical form, without allocating for the common fields.
-func answerKey(name []byte) string {
-	if k, ok := commonAnswerKeys[string(name)]; ok {
-		return k
+// appendCanonicalKey appends name, a field name the answer's parser
+// found a token, in the canonical form of net/http's header keys
+// (textproto.CanonicalMIMEHeaderKey): each letter that begins the name
+// or follows a hyphen in upper case, every other letter in lower case.
+func appendCanonicalKey(dst, name []byte) []byte {
+	upper := true
+	for _, c := range name {
+		switch {
+		case upper && 'a' <= c && c <= 'z':
+			c -= 'a' - 'A'
+		case !upper && 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+		upper = c == '-'
 	}
-	return http.CanonicalHeaderKey(string(name))
+	return dst
 }
 
 // commonAnswerKeys maps the common answer field names, as endpoints
@@ -441,9 +487,9 @@ func requestID(r *http.Request) string {
 	if vs := r.Header["X-Request-Id"]; len(vs) == 1 && apiv1.ValidRequestID(vs[0]) {
 		return vs[0]
 	}
-	id := proxy.NewRequestID()
-	r.Header["X-Request-Id"] = []string{id}
-	return id
+	vs := proxy.NewRequestIDValues()
+	r.Header["X-Request-Id"] = vs
+	return vs[0]
 }
 
 // clientIP returns the host part of r.RemoteAddr: the peer, never a header.

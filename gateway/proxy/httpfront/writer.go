@@ -25,6 +25,11 @@ type statusWriter struct {
 	// values holds the values of the endpoint's fields as CopyAnswer adds
 	// them (stdAnswer): one slice per answer for all of them.
 	values []string
+	// text and fields hold the endpoint's fields from CopyAnswer's Field
+	// to its End (stdAnswer): their values one after the other in text,
+	// which End makes one string of; kept with the pooled writer.
+	text   []byte
+	fields []pendingField
 	// req is the request served, and stall the stall timeout, for
 	// RequestBody.
 	req   *http.Request
@@ -41,6 +46,13 @@ func (w *statusWriter) RequestBody() io.Reader {
 	return w.req.Body
 }
 
+// maxKeptText and maxKeptFields bound what a pooled writer keeps of the
+// buffers of the last answer's fields (statusWriter.text and fields).
+const (
+	maxKeptText   = 8 << 10
+	maxKeptFields = 64
+)
+
 var statusWriters = sync.Pool{New: func() any { return new(statusWriter) }}
 
 func getStatusWriter(w http.ResponseWriter) *statusWriter {
@@ -54,6 +66,10 @@ func putStatusWriter(sw *statusWriter) {
 	sw.body = proxy.StallBody{}
 	sw.out.Reset()
 	sw.values = nil
+	if cap(sw.text) > maxKeptText || cap(sw.fields) > maxKeptFields {
+		sw.text, sw.fields = nil, nil // an answer with a head out of the common
+	}
+	sw.text, sw.fields = sw.text[:0], sw.fields[:0]
 	sw.req = nil
 	statusWriters.Put(sw)
 }
