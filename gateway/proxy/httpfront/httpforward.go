@@ -253,14 +253,15 @@ const unflushedBody = 2 << 10
 
 // stdAnswer is the AnswerSink of the net/http front: the header of its
 // answer, written at the status. The fields wait in the writer until End,
-// which makes one string of all their values (each field's its own
-// string was most of the allocations of an HTTP/2 answer that were the
+// which makes one string of all their values and uncommon names (a string
+// for each was most of the allocations of an HTTP/2 answer that were the
 // front's).
 type stdAnswer statusWriter
 
 // pendingField is a field of the endpoint's answer between stdAnswer's
-// Field and End: its key (a common one's, or "": the canonical name is in
-// statusWriter.text before the value) and the end of its value in text.
+// Field and End: its key, a common one's, or "" when its canonical name
+// (keyLen bytes) is in statusWriter.text right before the value; and
+// where the value begins and ends in text.
 type pendingField struct {
 	key       string
 	keyLen    int
