@@ -270,23 +270,22 @@ type pendingField struct {
 }
 
 func (o *stdAnswer) Field(name, value []byte) {
-	f := pendingField{}
 	if k, ok := commonAnswerKeys[string(name)]; ok {
-		f.key = k
-	} else {
-		o.text = appendCanonicalKey(o.text, name)
-		f.keyLen = len(name)
+		o.hold(pendingField{key: k}, value)
+		return
 	}
+	o.text = appendCanonicalKey(o.text, name)
+	o.hold(pendingField{keyLen: len(name)}, value)
+}
+
+func (o *stdAnswer) Trailer(value []byte) { o.hold(pendingField{key: "Trailer"}, value) }
+
+// hold keeps f, whose key is set, with value until End.
+func (o *stdAnswer) hold(f pendingField, value []byte) {
 	f.valueFrom = len(o.text)
 	o.text = append(o.text, value...)
 	f.end = len(o.text)
 	o.fields = append(o.fields, f)
-}
-
-func (o *stdAnswer) Trailer(value []byte) {
-	from := len(o.text)
-	o.text = append(o.text, value...)
-	o.fields = append(o.fields, pendingField{key: "Trailer", valueFrom: from, end: len(o.text)})
 }
 
 func (o *stdAnswer) End(code int, rid string) {
