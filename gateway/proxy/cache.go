@@ -372,6 +372,10 @@ func (p *Proxy) cachedExchange(ctx context.Context, a *Attempt, req *Request, se
 	if use == cache.Serve {
 		return cx.serve(a, e, now, req.Method == "HEAD"), nil
 	}
+	// found is the probe, or a variant's key the store made. That one is
+	// a string of its own already, but it is copied all the same: kept
+	// as it is, it might alias kb for all the compiler knows, which would
+	// move kb to the heap on every request.
 	primary, key := strings.Clone(probe), ""
 	if found == probe {
 		key = primary
