@@ -47,7 +47,7 @@ func TestTunnelProbesItsClient(t *testing.T) {
 	if v := sockopt(t, ac, syscall.SOL_SOCKET, syscall.SO_KEEPALIVE); v != 0 {
 		t.Fatalf("accepted with SO_KEEPALIVE %d; the test needs a connection without probes", v)
 	}
-	probeIdle(&limitConn{Conn: ac, release: func() {}})
+	probeIdle(slotConn(ac))
 	if v := sockopt(t, ac, syscall.SOL_SOCKET, syscall.SO_KEEPALIVE); v != 1 {
 		t.Fatalf("SO_KEEPALIVE %d after probeIdle; want 1", v)
 	}

@@ -57,3 +57,11 @@ func TestLimitListener(t *testing.T) {
 		t.Fatal("Accept returned no error after Close")
 	}
 }
+
+// slotConn wraps c as a LimitListener's connection does, holding one
+// slot of a listener of its own, which its Close gives back.
+func slotConn(c net.Conn) *limitConn {
+	l := &limitListener{sem: make(chan struct{}, 1)}
+	l.sem <- struct{}{}
+	return &limitConn{Conn: c, l: l}
+}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // limitListener caps the connections a listener has open at once: Accept
@@ -36,7 +37,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		<-l.sem
 		return nil, err
 	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+	return &limitConn{Conn: c, l: l}, nil
 }
 
 func (l *limitListener) Close() error {
@@ -44,16 +45,18 @@ func (l *limitListener) Close() error {
 	return l.Listener.Close()
 }
 
-// limitConn gives its slot back once, on the first Close.
+// limitConn gives its slot in l back once, on the first Close.
 type limitConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l        *limitListener
+	released atomic.Bool
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	if c.released.CompareAndSwap(false, true) {
+		<-c.l.sem
+	}
 	return err
 }
 

@@ -32,16 +32,18 @@ type Socket struct {
 	rc syscall.RawConn
 	// r and w are the reads and the writes.
 	r, w sockOp
-	// await is awaitIO, as a method value made once (WriteAwait).
+	// await is awaitIO, as a method value made by the first WriteAwait
+	// (under w.mu): only connections to endpoints wait for an answer.
 	await func(uintptr) bool
 
 	// hold is the buffer Hold keeps bytes in (HoldIn);
 	// hn is how much of it is held (0: nothing), set under w.mu.
 	hold []byte
 	hn   atomic.Int32
-	// afterHeld is afterHeldIO, as a method value made once; writing is
-	// set while the held bytes are being written under w.mu, which
-	// afterHeldIO lets go of once they are out.
+	// afterHeld is afterHeldIO, as a method value made by HoldIn (only a
+	// connection that holds bytes reads after them); writing is set while
+	// the held bytes are being written under w.mu, which afterHeldIO lets
+	// go of once they are out.
 	afterHeld func(uintptr) bool
 	writing   bool
 	heldErr   syscall.Errno
@@ -51,9 +53,8 @@ type Socket struct {
 // (rawIO, as a method value made once) and the one under way.
 type sockOp struct {
 	mu    sync.Mutex
-	wait  func(func(uintptr) bool) error // the RawConn's Read or Write
-	call  func(uintptr) bool             // rawIO
-	sysno uintptr                        // SYS_READ or SYS_WRITE
+	call  func(uintptr) bool // rawIO
+	sysno uintptr            // SYS_READ or SYS_WRITE
 	p     []byte
 	n     int
 	errno syscall.Errno
@@ -64,6 +65,8 @@ const maxRW = 1 << 30
 
 // Init sets s up for the socket of nc (or of the connection it wraps,
 // through Unwrap), when it is a TCP socket; otherwise s goes through nc.
+// It makes three allocations (the RawConn and the two calls made under
+// it); the calls only some connections make are made on their first use.
 func (s *Socket) Init(nc net.Conn) {
 	for {
 		if tc, ok := nc.(*net.TCPConn); ok {
@@ -72,10 +75,8 @@ func (s *Socket) Init(nc net.Conn) {
 				return
 			}
 			s.rc = rc
-			s.r.wait, s.r.call, s.r.sysno = rc.Read, s.r.rawIO, syscall.SYS_READ
-			s.w.wait, s.w.call, s.w.sysno = rc.Write, s.w.rawIO, syscall.SYS_WRITE
-			s.await = s.awaitIO
-			s.afterHeld = s.afterHeldIO
+			s.r.call, s.r.sysno = s.r.rawIO, syscall.SYS_READ
+			s.w.call, s.w.sysno = s.w.rawIO, syscall.SYS_WRITE
 			return
 		}
 		u, ok := nc.(interface{ Unwrap() net.Conn })
@@ -98,7 +99,7 @@ func (s *Socket) Read(nc net.Conn, p []byte) (int, error) {
 	if s.hn.Load() != 0 {
 		return s.readAfterHeld(nc, p)
 	}
-	n, err := s.r.run(nc, "read", p)
+	n, err := s.r.run(s.rc, nc, "read", p)
 	if n == 0 && err == nil {
 		return 0, io.EOF
 	}
@@ -131,13 +132,19 @@ func (s *Socket) Write(nc net.Conn, p []byte) (int, error) {
 			return len(p), nil
 		}
 	}
-	return s.w.run(nc, "write", p)
+	return s.w.run(s.rc, nc, "write", p)
 }
 
 // HoldIn gives s the buffer Hold keeps bytes in; nothing is held
 // without one. Call it before the first Hold, from the goroutine that
-// writes.
-func (s *Socket) HoldIn(buf []byte) { s.hold = buf }
+// writes. (The read that comes after held bytes sees what HoldIn set
+// through the count of bytes held, which Hold stores atomically.)
+func (s *Socket) HoldIn(buf []byte) {
+	if s.afterHeld == nil {
+		s.afterHeld = s.afterHeldIO
+	}
+	s.hold = buf
+}
 
 // Hold keeps a copy of p, to be written by the next Read, Write or Flush
 // of s, whichever comes first, instead of now: a Write joins its bytes to
@@ -295,6 +302,9 @@ func (s *Socket) WriteAwait(nc net.Conn, p []byte) (int, error) {
 	}
 	o := &s.w
 	o.mu.Lock()
+	if s.await == nil {
+		s.await = s.awaitIO
+	}
 	o.p, o.n, o.errno = p, 0, 0
 	_ = s.rc.Read(s.await)
 	n, errno, rest := o.n, o.errno, o.p
@@ -326,12 +336,18 @@ func (s *Socket) awaitIO(fd uintptr) bool {
 	return !o.rawIO(fd) || o.errno != 0
 }
 
-// run makes o's call on p under the RawConn, which waits for the socket
-// between calls, and returns what it did as nc's op would.
-func (o *sockOp) run(nc net.Conn, op string, p []byte) (int, error) {
+// run makes o's call on p under rc, which waits for the socket between
+// calls, and returns what it did as nc's op would.
+func (o *sockOp) run(rc syscall.RawConn, nc net.Conn, op string, p []byte) (int, error) {
 	o.mu.Lock()
 	o.p, o.n, o.errno = p, 0, 0
-	err := o.result(nc, op, o.wait(o.call))
+	var err error
+	if o.sysno == syscall.SYS_READ {
+		err = rc.Read(o.call)
+	} else {
+		err = rc.Write(o.call)
+	}
+	err = o.result(nc, op, err)
 	n := o.n
 	o.p = nil
 	o.mu.Unlock()

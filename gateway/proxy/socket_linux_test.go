@@ -24,7 +24,7 @@ import (
 func socketPair(t *testing.T) (c net.Conn, s *Socket, peer net.Conn) {
 	t.Helper()
 	dc, peer := testnet.TCPPair(t, conformanceDeadline)
-	c = &limitConn{Conn: dc, release: func() {}}
+	c = slotConn(dc)
 	s = new(Socket)
 	s.Init(c)
 	if s.rc == nil {
@@ -500,5 +500,54 @@ func TestSocketReadAfterHeldFindsWaitingBytes(t *testing.T) {
 			t.Fatalf("round %d: Read with bytes held and a request waiting: %q, %v; want %q", i, buf[:n], err, "request")
 		}
 		testnet.ReadExactly(t, peer, "answer", testrun.Timeout)
+	}
+}
+
+// TestSocketInitAllocations: setting a Socket up on a client connection
+// makes three allocations (the RawConn and its read and write calls);
+// the wait for an answer and the read after held bytes, which only some
+// connections use, are made on first use, and then work. Not parallel:
+// AllocsPerRun.
+func TestSocketInitAllocations(t *testing.T) {
+	c, _, peer := socketPair(t)
+	s := new(Socket)
+	allocs := testing.AllocsPerRun(100, func() {
+		*s = Socket{}
+		s.Init(c)
+	})
+	if allocs > 3 {
+		t.Errorf("Init makes %v allocations; want at most 3", allocs)
+	}
+	if s.await != nil || s.afterHeld != nil {
+		t.Fatal("Init made the calls of WriteAwait and of a read after held bytes")
+	}
+	// The first WriteAwait makes its call and waits for the answer.
+	go func() {
+		buf := make([]byte, 3)
+		if _, err := io.ReadFull(peer, buf); err == nil {
+			_, _ = peer.Write([]byte("answer"))
+		}
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(conformanceDeadline))
+	if n, err := s.WriteAwait(c, []byte("req")); n != 3 || err != nil {
+		t.Fatalf("WriteAwait: %d, %v", n, err)
+	}
+	buf := make([]byte, 16)
+	if n, err := s.Read(c, buf); err != nil || string(buf[:n]) != "answer" {
+		t.Fatalf("read %q, %v after WriteAwait", buf[:n], err)
+	}
+	// HoldIn makes the read after held bytes, which writes them first.
+	s.HoldIn(make([]byte, 64))
+	if !s.Hold([]byte("held")) {
+		t.Fatal("Hold kept nothing")
+	}
+	go func() {
+		got := make([]byte, 4)
+		if _, err := io.ReadFull(peer, got); err == nil && string(got) == "held" {
+			_, _ = peer.Write([]byte("next"))
+		}
+	}()
+	if n, err := s.Read(c, buf); err != nil || string(buf[:n]) != "next" {
+		t.Fatalf("read %q, %v after held bytes", buf[:n], err)
 	}
 }
