@@ -46,9 +46,15 @@ const hexDigits = "0123456789abcdef"
 // wrapping). Safe for concurrent use.
 func Mint() string {
 	var b [IDLen]byte
+	MintInto(&b)
+	return string(b[:])
+}
+
+// MintInto writes a fresh handle, as Mint returns, into b: for a caller
+// that makes it part of a longer string in one allocation.
+func MintInto(b *[IDLen]byte) {
 	putHex48(b[:12], uint64(time.Now().UnixMilli()))
 	putHex48(b[12:], counter.Add(1))
-	return string(b[:])
 }
 
 // putHex48 writes the low 48 bits of v as 12 lowercase hex digits into dst.

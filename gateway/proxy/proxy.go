@@ -434,11 +434,7 @@ func (p *Proxy) Route(t *Table, v *Request) Route {
 	if st := svc.sticky; st != nil {
 		c, ok := affinity.ReadCookieLines(v.Cookies, st.cookie)
 		if !ok || !affinity.Valid(c) {
-			c = affinity.Mint()
-			rt.SetCookie = st.cookie + "=" + c + st.attrs
-			if v.TLS {
-				rt.SetCookie += "; Secure"
-			}
+			rt.SetCookie, c = st.mint(v.TLS)
 			p.m.sticky.Inc()
 		}
 		key, affinityKey = c, c

@@ -22,6 +22,7 @@ import (
 
 	"github.com/dwara/dwara/api/apiv1"
 	"github.com/dwara/dwara/demo"
+	"github.com/dwara/dwara/gateway/affinity"
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/config/spectest"
 	"github.com/dwara/dwara/internal/testnet"
@@ -742,6 +743,20 @@ func TestRoutingAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("routing allocates %.1f times per request, want 0", allocs)
+	}
+	// A new session: its Set-Cookie and handle are one string, made once.
+	for _, tls := range []bool{false, true} {
+		nv := &Request{Host: req.Host, Path: req.URL.Path, RequestID: "req-2", ClientIP: "192.0.2.1", TLS: tls}
+		var rt Route
+		allocs = testing.AllocsPerRun(1000, func() { rt = g.Route(tbl, nv) })
+		if allocs != 1 {
+			t.Errorf("routing a new session (TLS %v) allocates %.1f times, want 1", tls, allocs)
+		}
+		name, rest, _ := strings.Cut(rt.SetCookie, "=")
+		handle, attrs, _ := strings.Cut(rest, ";")
+		if name != "sid" || !affinity.Valid(handle) || !strings.Contains(attrs, "Path=/") || strings.HasSuffix(attrs, "; Secure") != tls {
+			t.Errorf("new session (TLS %v): Set-Cookie %q", tls, rt.SetCookie)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dwara/dwara/gateway/affinity"
 	"github.com/dwara/dwara/gateway/balance"
 	"github.com/dwara/dwara/gateway/canary"
 	"github.com/dwara/dwara/gateway/config"
@@ -111,6 +112,26 @@ type sticky struct {
 	cookie string
 	// attrs is everything after the value in Set-Cookie, without Secure.
 	attrs string
+}
+
+// mint makes a new session: its Set-Cookie value (with Secure over TLS)
+// and, inside that same string, the handle. One allocation.
+func (st *sticky) mint(tls bool) (setCookie, handle string) {
+	const secure = "; Secure"
+	var h [affinity.IDLen]byte
+	affinity.MintInto(&h)
+	var b strings.Builder
+	b.Grow(len(st.cookie) + 1 + len(h) + len(st.attrs) + len(secure))
+	b.WriteString(st.cookie)
+	b.WriteByte('=')
+	b.Write(h[:])
+	b.WriteString(st.attrs)
+	if tls {
+		b.WriteString(secure)
+	}
+	setCookie = b.String()
+	at := len(st.cookie) + 1
+	return setCookie, setCookie[at : at+len(h)]
 }
 
 // Target is a compiled config.Target: one weighted upstream of a service,
