@@ -2,7 +2,7 @@
 //
 // When a service has sticky sessions, the key of the weighted pick is the
 // value of its affinity cookie. A request without a valid cookie gets a fresh
-// handle from Mint before the pick, so a session's first request lands on the
+// handle from MintInto before the pick, so a session's first request lands on the
 // same target as all its later ones; the proxy sets the handle on that first
 // response and never re-sets it while the client presents it.
 //
@@ -11,8 +11,8 @@
 // at a random value, so two processes minting in the same millisecond do not
 // hand out the same handles. Valid checks that shape; a cookie of any other
 // shape is replaced by a fresh handle. ReadCookie finds the cookie in the
-// request headers. None of them allocates beyond the handle Mint returns, and
-// all are safe for concurrent use.
+// request headers. None of them allocates (MintInto writes into the caller's
+// array), and all are safe for concurrent use.
 package affinity
 
 import (
@@ -28,7 +28,7 @@ import (
 // of the process counter.
 const IDLen = 24
 
-// counter is the per-process counter of Mint. It starts at a random 48-bit
+// counter is the per-process counter of MintInto. It starts at a random 48-bit
 // value so that two processes minting in the same millisecond do not hand out
 // the same handles.
 var counter atomic.Uint64
@@ -41,17 +41,11 @@ func init() {
 
 const hexDigits = "0123456789abcdef"
 
-// Mint returns a fresh handle: IDLen lowercase hex characters, the unix time
-// in milliseconds (12 digits) followed by the process-wide counter (12 digits,
-// wrapping). Safe for concurrent use.
-func Mint() string {
-	var b [IDLen]byte
-	MintInto(&b)
-	return string(b[:])
-}
-
-// MintInto writes a fresh handle, as Mint returns, into b: for a caller
-// that makes it part of a longer string in one allocation.
+// MintInto writes a fresh handle into b: IDLen lowercase hex characters,
+// the unix time in milliseconds (12 digits) followed by the process-wide
+// counter (12 digits, wrapping). The caller makes it part of the string it
+// needs (the proxy: the Set-Cookie value, in one allocation). Safe for
+// concurrent use.
 func MintInto(b *[IDLen]byte) {
 	putHex48(b[:12], uint64(time.Now().UnixMilli()))
 	putHex48(b[12:], counter.Add(1))

@@ -9,7 +9,7 @@ import (
 
 var handleRE = regexp.MustCompile(`^[0-9a-f]{24}$`)
 
-func TestMint(t *testing.T) {
+func TestMintInto(t *testing.T) {
 	t.Parallel()
 	const per, workers = 2000, 4
 	var mu sync.Mutex
@@ -20,8 +20,10 @@ func TestMint(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			local := make([]string, per)
+			var b [IDLen]byte
 			for i := range local {
-				local[i] = Mint()
+				MintInto(&b)
+				local[i] = string(b[:])
 			}
 			mu.Lock()
 			defer mu.Unlock()
