@@ -48,7 +48,7 @@ func checkIdle(t *testing.T, g *gateway, u string) {
 	// of the body): a client that has read the whole answer may look
 	// first. So wait for it; a count that never comes back fails.
 	for _, ep := range g.table.Load().upstreams[u].endpoints {
-		testrun.Eventually(t, fmt.Sprintf("endpoint %s with no request in flight (%d now)", ep.Addr, ep.state.Inflight()),
+		testrun.Eventually(t, fmt.Sprintf("endpoint %s with no request in flight (%d when the wait began)", ep.Addr, ep.state.Inflight()),
 			func() bool { return ep.state.Inflight() == 0 })
 	}
 }
