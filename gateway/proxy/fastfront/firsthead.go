@@ -51,6 +51,17 @@ type FirstHeadConn struct {
 	readOnce        bool
 	ahead           *[aheadSize]byte
 	aheadAt, aheadN int
+
+	// rd and wd are the read and write deadlines, kept as numbers that
+	// the sweeper enforces (deadline.go); dmu orders putting a deadline
+	// on the socket and taking it off. swept is set while the sweeper
+	// holds the connection, in its list (prev, next, under sweep.mu;
+	// closed once Close let go of it for good).
+	rd, wd     coarseDeadline
+	dmu        sync.Mutex
+	swept      atomic.Bool
+	prev, next *FirstHeadConn
+	closed     bool
 }
 
 // aheadSize is how much the first read of a connection takes when it is
@@ -181,6 +192,7 @@ func (c *FirstHeadConn) takeJoin() bool {
 // Close writes what the connection holds and closes it.
 func (c *FirstHeadConn) Close() error {
 	_ = c.sock.Flush(c.Conn)
+	sweep.remove(c)
 	return c.Conn.Close()
 }
 
@@ -196,7 +208,21 @@ func (c *FirstHeadConn) SetReadDeadline(t time.Time) error {
 	case t.IsZero() || t.UnixNano() > by:
 		t = time.Unix(0, by)
 	}
-	return c.Conn.SetReadDeadline(t)
+	return c.rd.set(c, t, setSocketRead)
+}
+
+// SetWriteDeadline sets the write deadline t (a coarse one: deadline.go).
+func (c *FirstHeadConn) SetWriteDeadline(t time.Time) error {
+	return c.wd.set(c, t, setSocketWrite)
+}
+
+// SetDeadline sets the read and the write deadline t.
+func (c *FirstHeadConn) SetDeadline(t time.Time) error {
+	err := c.SetReadDeadline(t)
+	if werr := c.SetWriteDeadline(t); err == nil {
+		err = werr
+	}
+	return err
 }
 
 // Release lets every later deadline pass unchanged: the first head was

@@ -1,0 +1,176 @@
+package fastfront
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Coarse deadlines: fasthttp sets three deadlines on a client connection
+// for each request (the keep-alive wait, the request head, the answer's
+// write), each far off and each moved a little by the next request. A
+// deadline set on a Go connection is a runtime timer moved in its heap,
+// which measured 2 µs of CPU a request over the three (docs/performance.md).
+// A FirstHeadConn keeps the deadline it is given as a number instead, and
+// one sweeper for the process looks at every connection's numbers each
+// sweepEvery: a connection whose deadline has passed gets a deadline in
+// the past on its socket then, which fails its pending and later reads
+// (or writes) as the deadline would have, until a new deadline is set.
+// A deadline so fires up to sweepEvery late, never early. A deadline that
+// is already past when it is set (one that is to cut a read or write at
+// once) goes to the socket at once, as does clearing one the socket has.
+
+// sweepEvery is how often the sweeper looks at the connections'
+// deadlines: how late a deadline may fire.
+const sweepEvery = 50 * time.Millisecond
+
+// onSocket is a coarseDeadline's want while the deadline set on the
+// socket is the one in force: a past one, set by the sweeper or by a
+// caller.
+const onSocket = -1
+
+// coarseDeadline is one direction's deadline of a FirstHeadConn.
+type coarseDeadline struct {
+	// want is the deadline in Unix nanoseconds; 0: none; onSocket: the
+	// socket's deadline is in force.
+	want atomic.Int64
+}
+
+// deadlineDir is the socket setter of one direction.
+type deadlineDir func(*FirstHeadConn, time.Time) error
+
+func setSocketRead(c *FirstHeadConn, t time.Time) error  { return c.Conn.SetReadDeadline(t) }
+func setSocketWrite(c *FirstHeadConn, t time.Time) error { return c.Conn.SetWriteDeadline(t) }
+
+// set sets the deadline t of c's direction d (socket sets it on the
+// socket). A deadline in the future is only kept (the sweeper enforces
+// it); a past one goes to the socket.
+func (d *coarseDeadline) set(c *FirstHeadConn, t time.Time, socket deadlineDir) error {
+	if t.IsZero() {
+		if d.want.Swap(0) == onSocket {
+			return c.clearSocket(d, socket)
+		}
+		return nil
+	}
+	n := t.UnixNano()
+	if n <= 0 || !time.Now().Before(t) {
+		c.dmu.Lock()
+		d.want.Store(onSocket)
+		err := socket(c, t)
+		c.dmu.Unlock()
+		return err
+	}
+	if !c.swept.Load() {
+		sweep.add(c)
+	}
+	if d.want.Swap(n) == onSocket {
+		return c.clearSocket(d, socket)
+	}
+	return nil
+}
+
+// clearSocket clears the socket's deadline of direction d, which was in
+// force until the caller replaced d's want, unless a past deadline was
+// set meanwhile (the last set wins).
+func (c *FirstHeadConn) clearSocket(d *coarseDeadline, socket deadlineDir) error {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if d.want.Load() == onSocket {
+		return nil
+	}
+	return socket(c, time.Time{})
+}
+
+// expire puts a past deadline on the socket for d when d's want has
+// passed by now (Unix nanoseconds); the sweeper calls it.
+func (c *FirstHeadConn) expire(d *coarseDeadline, now int64, socket deadlineDir) {
+	w := d.want.Load()
+	if w <= 0 || w > now {
+		return
+	}
+	c.dmu.Lock()
+	if d.want.CompareAndSwap(w, onSocket) {
+		_ = socket(c, time.Unix(1, 0))
+	}
+	c.dmu.Unlock()
+}
+
+// sweeper holds the connections with coarse deadlines (an intrusive
+// list) and enforces them, on a goroutine that runs while any is held.
+type sweeper struct {
+	mu      sync.Mutex
+	head    *FirstHeadConn
+	n       int
+	running bool
+	every   time.Duration // sweepEvery but in tests
+}
+
+var sweep = sweeper{every: sweepEvery}
+
+// add holds c, once, until remove.
+func (s *sweeper) add(c *FirstHeadConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.swept.Load() || c.closed {
+		return
+	}
+	c.swept.Store(true)
+	c.next = s.head
+	if s.head != nil {
+		s.head.prev = c
+	}
+	s.head = c
+	s.n++
+	if !s.running {
+		s.running = true
+		go s.run()
+	}
+}
+
+// remove lets go of c for good (c is closed).
+func (s *sweeper) remove(c *FirstHeadConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.closed = true
+	if !c.swept.Load() {
+		return
+	}
+	c.swept.Store(false)
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		s.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	}
+	c.prev, c.next = nil, nil
+	s.n--
+}
+
+// run sweeps every s.every until no connection is held.
+func (s *sweeper) run() {
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	for range t.C {
+		now := time.Now().UnixNano()
+		s.mu.Lock()
+		if s.n == 0 {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		for c := s.head; c != nil; c = c.next {
+			c.expire(&c.rd, now, setSocketRead)
+			c.expire(&c.wd, now, setSocketWrite)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// held is the number of connections the sweeper holds (tests).
+func (s *sweeper) held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
