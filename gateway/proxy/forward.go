@@ -210,11 +210,12 @@ func (p *Proxy) Transmit(c *Conn, ep *Endpoint, body io.Reader, length int64, tr
 	}
 	// Always set: a pooled connection may keep the deadline of its last
 	// answer (fastSend leaves it when the body was buffered).
+	now := time.Now()
 	var end time.Time
 	if d := ep.Pool.ResponseHeaderTimeout(); d > 0 {
-		end = time.Now().Add(d)
+		end = now.Add(d)
 	}
-	c.SetReadDeadline(end)
+	c.SetAnswerDeadline(now, end)
 	if err := c.FlushForAnswer(); err != nil {
 		return sent, err
 	}

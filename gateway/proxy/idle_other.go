@@ -11,4 +11,4 @@ type peeker struct{}
 
 func (k *peeker) init(net.Conn) {}
 
-func (k *peeker) state(net.Conn) idleState { return idleClean }
+func (k *peeker) state(net.Conn) (idleState, bool) { return idleClean, false }

@@ -36,20 +36,22 @@ func (k *peeker) peek(fd uintptr) bool {
 }
 
 // state is what nc's socket holds; a connection it cannot look at is
-// taken for clean.
-func (k *peeker) state(nc net.Conn) idleState {
+// taken for clean. cleared reports that it cleared the socket's read
+// deadline to look.
+func (k *peeker) state(nc net.Conn) (st idleState, cleared bool) {
 	if k.rc == nil {
-		return idleClean
+		return idleClean, false
 	}
 	if k.rc.Read(k.look) != nil {
 		// A read deadline of its last exchange has passed; the next
 		// exchange sets its own.
 		_ = nc.SetReadDeadline(time.Time{})
 		if k.rc.Read(k.look) != nil {
-			return idleClosed
+			return idleClosed, true
 		}
+		return k.found, true
 	}
-	return k.found
+	return k.found, false
 }
 
 // peekFD looks at the socket fd without reading it and without waiting.

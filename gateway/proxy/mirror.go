@@ -530,7 +530,8 @@ func (p *Proxy) sendMirrorPooled(ctx context.Context, j *mirrorJob) error {
 		p.buffers.Put(buf)
 	}
 	if stop() && rerr == nil && !c.Head.Close {
-		_ = c.Net.SetDeadline(time.Time{})
+		_ = c.Net.SetWriteDeadline(time.Time{})
+		c.SetReadDeadline(time.Time{})
 		j.ep.Pool.Put(c)
 	} else {
 		c.Net.Close()

@@ -104,6 +104,10 @@ type Conn struct {
 	// cut is set once the connection was cut (cutNow): a read deadline
 	// set later must not undo that.
 	cut atomic.Bool
+	// rdl is the read deadline on the socket as SetReadDeadline set it,
+	// in Unix nanoseconds (0: none, or not known), which
+	// SetAnswerDeadline leaves when it is close enough.
+	rdl int64
 	// cutter is CutNow as a method value, made once (Cutter).
 	cutter func()
 	// sock reads and writes a plain TCP connection's socket
@@ -141,9 +145,41 @@ func (c *Conn) Cutter() func() {
 // stays in force instead of being replaced by a deadline far off.
 func (c *Conn) SetReadDeadline(t time.Time) {
 	_ = c.Net.SetReadDeadline(t)
+	c.rdl = 0
+	if !t.IsZero() {
+		c.rdl = t.UnixNano()
+	}
 	if c.cut.Load() {
 		_ = c.Net.SetDeadline(aLongTimeAgo)
 	}
+}
+
+// maxDeadlineSlack bounds how much later than asked SetAnswerDeadline's
+// deadline may be.
+const maxDeadlineSlack = 50 * time.Millisecond
+
+// SetAnswerDeadline sets a read deadline of at least t, the end of a wait
+// for an answer that begins at now, and at most a sixteenth of the wait
+// (maxDeadlineSlack at most) later. The deadline c has is left when it is
+// within those bounds: the next request on a connection, a few
+// microseconds after the last, asks for nearly the same deadline, and a
+// deadline moved is a runtime timer moved (about 1 µs of a request on the
+// development machine). A new deadline is set at the far end of the
+// bounds, so that requests keep finding it within them for the length of
+// the slack.
+func (c *Conn) SetAnswerDeadline(now, t time.Time) {
+	if t.IsZero() {
+		if c.rdl != 0 {
+			c.SetReadDeadline(t)
+		}
+		return
+	}
+	want := t.UnixNano()
+	slack := min(int64(t.Sub(now)/16), int64(maxDeadlineSlack))
+	if c.rdl >= want && c.rdl <= want+slack {
+		return
+	}
+	c.SetReadDeadline(time.Unix(0, want+max(slack, 0)))
 }
 
 // Write writes b to the connection, counting what went out.

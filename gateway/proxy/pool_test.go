@@ -145,3 +145,70 @@ func TestCutStaysCut(t *testing.T) {
 		t.Fatalf("read on a cut connection: %v, want a timeout at once", err)
 	}
 }
+
+// TestSetAnswerDeadline: the wait for an answer gets a read deadline no
+// earlier than asked and at most its slack later; the next request's,
+// asked a little later, leaves it on the socket; one beyond the slack, a
+// cleared deadline, or one the idle look cleared, is set anew; and the
+// deadline fires, not before the time asked.
+func TestSetAnswerDeadline(t *testing.T) {
+	t.Parallel()
+	peer, nc := testnet.TCPPair(t, conformanceDeadline)
+	c := newUpConn(nc)
+	now := time.Now()
+	c.SetAnswerDeadline(now, now.Add(time.Hour))
+	first := c.rdl
+	if want := now.Add(time.Hour).Add(maxDeadlineSlack).UnixNano(); first != want {
+		t.Fatalf("the first answer deadline is %v, want the time asked plus the slack %v", time.Unix(0, first), time.Unix(0, want))
+	}
+	// A request a millisecond later asks for nearly the same: left as is.
+	later := now.Add(time.Millisecond)
+	c.SetAnswerDeadline(later, later.Add(time.Hour))
+	if c.rdl != first {
+		t.Fatalf("a deadline within the slack was moved: %v -> %v", time.Unix(0, first), time.Unix(0, c.rdl))
+	}
+	// Past the slack: set anew, never earlier than asked.
+	later = now.Add(maxDeadlineSlack + time.Millisecond)
+	c.SetAnswerDeadline(later, later.Add(time.Hour))
+	if c.rdl == first || c.rdl < later.Add(time.Hour).UnixNano() {
+		t.Fatalf("a deadline asked past the slack: %v (was %v)", time.Unix(0, c.rdl), time.Unix(0, first))
+	}
+	// Cleared: none on the socket, and none set again for a wait without one.
+	c.SetAnswerDeadline(later, time.Time{})
+	if c.rdl != 0 {
+		t.Fatalf("a cleared answer deadline is still %v", time.Unix(0, c.rdl))
+	}
+
+	// It fires, not before the time asked (a short wait: a sixteenth of
+	// it is the slack).
+	now = time.Now()
+	by := now.Add(100 * time.Millisecond)
+	c.SetAnswerDeadline(now, by)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Reader.Peek(1)
+		done <- err
+	}()
+	err := recvWithin(t, done, "the read under the answer deadline")
+	if ne, ok := errors.AsType[net.Error](err); !ok || !ne.Timeout() {
+		t.Fatalf("a read past the answer deadline: %v, want a timeout", err)
+	}
+	if time.Now().Before(by) {
+		t.Fatal("the answer deadline fired before the time asked")
+	}
+	// The idle look clears the passed deadline (the connection is clean:
+	// the peer sent nothing), and says so: the next wait sets its own.
+	c.detach()
+	if st := c.idleState(); st != idleClean || c.rdl != 0 {
+		t.Fatalf("idle look after a passed deadline: state %v, deadline %v; want clean and none", st, c.rdl)
+	}
+	c.attach()
+	now = time.Now()
+	c.SetAnswerDeadline(now, now.Add(time.Hour))
+	if _, err := peer.Write([]byte("H")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := c.Reader.Peek(1); err != nil || string(b) != "H" {
+		t.Fatalf("a read under a deadline set after the idle look: %q, %v", b, err)
+	}
+}

@@ -89,7 +89,13 @@ const (
 // connection with bytes or an end of file waiting on its socket is not to
 // be used. An idle one has no buffer to hold bytes (Put refused those with
 // any, and detached the others').
-func (c *Conn) idleState() idleState { return c.peeker.state(c.Net) }
+func (c *Conn) idleState() idleState {
+	st, cleared := c.peeker.state(c.Net)
+	if cleared {
+		c.rdl = 0
+	}
+	return st
+}
 
 // AnswerHeadEnd returns the length of the answer head at the start of b,
 // through the empty line that ends it, or -1 when b does not hold all of

@@ -578,7 +578,7 @@ func (p server) fastTransmit(x *fastExchange, c *proxy.Conn, ep *proxy.Endpoint,
 		end = now.Add(d)
 	}
 	sliced := d <= 0 || d > ClientCheckInterval
-	c.SetReadDeadline(waitStep(now, end, sliced))
+	c.SetAnswerDeadline(now, waitStep(now, end, sliced))
 	if err := c.FlushForAnswer(); err != nil {
 		return sent, err
 	}
@@ -598,7 +598,7 @@ func (p server) fastTransmit(x *fastExchange, c *proxy.Conn, ep *proxy.Endpoint,
 			x.gone = true
 			return sent, errClientGone
 		}
-		c.SetReadDeadline(waitStep(now, end, sliced))
+		c.SetAnswerDeadline(now, waitStep(now, end, sliced))
 	}
 	if sliced && !fastHeadBuffered(c.Reader) {
 		c.SetReadDeadline(end)
