@@ -91,25 +91,33 @@ func (s *State) Inflight() int64 { return s.inflight.Load() }
 // Begin marks a request started on the endpoint and returns its start time,
 // to be passed to Done when the request ends. Every Begin must be paired with
 // exactly one Done.
-func (s *State) Begin() time.Time {
+func (s *State) Begin() time.Time { return s.BeginAt(time.Now()) }
+
+// BeginAt is Begin for a request that started at now, a time the caller
+// has read already.
+func (s *State) BeginAt(now time.Time) time.Time {
 	s.inflight.Add(1)
-	return time.Now()
+	return now
 }
 
 // Done ends a request started with Begin at start and feeds its latency into
 // the peak-EWMA estimate. A failed request (transport error or 5xx, as the
 // caller decides) counts as at least one second, so peak_ewma steers away
 // from a failing endpoint even when it fails fast.
-func (s *State) Done(start time.Time, failed bool) {
+func (s *State) Done(start time.Time, failed bool) { s.DoneAt(start, time.Now(), failed) }
+
+// DoneAt is Done for a request that ended at now, a time the caller has
+// read already.
+func (s *State) DoneAt(start, now time.Time, failed bool) {
 	s.inflight.Add(-1)
-	rtt := time.Since(start)
+	rtt := now.Sub(start)
 	if rtt < 0 {
 		rtt = 0
 	}
 	if failed && rtt < failedLatency {
 		rtt = failedLatency
 	}
-	s.observe(float64(rtt), monotonic())
+	s.observe(float64(rtt), int64(now.Sub(epoch)))
 }
 
 // EWMA returns the current latency estimate: the peak-EWMA of the samples

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -268,12 +269,12 @@ func TestPassiveBookkeepingAllocs(t *testing.T) {
 	u := p.table.Load().upstreams["u"]
 	ep := u.endpoints[0]
 	allocs := testing.AllocsPerRun(1000, func() {
-		a := newAttempt(ep)
+		a := newAttempt(ep, time.Now())
 		p.Answered(u, a.Endpoint, 200)
 		if next := u.untried(a.tried); next == nil {
 			t.Fatal("no endpoint to retry on")
 		}
-		a.end(u, false)
+		a.end(u, false, time.Now())
 	})
 	if allocs != 0 {
 		t.Errorf("passive bookkeeping allocates %.1f times per request, want 0", allocs)

@@ -396,11 +396,12 @@ type splitWalk struct {
 	excluded    uint8
 }
 
-// Begin begins the exchange of the request routed by rt at its endpoint:
-// the Attempt that follows it from endpoint to endpoint (and target to
+// Begin begins the exchange of the request routed by rt at its endpoint,
+// at now (the request's start, which the front has read already): the
+// Attempt that follows it from endpoint to endpoint (and target to
 // target), ended by its End.
-func (rt Route) Begin() Attempt {
-	a := newAttempt(rt.Endpoint)
+func (rt Route) Begin(now time.Time) Attempt {
+	a := newAttempt(rt.Endpoint, now)
 	a.Target, a.walk = rt.Target, rt.walk
 	return a
 }
@@ -504,9 +505,10 @@ func (a *Attempt) End(code int, start time.Time) {
 		return // answered from the cache: no exchange to account for
 	}
 	tg := a.Target
-	a.end(tg.Up, code >= 500)
+	now := time.Now()
+	a.end(tg.Up, code >= 500, now)
 	tg.codes.inc(code)
-	d := time.Since(start)
+	d := now.Sub(start)
 	tg.duration.Observe(d.Seconds())
 	// A provider's 429 to a model alias is counted apart (its
 	// dwara_model_requests_total code) and is no request of the window:

@@ -78,9 +78,10 @@ type Attempt struct {
 	cx cacheExchange
 }
 
-// newAttempt begins an exchange on ep, on no target: Route.Begin's start.
-func newAttempt(ep *Endpoint) Attempt {
-	return Attempt{Endpoint: ep, began: ep.state.Begin(), tried: 1 << ep.index}
+// newAttempt begins an exchange on ep at now, on no target: Route.Begin's
+// start.
+func newAttempt(ep *Endpoint, now time.Time) Attempt {
+	return Attempt{Endpoint: ep, began: ep.state.BeginAt(now), tried: 1 << ep.index}
 }
 
 // moveTo ends the failed exchange on a.ep (in flight, latency as a failure)
@@ -93,8 +94,8 @@ func (a *Attempt) moveTo(next *Endpoint) {
 
 // end ends the exchange on a.ep, failed or not, and gives the retries it
 // holds back to u's budget.
-func (a *Attempt) end(u *upstream, failed bool) {
-	a.Endpoint.state.Done(a.began, failed)
+func (a *Attempt) end(u *upstream, failed bool, now time.Time) {
+	a.Endpoint.state.DoneAt(a.began, now, failed)
 	if a.held > 0 {
 		u.shared.retries.Add(-a.held)
 		a.held = 0

@@ -33,7 +33,7 @@ func TestFastTunnelAbandoned(t *testing.T) {
 	if rt.Status != 0 {
 		t.Fatalf("route: %d %s", rt.Status, rt.Detail)
 	}
-	x := &fastExchange{p: p, a: rt.Begin(), start: time.Now()}
+	x := &fastExchange{p: p, a: rt.Begin(time.Now()), start: time.Now()}
 	upSide, upPeer := net.Pipe()
 	defer upPeer.Close()
 	client, clientPeer := net.Pipe()

@@ -454,7 +454,7 @@ func (p server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // 502 and is. An upgraded tunnel is counted 101 when it ends, with its
 // whole duration.
 func (p server) serveEndpoint(sw *statusWriter, r *http.Request, rt proxy.Route, start time.Time) {
-	a := rt.Begin()
+	a := rt.Begin(start)
 	code := 0
 	completed := false
 	defer func() {
