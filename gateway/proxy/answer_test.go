@@ -314,3 +314,46 @@ func TestAnswerConnectionFields(t *testing.T) {
 		}
 	})
 }
+
+// TestAnswerFieldNamesAsWritten: the names of the endpoint's answer
+// fields reach the client of the fasthttp fronts as the endpoint wrote
+// them, in their case (as nginx and HAProxy pass them); Go's server, the
+// net/http front's, writes them in its canonical case. The gateway's own
+// X-Request-Id comes with them.
+func TestAnswerFieldNamesAsWritten(t *testing.T) {
+	t.Parallel()
+	up := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["x-lower"] = []string{"1"}
+		w.Header()["X-MiXeD-Case"] = []string{"2"}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		g := proxyTo(t, front, 1, hostOf(up.URL), "")
+		rc := dialRaw(t, g)
+		rc.write(rawHead("GET / HTTP/1.1", "Host: a.test"))
+		var head []string
+		for {
+			line, err := rc.br.ReadString('\n')
+			if err != nil {
+				t.Fatalf("read the answer head: %v (so far %q)", err, head)
+			}
+			if line == "\r\n" {
+				break
+			}
+			head = append(head, strings.TrimRight(line, "\r\n"))
+		}
+		wants := []string{"x-lower: 1", "X-MiXeD-Case: 2"}
+		if front == "net/http" {
+			wants = []string{"X-Lower: 1", "X-Mixed-Case: 2"}
+		}
+		for _, want := range wants {
+			if !slices.Contains(head, want) {
+				t.Errorf("answer head %q lacks %q", head, want)
+			}
+		}
+		if !slices.ContainsFunc(head, func(l string) bool { return strings.HasPrefix(l, "X-Request-Id: ") }) {
+			t.Errorf("answer head %q lacks the gateway's X-Request-Id", head)
+		}
+	})
+}

@@ -62,7 +62,17 @@ type FirstHeadConn struct {
 	swept      atomic.Bool
 	prev, next *FirstHeadConn
 	closed     bool
+
+	// peer[:peerN] is the client's IP address as requests send it on
+	// (X-Forwarded-For) and the logs write it, formatted by the
+	// connection's first request (clientIP).
+	peer  [peerSize]byte
+	peerN uint8
 }
+
+// peerSize bounds the client address a FirstHeadConn keeps formatted: an
+// IPv6 address with a zone fits.
+const peerSize = 64
 
 // aheadSize is how much the first read of a connection takes when it is
 // asked for one byte: a request head, most often whole.
@@ -283,4 +293,23 @@ func firstHead(c net.Conn) *FirstHeadConn {
 	}
 	fc, _ := c.(*FirstHeadConn)
 	return fc
+}
+
+// clientIP returns the IP address of the client of c, a connection the
+// front serves, formatted into buf unless the FirstHeadConn under c keeps
+// it formatted already (from its first request on): the address of a
+// connection does not change between its requests.
+func clientIP(c net.Conn, buf []byte) []byte {
+	fc := firstHead(c)
+	if fc == nil {
+		return peerIP(buf, c.RemoteAddr())
+	}
+	if fc.peerN == 0 {
+		ip := peerIP(buf, fc.RemoteAddr())
+		if len(ip) == 0 || len(ip) > peerSize {
+			return ip
+		}
+		fc.peerN = uint8(copy(fc.peer[:], ip))
+	}
+	return fc.peer[:fc.peerN]
 }

@@ -1,6 +1,7 @@
 package fastfront
 
 import (
+	"crypto/tls"
 	"io"
 	"net"
 	"strings"
@@ -156,4 +157,30 @@ func waitQueued(t *testing.T, c net.Conn, n int) {
 		})
 		return got >= n
 	})
+}
+
+// TestClientIPKeptPerConnection: the client's address is formatted by a
+// connection's first request and kept for the later ones (the same bytes,
+// nothing formatted again), through TLS too; a connection that is no
+// FirstHeadConn gets it formatted each time into the buffer given.
+func TestClientIPKeptPerConnection(t *testing.T) {
+	t.Parallel()
+	fc, _ := firstHeadPair(t)
+	var buf [64]byte
+	first := clientIP(fc, buf[:0])
+	if string(first) != "127.0.0.1" {
+		t.Fatalf("client address %q, want 127.0.0.1", first)
+	}
+	if fc.peerN == 0 || &first[0] != &fc.peer[0] {
+		t.Fatal("the client address is not kept with the connection")
+	}
+	clear(buf[:])
+	again := clientIP(tls.Server(fc, &tls.Config{}), buf[:0])
+	if &again[0] != &fc.peer[0] || string(again) != "127.0.0.1" {
+		t.Fatalf("a later request (under TLS) got %q, not the connection's kept address", again)
+	}
+	_, plain := testnet.TCPPair(t, testrun.Timeout)
+	if ip := clientIP(plain, buf[:0]); string(ip) != "127.0.0.1" || &ip[0] != &buf[0] {
+		t.Fatalf("a plain connection's address: %q (in the buffer given: %v)", ip, len(ip) > 0 && &ip[0] == &buf[0])
+	}
 }

@@ -225,7 +225,7 @@ func (p server) fastRoute(ctx *fasthttp.RequestCtx, x *fastExchange, t *proxy.Ta
 		// the deadline instead (requestBody).
 		_ = ctx.Conn().SetReadDeadline(time.Time{})
 	}
-	ip := peerIP(x.ipBuf[:0], ctx.RemoteAddr())
+	ip := clientIP(ctx.Conn(), x.ipBuf[:0])
 	target := fastTarget(h)
 	path, ok := fastRoutePath(target)
 	if !ok && !h.IsConnect() { // CONNECT's authority-form: route refuses the method
@@ -641,6 +641,10 @@ func fastHeadBuffered(br *bufio.Reader) bool {
 func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 	c := x.conn
 	out := &ctx.Response.Header
+	// The endpoint's field names go to the client as the endpoint wrote
+	// them (as nginx and HAProxy pass them), not rewritten into
+	// fasthttp's canonical case: a copy of each name fewer.
+	out.DisableNormalizing()
 	proxy.CopyAnswer(&c.Head, (*fastAnswer)(out), rid)
 	body := c.AnswerStream()
 	if body == nil { // HEAD, 204, 304: no body to stream
