@@ -9,8 +9,9 @@ import (
 // Coarse deadlines: fasthttp sets three deadlines on a client connection
 // for each request (the keep-alive wait, the request head, the answer's
 // write), each far off and each moved a little by the next request. A
-// deadline set on a Go connection is a runtime timer moved in its heap,
-// which measured 2 µs of CPU a request over the three (docs/performance.md).
+// deadline set on a Go connection is a clock read and a runtime timer
+// moved in its heap, three times a request (docs/performance.md has what
+// that cost and what this won back).
 // A FirstHeadConn keeps the deadline it is given as a number instead, and
 // one sweeper for the process looks at every connection's numbers each
 // sweepEvery: a connection whose deadline has passed gets a deadline in
