@@ -131,8 +131,8 @@ func TestSweeperLetsGo(t *testing.T) {
 	if err := fc.SetWriteDeadline(time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if !fc.swept.Load() || sweep.held() < 1 {
-		t.Fatalf("after a deadline in the future: held %v, sweeper holds %d", fc.swept.Load(), sweep.held())
+	if !fc.swept.Load() || sweep.held.Load() < 1 {
+		t.Fatalf("after a deadline in the future: held %v, sweeper holds %d", fc.swept.Load(), sweep.held.Load())
 	}
 	if err := fc.Close(); err != nil {
 		t.Fatal(err)
@@ -191,4 +191,60 @@ func write(t *testing.T, c net.Conn, s string) {
 	if _, err := c.Write([]byte(s)); err != nil {
 		t.Fatalf("write %q: %v", s, err)
 	}
+}
+
+// BenchmarkSweep10k is one sweep over 10,000 connections whose deadlines
+// are all in the future (idle keep-alive connections): what the sweeper
+// costs every sweepEvery at the connection cap's default.
+func BenchmarkSweep10k(b *testing.B) {
+	s := &sweeper{every: sweepEvery, running: true} // no goroutine: the benchmark sweeps
+	far := time.Now().Add(time.Hour)
+	conns := make([]*FirstHeadConn, 10000)
+	for i := range conns {
+		c := &FirstHeadConn{shard: uint8(i % sweepShards)}
+		c.rd.want.Store(far.UnixNano())
+		c.wd.want.Store(far.UnixNano())
+		s.add(c)
+		conns[i] = c
+	}
+	now := time.Now().UnixNano()
+	b.ResetTimer()
+	for b.Loop() {
+		s.sweepOnce(now)
+	}
+}
+
+// TestSweeperStopsAndStartsAgain: a sweeper of its own stops once it
+// holds no connection, and the next connection it is given starts it
+// again: that connection's passed deadline fails its read.
+func TestSweeperStopsAndStartsAgain(t *testing.T) {
+	t.Parallel()
+	s := newSweeper()
+	s.every = time.Millisecond
+	running := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.running
+	}
+	first, _ := firstHeadPair(t)
+	first.rd.want.Store(time.Now().Add(time.Hour).UnixNano())
+	s.add(first)
+	if !running() {
+		t.Fatal("the sweeper did not start with its first connection")
+	}
+	s.remove(first)
+	testrun.Eventually(t, "the sweeper to stop with no connection", func() bool { return !running() })
+
+	second, _ := firstHeadPair(t)
+	second.rd.want.Store(1) // long passed
+	s.add(second)
+	select {
+	case err := <-readEnds(t, second):
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a read past its deadline, after the sweeper started again: %v, want os.ErrDeadlineExceeded", err)
+		}
+	case <-time.After(testrun.Timeout):
+		t.Fatal("the sweeper did not start again: a read past its deadline did not fail")
+	}
+	s.remove(second)
 }

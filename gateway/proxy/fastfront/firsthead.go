@@ -55,13 +55,14 @@ type FirstHeadConn struct {
 	// rd and wd are the read and write deadlines, kept as numbers that
 	// the sweeper enforces (deadline.go); dmu orders putting a deadline
 	// on the socket and taking it off. swept is set while the sweeper
-	// holds the connection, in its list (prev, next, under sweep.mu;
-	// closed once Close let go of it for good).
+	// holds the connection, in its shard's list (prev, next, under the
+	// shard's lock; closed once Close let go of it for good).
 	rd, wd     coarseDeadline
 	dmu        sync.Mutex
 	swept      atomic.Bool
 	prev, next *FirstHeadConn
 	closed     bool
+	shard      uint8 // the sweeper's list it goes in
 
 	// peer[:peerN] is the client's IP address as requests send it on
 	// (X-Forwarded-For) and the logs write it, formatted by the
@@ -96,7 +97,7 @@ const released = -1
 // NewServer's) is to serve, so that its first request head is bounded from
 // the first read deadline set on it.
 func NewFirstHeadConn(c net.Conn) *FirstHeadConn {
-	fc := &FirstHeadConn{Conn: c, wait: joinWait}
+	fc := &FirstHeadConn{Conn: c, wait: joinWait, shard: uint8(shardSeq.Add(1) % sweepShards)}
 	fc.sock.Init(c)
 	return fc
 }
