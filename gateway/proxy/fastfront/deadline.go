@@ -105,8 +105,8 @@ func (c *FirstHeadConn) expire(d *coarseDeadline, now int64, socket deadlineDir)
 // the list, and a connection that gets its first deadline meanwhile waits
 // at most that long), and enforces them, on a goroutine that runs while
 // any is held. One sweep of 10,000 connections takes about 120 µs on the
-// development machine (BenchmarkSweep10k): 0.3% of a core at the default
-// connection cap.
+// development machine (BenchmarkSweep10k): a quarter of a per cent of a
+// core at the default connection cap.
 type sweeper struct {
 	shards [sweepShards]sweepShard
 	held   atomic.Int64 // connections in the shards
