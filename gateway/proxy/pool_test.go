@@ -135,11 +135,7 @@ func TestCutStaysCut(t *testing.T) {
 	c := newUpConn(nc)
 	c.CutNow()
 	c.SetReadDeadline(time.Now().Add(time.Hour)) // the response-header timeout, say
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Reader.Peek(1)
-		done <- err
-	}()
+	done := peekEnds(c)
 	err := recvWithin(t, done, "the read on the cut connection")
 	if ne, ok := errors.AsType[net.Error](err); !ok || !ne.Timeout() {
 		t.Fatalf("read on a cut connection: %v, want a timeout at once", err)
@@ -184,11 +180,7 @@ func TestSetAnswerDeadline(t *testing.T) {
 	now = time.Now()
 	by := now.Add(100 * time.Millisecond)
 	c.SetAnswerDeadline(now, by)
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Reader.Peek(1)
-		done <- err
-	}()
+	done := peekEnds(c)
 	err := recvWithin(t, done, "the read under the answer deadline")
 	if ne, ok := errors.AsType[net.Error](err); !ok || !ne.Timeout() {
 		t.Fatalf("a read past the answer deadline: %v, want a timeout", err)
@@ -211,4 +203,15 @@ func TestSetAnswerDeadline(t *testing.T) {
 	if b, err := c.Reader.Peek(1); err != nil || string(b) != "H" {
 		t.Fatalf("a read under a deadline set after the idle look: %q, %v", b, err)
 	}
+}
+
+// peekEnds waits for the first byte of an answer on c in the background
+// and brings what the wait ended with.
+func peekEnds(c *Conn) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Reader.Peek(1)
+		done <- err
+	}()
+	return done
 }

@@ -51,22 +51,18 @@ func setSocketWrite(c *FirstHeadConn, t time.Time) error { return c.Conn.SetWrit
 // socket). A deadline in the future is only kept (the sweeper enforces
 // it); a past one goes to the socket.
 func (d *coarseDeadline) set(c *FirstHeadConn, t time.Time, socket deadlineDir) error {
-	if t.IsZero() {
-		if d.want.Swap(0) == onSocket {
-			return c.clearSocket(d, socket)
+	var n int64 // none
+	if !t.IsZero() {
+		if n = t.UnixNano(); n <= sweep.now.Load() {
+			c.dmu.Lock()
+			d.want.Store(onSocket)
+			err := socket(c, t)
+			c.dmu.Unlock()
+			return err
 		}
-		return nil
-	}
-	n := t.UnixNano()
-	if n <= sweep.now.Load() {
-		c.dmu.Lock()
-		d.want.Store(onSocket)
-		err := socket(c, t)
-		c.dmu.Unlock()
-		return err
-	}
-	if !c.swept.Load() {
-		sweep.add(c)
+		if !c.swept.Load() {
+			sweep.add(c)
+		}
 	}
 	if d.want.Swap(n) == onSocket {
 		return c.clearSocket(d, socket)

@@ -24,6 +24,24 @@ func readEnds(t *testing.T, fc *FirstHeadConn) <-chan error {
 	return done
 }
 
+// endsAtDeadline fails the test unless done brings, within the suite's
+// deadline, the error of a deadline that has passed, and no earlier than
+// by (zero: any time). what names the read or write for the messages.
+func endsAtDeadline(t *testing.T, done <-chan error, by time.Time, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%s ended with %v, want os.ErrDeadlineExceeded", what, err)
+		}
+		if now := time.Now(); now.Before(by) {
+			t.Fatalf("%s: the deadline fired %v early", what, by.Sub(now))
+		}
+	case <-time.After(testrun.Timeout):
+		t.Fatalf("%s did not fail at its deadline", what)
+	}
+}
+
 // TestCoarseReadDeadline: a read deadline in the future is kept by the
 // connection and enforced by the sweeper: a blocked read fails with the
 // deadline's error, not before the deadline; a later deadline set before
@@ -42,17 +60,7 @@ func TestCoarseReadDeadline(t *testing.T) {
 	if err := fc.SetReadDeadline(by); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-readEnds(t, fc):
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("a read past its deadline ended with %v, want os.ErrDeadlineExceeded", err)
-		}
-		if now := time.Now(); now.Before(by) {
-			t.Fatalf("the deadline fired %v early", by.Sub(now))
-		}
-	case <-time.After(testrun.Timeout):
-		t.Fatal("a read past its deadline did not fail")
-	}
+	endsAtDeadline(t, readEnds(t, fc), by, "a read past its deadline")
 	// The socket's past deadline stays in force until a new one is set.
 	var b [1]byte
 	if _, err := fc.Read(b[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -106,17 +114,7 @@ func TestCoarseWriteDeadline(t *testing.T) {
 		}
 		done <- nil
 	}()
-	select {
-	case err := <-done:
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("a write the peer does not take ended with %v, want os.ErrDeadlineExceeded", err)
-		}
-		if now := time.Now(); now.Before(by) {
-			t.Fatalf("the write deadline fired %v early", by.Sub(now))
-		}
-	case <-time.After(testrun.Timeout):
-		t.Fatal("a write the peer does not take did not fail at its deadline")
-	}
+	endsAtDeadline(t, done, by, "a write the peer does not take")
 }
 
 // TestSweeperLetsGo: the sweeper holds a connection from its first
@@ -238,13 +236,6 @@ func TestSweeperStopsAndStartsAgain(t *testing.T) {
 	second, _ := firstHeadPair(t)
 	second.rd.want.Store(1) // long passed
 	s.add(second)
-	select {
-	case err := <-readEnds(t, second):
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("a read past its deadline, after the sweeper started again: %v, want os.ErrDeadlineExceeded", err)
-		}
-	case <-time.After(testrun.Timeout):
-		t.Fatal("the sweeper did not start again: a read past its deadline did not fail")
-	}
+	endsAtDeadline(t, readEnds(t, second), time.Time{}, "a read past its deadline, after the sweeper started again")
 	s.remove(second)
 }
