@@ -365,7 +365,9 @@ func (p *Proxy) Generation() int64 {
 func (p *Proxy) Registry() *balance.Registry { return p.reg }
 
 // Route is where a request goes: its target and endpoint, and the cookie
-// to set when a sticky session starts; or, when status is not 0, the
+// to set when a sticky session starts (SetCookie, made in the routed
+// Request's buffer: valid while that Request serves this request; a
+// front that keeps it longer copies it); or, when status is not 0, the
 // problem to answer instead.
 type Route struct {
 	Target        *Target
@@ -411,7 +413,8 @@ func (rt Route) Begin(now time.Time) Attempt {
 // first match rule the request meets or else picks it by the split, and
 // the endpoint by the upstream's balancer, failing over to the next target
 // with an endpoint up when every endpoint of that one is marked down. It
-// allocates only to mint a new session's cookie.
+// does not allocate: a new session's cookie is made in v's buffer
+// (Route.SetCookie is valid while v serves this request).
 func (p *Proxy) Route(t *Table, v *Request) Route {
 	if rt, refused := Refuse(v); refused {
 		return rt
@@ -435,7 +438,7 @@ func (p *Proxy) Route(t *Table, v *Request) Route {
 	if st := svc.sticky; st != nil {
 		c, ok := affinity.ReadCookieLines(v.Cookies, st.cookie)
 		if !ok || !affinity.Valid(c) {
-			rt.SetCookie, c = st.mint(v.TLS)
+			rt.SetCookie, c = st.mint(v.TLS, &v.setCookie)
 			p.m.sticky.Inc()
 		}
 		key, affinityKey = c, c

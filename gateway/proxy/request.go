@@ -52,6 +52,9 @@ type Request struct {
 	Service string
 	// CookieBuf holds a front's one Cookie line, for cookies.
 	CookieBuf [1]string
+	// setCookie holds a new session's Set-Cookie value (Route.SetCookie),
+	// kept from request to request (Reset).
+	setCookie []byte
 	// Body gives the request's body to Route for a service whose route
 	// depends on it (model aliases, models.go); nil: such a request is
 	// routed as any other.
@@ -103,7 +106,7 @@ func (r *Request) AddField(name, value string) {
 func (r *Request) Reset() {
 	clear(r.fields)
 	clear(r.Trailers)
-	*r = Request{fields: r.fields[:0], Trailers: r.Trailers[:0], CookieBuf: r.CookieBuf}
+	*r = Request{fields: r.fields[:0], Trailers: r.Trailers[:0], CookieBuf: r.CookieBuf, setCookie: r.setCookie[:0]}
 	r.CookieBuf[0] = ""
 }
 

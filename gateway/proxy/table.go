@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -115,21 +116,24 @@ type sticky struct {
 }
 
 // mint makes a new session: its Set-Cookie value (with Secure over TLS)
-// and, inside that same string, the handle. One allocation.
-func (st *sticky) mint(tls bool) (setCookie, handle string) {
+// and, inside that same string, the handle, both over *buf, which it
+// reuses (a Request's, kept from request to request): no allocation once
+// the buffer has grown to the cookie's size. The strings are valid until
+// the next mint into *buf; whoever keeps either beyond its request copies
+// it (the net/http front's header map does).
+func (st *sticky) mint(tls bool, buf *[]byte) (setCookie, handle string) {
 	const secure = "; Secure"
 	var h [affinity.IDLen]byte
 	affinity.MintInto(&h)
-	var b strings.Builder
-	b.Grow(len(st.cookie) + 1 + len(h) + len(st.attrs) + len(secure))
-	b.WriteString(st.cookie)
-	b.WriteByte('=')
-	b.Write(h[:])
-	b.WriteString(st.attrs)
+	b := append((*buf)[:0], st.cookie...)
+	b = append(b, '=')
+	b = append(b, h[:]...)
+	b = append(b, st.attrs...)
 	if tls {
-		b.WriteString(secure)
+		b = append(b, secure...)
 	}
-	setCookie = b.String()
+	*buf = b
+	setCookie = unsafe.String(unsafe.SliceData(b), len(b))
 	at := len(st.cookie) + 1
 	return setCookie, setCookie[at : at+len(h)]
 }

@@ -432,7 +432,9 @@ func (p server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body, r.ContentLength = rt.Body, q.Length
 	}
 	if rt.SetCookie != "" {
-		w.Header().Add("Set-Cookie", rt.SetCookie)
+		// A copy: net/http may write the header map after the handler
+		// returns, when q's buffer may be another request's.
+		w.Header().Add("Set-Cookie", strings.Clone(rt.SetCookie))
 	}
 	r.Header["X-Dwara-Service"] = rt.Target.HdrService
 	r.Header["X-Dwara-Upstream"] = rt.Target.HdrUpstream
