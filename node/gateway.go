@@ -136,7 +136,7 @@ func Gateway(ctx context.Context, c GatewayConfig) error {
 	if err != nil {
 		return err
 	}
-	proxyL, err := listenFront(c.Front, c.Listen, px, c.Limits, certs.config(), log)
+	proxyL, err := listenFront(c.Front, c.HTTP2, c.Listen, px, c.Limits, certs.config(), log)
 	if err != nil {
 		return err
 	}

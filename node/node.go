@@ -300,6 +300,10 @@ type ServeConfig struct {
 	// FrontNetHTTP, Go's net/http server for everything; anything else is
 	// refused.
 	Front string
+	// HTTP2 is the server of the HTTP/2 connections of the fasthttp front
+	// with TLS (front.Config.HTTP2): HTTP2Dwara ("" stands for it) or
+	// HTTP2NetHTTP; the net/http front takes only the latter.
+	HTTP2 string
 }
 
 // HostList is a list of host names, a flag.Value that takes one per Set.
@@ -352,6 +356,8 @@ type GatewayConfig struct {
 	Reload <-chan struct{}
 	// Front is the HTTP server of the proxy listener, as ServeConfig.Front.
 	Front string
+	// HTTP2 is the server of its HTTP/2 connections, as ServeConfig.HTTP2.
+	HTTP2 string
 	// Profile serves the Go runtime profiles (net/http/pprof) under
 	// /debug/pprof/ on the metrics listener; false serves none. They show
 	// the process's internals: keep the metrics listener private.
@@ -372,6 +378,13 @@ const (
 
 // DefaultFront is the front "" stands for: FrontFastHTTP.
 func DefaultFront() string { return front.Default() }
+
+// The HTTP/2 servers of ServeConfig.HTTP2 and GatewayConfig.HTTP2
+// (front.Config.HTTP2); "" stands for HTTP2Dwara.
+const (
+	HTTP2Dwara   = front.HTTP2Dwara
+	HTTP2NetHTTP = front.HTTP2NetHTTP
+)
 
 // Addrs are the bound addresses of a running process ("" when not served).
 type Addrs struct {
@@ -583,12 +596,14 @@ type server struct {
 }
 
 // listenFront binds addr for the proxy px on kind: front.FastHTTP or
-// front.NetHTTP ("": front.Default()), with the timeouts and cap of l,
-// serving TLS with tlsConfig when it is non-nil; any other front is an
-// error (front.New).
-func listenFront(kind, addr string, px *proxy.Proxy, l Limits, tlsConfig *tls.Config, log *slog.Logger) (*server, error) {
+// front.NetHTTP ("": front.Default()), its HTTP/2 connections served by
+// h2 (front.Config.HTTP2), with the timeouts and cap of l, serving TLS
+// with tlsConfig when it is non-nil; any other front is an error
+// (front.New).
+func listenFront(kind, h2, addr string, px *proxy.Proxy, l Limits, tlsConfig *tls.Config, log *slog.Logger) (*server, error) {
 	f, err := front.New(px, front.Config{
 		Kind:              kind,
+		HTTP2:             h2,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
 		MaxConns:          l.MaxConns,

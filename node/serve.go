@@ -114,7 +114,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	if err != nil {
 		return err
 	}
-	proxyL, err := listenFront(c.Front, c.Listen, px, c.Limits, certs.config(), log)
+	proxyL, err := listenFront(c.Front, c.HTTP2, c.Listen, px, c.Limits, certs.config(), log)
 	if err != nil {
 		return err
 	}

@@ -310,18 +310,33 @@ func processFlags(fs *flag.FlagSet, p *node.Process) (finish func() (func(), err
 	}
 }
 
-// frontFlag registers --front on fs, into front (node.DefaultFront by
-// default). Call check after fs.Parse; its error is a usage mistake.
-func frontFlag(fs *flag.FlagSet, front *string) (check func() error) {
-	fs.StringVar(front, "front", node.DefaultFront(), "HTTP server of the proxy listener: `fasthttp or net/http` (fasthttp serves HTTP/1.1 itself and, with TLS, hands HTTP/2 connections to net/http; net/http serves everything)")
+// frontFlag registers --front and --http2 on fs, into front and h2
+// (node.DefaultFront and node.HTTP2Dwara by default). Call check after
+// fs.Parse; its error is a usage mistake.
+func frontFlag(fs *flag.FlagSet, front, h2 *string) (check func() error) {
+	fs.StringVar(front, "front", node.DefaultFront(), "HTTP server of the proxy listener: `fasthttp or net/http` (fasthttp serves HTTP/1.1 itself and, with TLS, hands HTTP/2 connections to the server of --http2; net/http serves everything)")
+	fs.StringVar(h2, "http2", node.HTTP2Dwara, "HTTP/2 server of the fasthttp front with TLS: `dwara or net/http` (dwara's own; net/http is Go's, as on --front net/http)")
 	return func() error {
 		switch *front {
-		case node.FrontFastHTTP, node.FrontNetHTTP:
-			return nil
+		case node.FrontFastHTTP:
+		case node.FrontNetHTTP:
+			set := false
+			fs.Visit(func(f *flag.Flag) { set = set || f.Name == "http2" })
+			if *h2 == node.HTTP2Dwara && set {
+				return usagef("--http2 %s: the %s front serves HTTP/2 itself (Go's server); --http2 chooses the server of --front %s", node.HTTP2Dwara, node.FrontNetHTTP, node.FrontFastHTTP)
+			}
+			if *h2 == node.HTTP2Dwara {
+				*h2 = node.HTTP2NetHTTP // the default stands for the front's own
+			}
 		case "loop":
 			return usagef("--front loop: the loop front was removed (it served no faster than fasthttp over the benchmark's workload matrix); use %s, the default, or %s", node.FrontFastHTTP, node.FrontNetHTTP)
+		default:
+			return usagef("--front %q: want %s or %s", *front, node.FrontFastHTTP, node.FrontNetHTTP)
 		}
-		return usagef("--front %q: want %s or %s", *front, node.FrontFastHTTP, node.FrontNetHTTP)
+		if *h2 != node.HTTP2Dwara && *h2 != node.HTTP2NetHTTP {
+			return usagef("--http2 %q: want %s or %s", *h2, node.HTTP2Dwara, node.HTTP2NetHTTP)
+		}
+		return nil
 	}
 }
 
@@ -391,7 +406,7 @@ func setupServe(fs *flag.FlagSet) func(context.Context, []string) error {
 	fs.BoolVar(&c.Demo, "demo", false, "start the demo upstream pools (ports 9001, 9002, 9101; see --demo-ports) and seed the demo spec into an empty database")
 	demoPorts := fs.String("demo-ports", "", "with --demo: the demo pools' `PORTS`, web-stable's two then web-canary's (default "+node.DefaultDemoPorts.String()+")")
 	reset := fs.Bool("reset", false, "with --demo: publish the demo spec as a new generation whatever is active (the history is kept)")
-	checkFront := frontFlag(fs, &c.Front)
+	checkFront := frontFlag(fs, &c.Front, &c.HTTP2)
 	return func(ctx context.Context, args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
@@ -460,7 +475,7 @@ func setupGateway(fs *flag.FlagSet) func(context.Context, []string) error {
 	fs.StringVar(&c.ConfigFile, "config", "", "serve from this YAML/JSON spec `FILE` (reloaded on change and on SIGHUP)")
 	fs.StringVar(&c.Listen, "listen", node.DefaultListen, "proxy listen `ADDR`")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", node.DefaultMetricsListen, "/metrics, /healthz and /readyz listen `ADDR`")
-	checkFront := frontFlag(fs, &c.Front)
+	checkFront := frontFlag(fs, &c.Front, &c.HTTP2)
 	fs.BoolVar(&c.Profile, "pprof", false, "also serve Go runtime profiles under /debug/pprof/ on the metrics listener (keep it private)")
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "follow the generations of this PostgreSQL `URL` (default $DWARA_DATABASE_URL unless --config or --control-plane)")
 	fs.StringVar(&c.ControlPlane, "control-plane", "", "follow the API of dwara serve at this `URL` (its admin listener), with no database")

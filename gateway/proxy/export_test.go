@@ -50,6 +50,7 @@ type FrontConfig struct {
 	MaxConns          int
 	TLS               *tls.Config
 	Logger            *slog.Logger
+	HTTP2             string
 }
 
 // The kinds of front.

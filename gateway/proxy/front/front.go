@@ -18,6 +18,7 @@ import (
 
 	"github.com/dwara/dwara/gateway/proxy"
 	"github.com/dwara/dwara/gateway/proxy/fastfront"
+	"github.com/dwara/dwara/gateway/proxy/h2server"
 	"github.com/dwara/dwara/gateway/proxy/httpfront"
 )
 
@@ -85,7 +86,20 @@ type Config struct {
 	// Logger receives what the front logs of its connections (failed
 	// handshakes, accept errors); nil means slog.Default().
 	Logger *slog.Logger
+	// HTTP2 is the server of the connections that negotiate HTTP/2 on the
+	// fasthttp front with TLS: HTTP2Dwara ("" stands for it) or
+	// HTTP2NetHTTP. The net/http front serves HTTP/2 itself: it takes ""
+	// or HTTP2NetHTTP. Anything else is ErrUnknown.
+	HTTP2 string
 }
+
+// The HTTP/2 servers of Config.HTTP2.
+const (
+	// HTTP2Dwara is gateway/proxy/h2server, the default.
+	HTTP2Dwara = "dwara"
+	// HTTP2NetHTTP is Go's net/http server.
+	HTTP2NetHTTP = "net/http"
+)
 
 // New returns the front of p that c describes, not yet serving.
 // Past Shutdown's ctx the net/http front closes the connections still
@@ -100,6 +114,12 @@ func New(p *proxy.Proxy, c Config) (Front, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	switch {
+	case kind == NetHTTP && c.HTTP2 != "" && c.HTTP2 != HTTP2NetHTTP:
+		return nil, fmt.Errorf("%w HTTP/2 server %q for the %s front, which serves HTTP/2 itself: want %q", ErrUnknown, c.HTTP2, NetHTTP, HTTP2NetHTTP)
+	case c.HTTP2 != "" && c.HTTP2 != HTTP2Dwara && c.HTTP2 != HTTP2NetHTTP:
+		return nil, fmt.Errorf("%w HTTP/2 server %q: want %q or %q", ErrUnknown, c.HTTP2, HTTP2Dwara, HTTP2NetHTTP)
 	}
 	switch kind {
 	case NetHTTP:
@@ -119,9 +139,9 @@ func NewServerFront(srv *http.Server, tlsConfig *tls.Config, maxConns int) Front
 }
 
 // newFastFront is the fasthttp front of p: plain, or with c.TLS a
-// tlsFront, whose net/http server of the same proxy serves the
-// connections that negotiate HTTP/2 with the timeouts of the net/http
-// front.
+// tlsFront, whose HTTP/2 server of the same proxy (h2server's, or with
+// HTTP2NetHTTP Go's) serves the connections that negotiate HTTP/2, with
+// the timeouts of the net/http front.
 func newFastFront(p *proxy.Proxy, c Config) Front {
 	if c.TLS == nil {
 		return fastfront.New(p, c.ReadHeaderTimeout, c.IdleTimeout, c.MaxConns)
@@ -132,7 +152,24 @@ func newFastFront(p *proxy.Proxy, c Config) Front {
 	// As its TLSConfig is nil, h2's Serve configures HTTP/2 for the
 	// *tls.Conn the front hands it.
 	h2 := httpfront.NewServer(p, c.ReadHeaderTimeout, c.IdleTimeout)
-	h2.Protocols = httpfront.HTTP1And2()
-	h2.HTTP2 = httpfront.HTTP2Config()
-	return newTLSFront(tc, c.ReadHeaderTimeout, c.MaxConns, c.Logger, fast, h2)
+	if c.HTTP2 == HTTP2NetHTTP {
+		h2.Protocols = httpfront.HTTP1And2()
+		h2.HTTP2 = httpfront.HTTP2Config()
+		return newTLSFront(tc, c.ReadHeaderTimeout, c.MaxConns, c.Logger, fast, h2)
+	}
+	// The handler is the net/http front's, without the ConnContext that
+	// joins Go's server's two writes of an answer: h2server writes an
+	// answer's frames in one write itself. No write timeout: answers
+	// stream for as long as they move, the stall timeout ending those
+	// that do not (the handler's SetWriteDeadline), as on Go's server.
+	own := &h2server.Server{
+		Handler:           h2.Handler,
+		// The request head's cap of the other fronts, with HTTP/2's 32
+		// bytes a field (RFC 9113, section 6.5.2) for 128 fields.
+		MaxHeaderListSize: httpfront.MaxHeadBytes + 32*128,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		Log:               c.Logger,
+	}
+	return newTLSFront(tc, c.ReadHeaderTimeout, c.MaxConns, c.Logger, fast, own)
 }

@@ -32,7 +32,7 @@ type tlsFront struct {
 	maxConns int           // of the listener (limit)
 	log      *slog.Logger
 	fast     fastServer
-	h2       *http.Server
+	h2       h2Server
 	gate     proxy.ListenerGate
 	// ln is the listener Serve accepts from, capped by limit, set by Serve
 	// before its acceptor starts.
@@ -60,7 +60,7 @@ type fastServer interface {
 // bounded by timeout and at most maxConns connections open (limit). h2
 // serves the connections that negotiate HTTP/2; it must serve HTTP/2 on a
 // listener of *tls.Conn (see newFastFront).
-func newTLSFront(config *tls.Config, timeout time.Duration, maxConns int, log *slog.Logger, fast fastServer, h2 *http.Server) *tlsFront {
+func newTLSFront(config *tls.Config, timeout time.Duration, maxConns int, log *slog.Logger, fast fastServer, h2 h2Server) *tlsFront {
 	return &tlsFront{
 		config: config, timeout: timeout, maxConns: maxConns, log: log, fast: fast, h2: h2,
 		// Their address is the listener's, known once Serve is called.
@@ -205,6 +205,14 @@ func (f *tlsFront) Shutdown(ctx context.Context) error {
 		_ = f.h2.Close()
 	}
 	return errors.Join(err, <-fastErr)
+}
+
+// h2Server is the server of a tlsFront's HTTP/2 connections: Go's
+// (*http.Server) or h2server's.
+type h2Server interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
 }
 
 // connQueue is a net.Listener that accepts the connections handed to it

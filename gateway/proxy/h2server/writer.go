@@ -1,0 +1,424 @@
+package h2server
+
+import (
+	"errors"
+	"net/http"
+	"net/textproto"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// run serves st's request with the handler, then ends the stream: its
+// answer's end (or a reset, when the handler panicked), and, when the
+// client is still sending a body nobody reads, RST_STREAM(NO_ERROR).
+func (c *conn) run(st *stream) {
+	w := &responseWriter{st: st}
+	defer func() {
+		code := http2.ErrCode(0xff) // none
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				c.s.log().Error("h2server: handler panicked", "remote", c.addr, "panic", v)
+			}
+			code = http2.ErrCodeInternal
+		} else if err := w.finish(); err != nil && !isCut(err) {
+			code = http2.ErrCodeInternal
+		}
+		_ = (*requestBody)(st).Close()
+		c.mu.Lock()
+		c.running--
+		if st.rtimer != nil {
+			st.rtimer.Stop()
+		}
+		if st.wtimer != nil {
+			st.wtimer.Stop()
+		}
+		switch {
+		case st.err != nil: // reset or cut, and forgotten
+			code = 0xff
+		case code != 0xff:
+		case st.remoteDone:
+			c.closeLocked(st)
+		default: // the client still sends a body nobody will read
+			code = http2.ErrCodeNo
+		}
+		c.mu.Unlock()
+		st.cancel()
+		if code != 0xff {
+			c.resetStream(st.id, code)
+		}
+	}()
+	c.s.Handler.ServeHTTP(w, st.req)
+}
+
+// isCut reports whether err is a stream's end that is not the handler's
+// failure: the client reset it, or the connection ended.
+func isCut(err error) bool {
+	var se http2.StreamError
+	return errors.Is(err, errStreamReset) || errors.Is(err, errConnClosed) || errors.As(err, &se)
+}
+
+// responseWriter is the http.ResponseWriter of a stream. It holds up to
+// handlerBuffer of the body until the handler returns or writes more, so
+// that a small answer goes out whole in one write.
+type responseWriter struct {
+	st          *stream
+	hdr         http.Header
+	status      int
+	wroteHeader bool // the status is chosen
+	sentHeader  bool // the HEADERS frame is written
+	noBody      bool // HEAD, 204, 304
+	buf         []byte
+}
+
+func (w *responseWriter) Header() http.Header {
+	if w.hdr == nil {
+		w.hdr = make(http.Header)
+	}
+	return w.hdr
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if w.wroteHeader {
+		return
+	}
+	if code < 100 || code > 999 {
+		panic("h2server: invalid status code " + strconv.Itoa(code))
+	}
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		// An interim answer (103 Early Hints): its own HEADERS, now.
+		id, h := w.st.id, w.hdr
+		_ = w.st.c.write(func() error { return w.st.c.writeHeadersLocked(id, false, code, h, false) })
+		return
+	}
+	w.wroteHeader, w.status = true, code
+	w.noBody = w.st.req.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.noBody {
+		return 0, http.ErrBodyNotAllowed
+	}
+	if len(w.buf)+len(p) <= handlerBuffer {
+		if w.buf == nil {
+			w.buf = make([]byte, 0, handlerBuffer)
+		}
+		w.buf = append(w.buf, p...)
+		return len(p), nil
+	}
+	if err := w.send(p, false); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Flush sends the header, if not yet sent, and the body held.
+func (w *responseWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is Flush, with its error (http.ResponseController).
+func (w *responseWriter) FlushError() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.send(nil, false)
+}
+
+// SetReadDeadline bounds the handler's reads of the request body.
+func (w *responseWriter) SetReadDeadline(t time.Time) error {
+	st := w.st
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	st.rdl = t
+	st.rtimer = rearm(st.rtimer, t, func() {
+		st.c.mu.Lock()
+		st.readable.Broadcast()
+		st.c.mu.Unlock()
+	})
+	return nil
+}
+
+// SetWriteDeadline bounds the handler's waits for the client's flow
+// control (a client that takes nothing); the connection's own writes are
+// bounded by the server's WriteTimeout.
+func (w *responseWriter) SetWriteDeadline(t time.Time) error {
+	st := w.st
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	st.wdl = t
+	st.wtimer = rearm(st.wtimer, t, func() {
+		st.c.mu.Lock()
+		st.c.flow.Broadcast()
+		st.c.mu.Unlock()
+	})
+	return nil
+}
+
+// rearm stops tm and, for a deadline t, returns a timer that runs wake at
+// t.
+func rearm(tm *time.Timer, t time.Time, wake func()) *time.Timer {
+	if tm != nil {
+		tm.Stop()
+	}
+	if t.IsZero() {
+		return tm
+	}
+	d := time.Until(t)
+	if tm == nil {
+		return time.AfterFunc(d, wake)
+	}
+	tm.Reset(d)
+	return tm
+}
+
+// finish ends the answer once the handler returned: the header if not
+// sent, the body held, and the trailers, the last frame flagged as the
+// stream's end.
+func (w *responseWriter) finish() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.send(nil, true)
+}
+
+// send writes the header (once), the body held and p, and with end the
+// trailers and the stream's end. Each DATA frame waits for the send
+// windows first; the header goes in the same locked write as the first
+// one, so an answer whose body fits the windows leaves in one write.
+func (w *responseWriter) send(p []byte, end bool) error {
+	st, c := w.st, w.st.c
+	trailers := end && w.hasTrailers()
+	pieces := [2][]byte{w.buf, p}
+	for i := 0; ; {
+		for i < 2 && len(pieces[i]) == 0 {
+			i++
+		}
+		var data []byte
+		if i < 2 {
+			n, err := st.take(len(pieces[i]))
+			if err != nil {
+				return err
+			}
+			data, pieces[i] = pieces[i][:n], pieces[i][n:]
+		}
+		more := len(pieces[0])+len(pieces[1]) > 0
+		last := end && !more
+		headers := !w.sentHeader
+		err := c.write(func() error {
+			if headers {
+				if err := c.writeHeadersLocked(st.id, last && len(data) == 0 && !trailers, w.status, w.hdr, false); err != nil {
+					return err
+				}
+			}
+			if len(data) > 0 || last && !trailers && !headers {
+				if err := c.wf.WriteData(st.id, last && !trailers, data); err != nil {
+					return err
+				}
+			}
+			if last && trailers {
+				return c.writeHeadersLocked(st.id, true, 0, w.hdr, true)
+			}
+			return nil
+		})
+		w.sentHeader = true
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+	}
+	w.buf = w.buf[:0]
+	if end {
+		c.mu.Lock()
+		st.localDone = true
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// hasTrailers reports whether the handler set trailer values: names
+// declared in its Trailer field, or prefixed with http.TrailerPrefix.
+func (w *responseWriter) hasTrailers() bool {
+	for k := range w.hdr {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+	}
+	for _, v := range w.hdr["Trailer"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if _, ok := w.hdr[http.CanonicalHeaderKey(strings.TrimSpace(name))]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// take waits until st may send up to want bytes of DATA (one frame's
+// worth at most) and takes them off both send windows.
+func (st *stream) take(want int) (int, error) {
+	c := st.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		switch {
+		case st.err != nil:
+			return 0, st.err
+		case c.closed:
+			return 0, errConnClosed
+		case !st.wdl.IsZero() && !time.Now().Before(st.wdl):
+			return 0, os.ErrDeadlineExceeded
+		}
+		n := min(int64(want), int64(c.peerFrame.Load()), st.send, c.sendWindow)
+		if n > 0 {
+			st.send -= n
+			c.sendWindow -= n
+			return int(n), nil
+		}
+		c.flow.Wait()
+	}
+}
+
+// writeHeadersLocked writes a HEADERS frame (and CONTINUATIONs) for
+// stream id: the status and h's fields, or with trailers h's trailer
+// values; c.wmu is held.
+func (c *conn) writeHeadersLocked(id uint32, end bool, status int, h http.Header, trailers bool) error {
+	c.hbuf = c.hbuf[:0]
+	if trailers {
+		declared := map[string]bool{}
+		for _, v := range h["Trailer"] {
+			for name := range strings.SplitSeq(v, ",") {
+				declared[http.CanonicalHeaderKey(strings.TrimSpace(name))] = true
+			}
+		}
+		for k, vv := range h {
+			name, ok := strings.CutPrefix(k, http.TrailerPrefix)
+			if !ok && !declared[k] {
+				continue
+			}
+			c.encode(name, vv)
+		}
+	} else {
+		_ = c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(status)})
+		date := false
+		for k, vv := range h {
+			switch k {
+			case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Trailer":
+				continue
+			case "Date":
+				date = true
+			}
+			if strings.HasPrefix(k, http.TrailerPrefix) {
+				continue
+			}
+			c.encode(k, vv)
+		}
+		if !date && status >= 200 {
+			_ = c.henc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate()})
+		}
+	}
+	block := c.hbuf
+	max := int(c.peerFrame.Load())
+	first := block[:min(len(block), max)]
+	block = block[len(first):]
+	if err := c.wf.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first,
+		EndStream: end, EndHeaders: len(block) == 0}); err != nil {
+		return err
+	}
+	for len(block) > 0 {
+		frag := block[:min(len(block), max)]
+		block = block[len(frag):]
+		if err := c.wf.WriteContinuation(id, len(block) == 0, frag); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// encode adds the field k (canonical) with its values to c.hbuf.
+func (c *conn) encode(k string, vv []string) {
+	name := lower(k)
+	for _, v := range vv {
+		_ = c.henc.WriteField(hpack.HeaderField{Name: name, Value: v})
+	}
+}
+
+// statusText is the :status value of code.
+func statusText(code int) string {
+	if code >= 100 && code < 600 {
+		if s := statusTexts[code-100]; s != "" {
+			return s
+		}
+	}
+	return strconv.Itoa(code)
+}
+
+var statusTexts = func() (t [500]string) {
+	for i := range t {
+		t[i] = strconv.Itoa(i + 100)
+	}
+	return t
+}()
+
+// commonNames maps the canonical form of common field names to their
+// HTTP/2 (lower-case) form, and back, so that neither is made per request.
+var commonLower, commonCanonical = func() (map[string]string, map[string]string) {
+	lower, canon := map[string]string{}, map[string]string{}
+	for _, k := range []string{"Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Accept-Ranges",
+		"Age", "Access-Control-Allow-Origin", "Allow", "Authorization", "Cache-Control", "Content-Disposition",
+		"Content-Encoding", "Content-Language", "Content-Length", "Content-Location", "Content-Range",
+		"Content-Type", "Cookie", "Date", "Etag", "Expect", "Expires", "From", "Host", "If-Match",
+		"If-Modified-Since", "If-None-Match", "If-Range", "If-Unmodified-Since", "Last-Modified", "Link",
+		"Location", "Max-Forwards", "Origin", "Proxy-Authenticate", "Proxy-Authorization", "Range", "Referer",
+		"Refresh", "Retry-After", "Server", "Set-Cookie", "Strict-Transport-Security", "Te", "Trailer",
+		"User-Agent", "Vary", "Via", "Www-Authenticate", "X-Forwarded-For", "X-Forwarded-Host",
+		"X-Forwarded-Proto", "X-Request-Id", "X-Content-Type-Options", "X-Frame-Options", "Priority",
+		"Sec-Fetch-Dest", "Sec-Fetch-Mode", "Sec-Fetch-Site", "Sec-Fetch-User", "Upgrade-Insecure-Requests",
+		"Sec-Ch-Ua", "Sec-Ch-Ua-Mobile", "Sec-Ch-Ua-Platform", "Dnt", "Pragma", "X-Requested-With"} {
+		l := strings.ToLower(k)
+		lower[k], canon[l] = l, k
+	}
+	return lower, canon
+}()
+
+// lower is k's HTTP/2 field name.
+func lower(k string) string {
+	if l, ok := commonLower[k]; ok {
+		return l
+	}
+	return strings.ToLower(k)
+}
+
+// canonical is the canonical form of the HTTP/2 field name l.
+func canonical(l string) string {
+	if k, ok := commonCanonical[l]; ok {
+		return k
+	}
+	return textproto.CanonicalMIMEHeaderKey(l)
+}
+
+// dateNow is the Date value of the current second, made once a second.
+var dateNow atomic.Pointer[dateValue]
+
+type dateValue struct {
+	sec int64
+	s   string
+}
+
+func httpDate() string {
+	now := time.Now()
+	if d := dateNow.Load(); d != nil && d.sec == now.Unix() {
+		return d.s
+	}
+	d := &dateValue{sec: now.Unix(), s: now.UTC().Format(http.TimeFormat)}
+	dateNow.Store(d)
+	return d.s
+}
