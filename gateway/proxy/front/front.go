@@ -163,7 +163,7 @@ func newFastFront(p *proxy.Proxy, c Config) Front {
 	// stream for as long as they move, the stall timeout ending those
 	// that do not (the handler's SetWriteDeadline), as on Go's server.
 	own := &h2server.Server{
-		Handler:           h2.Handler,
+		Handler: h2.Handler,
 		// The request head's cap of the other fronts, with HTTP/2's 32
 		// bytes a field (RFC 9113, section 6.5.2) for 128 fields.
 		MaxHeaderListSize: httpfront.MaxHeadBytes + 32*128,
