@@ -159,9 +159,11 @@ func newFastFront(p *proxy.Proxy, c Config) Front {
 	}
 	// The handler is the net/http front's, without the ConnContext that
 	// joins Go's server's two writes of an answer: h2server writes an
-	// answer's frames in one write itself. No write timeout: answers
-	// stream for as long as they move, the stall timeout ending those
-	// that do not (the handler's SetWriteDeadline), as on Go's server.
+	// answer's frames in one write itself. Answers stream for as long as
+	// they move: the stall timeout bounds a handler's wait for the
+	// client's flow control (its SetWriteDeadline) and each write to the
+	// connection (WriteTimeout), so a client that takes nothing, by
+	// either, is cut.
 	own := &h2server.Server{
 		Handler: h2.Handler,
 		// The request head's cap of the other fronts, with HTTP/2's 32
@@ -169,6 +171,7 @@ func newFastFront(p *proxy.Proxy, c Config) Front {
 		MaxHeaderListSize: httpfront.MaxHeadBytes + 32*128,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		IdleTimeout:       c.IdleTimeout,
+		WriteTimeout:      p.StallTimeout(),
 		Log:               c.Logger,
 	}
 	return newTLSFront(tc, c.ReadHeaderTimeout, c.MaxConns, c.Logger, fast, own)

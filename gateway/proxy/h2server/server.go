@@ -240,7 +240,9 @@ type conn struct {
 	running     int        // handlers running
 	sendWindow  int64      // the connection's send window
 	peerWindow  int64      // SETTINGS_INITIAL_WINDOW_SIZE of the client
+	recvWindow  int64      // what is left of the connection's receive window
 	recvUnacked int64      // bytes taken off the connection's receive window, not yet given back
+	started     bool       // the server's SETTINGS are written
 	goingAway   bool       // GOAWAY sent: no new stream
 	closed      bool       // serve has ended
 	refused     int        // streams refused in a row (rapid reset)
@@ -253,7 +255,7 @@ type conn struct {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, addr: nc.RemoteAddr().String(),
-		streams: make(map[uint32]*stream), sendWindow: 65535, peerWindow: 65535}
+		streams: make(map[uint32]*stream), sendWindow: 65535, peerWindow: 65535, recvWindow: connWindow}
 	c.peerFrame.Store(16384)
 	c.flow.L = &c.mu
 	if tc, ok := nc.(*tls.Conn); ok {
@@ -308,6 +310,9 @@ func (c *conn) serve() error {
 	if err != nil {
 		return nil
 	}
+	c.mu.Lock()
+	c.started = true
+	c.mu.Unlock()
 	first := true
 	for {
 		f, err := c.rf.ReadFrame()
@@ -367,13 +372,14 @@ func (c *conn) end() {
 	c.flow.Broadcast()
 	c.mu.Unlock()
 	c.stop()
+	// Closed before the write lock is taken: a writer blocked on a client
+	// that reads nothing lets go of it.
+	_ = c.nc.Close()
 	c.wmu.Lock()
 	if c.werr == nil {
-		_ = c.flushLocked()
 		c.werr = errConnClosed
 	}
 	c.wmu.Unlock()
-	_ = c.nc.Close()
 }
 
 var (
@@ -400,8 +406,12 @@ func (c *conn) goAway(code http2.ErrCode) {
 		return
 	}
 	c.goingAway = true
-	last, idle := c.maxID, c.open == 0
+	last, idle, started := c.maxID, c.open == 0, c.started
 	c.mu.Unlock()
+	if !started { // still reading the preface: nothing to tell
+		_ = c.nc.Close()
+		return
+	}
 	_ = c.write(func() error { return c.wf.WriteGoAway(last, code, nil) })
 	if idle {
 		_ = c.nc.Close()

@@ -39,6 +39,12 @@ type stream struct {
 	bodyErr  error
 	unread   bool
 	readable sync.Cond
+	// trailers are the request's trailer fields, copied into req.Trailer
+	// by the handler's own read that meets the end of the body.
+	trailers http.Header
+	// expect is a request with Expect: 100-continue whose handler has not
+	// read its body yet: the first read sends the 100.
+	expect   bool
 	rdl, wdl time.Time // the handler's read and write deadlines
 	rtimer   *time.Timer
 	wtimer   *time.Timer
@@ -121,7 +127,8 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 		c.resetStream(id, http2.ErrCodeProtocol)
 		return nil
 	}
-	st := &stream{c: c, id: id, req: req, declared: declared, recv: streamWindow}
+	st := &stream{c: c, id: id, req: req, declared: declared, recv: streamWindow,
+		expect: !f.StreamEnded() && strings.EqualFold(req.Header.Get("Expect"), "100-continue")}
 	st.readable.L = &c.mu
 	st.ctx, st.cancel = context.WithCancel(c.ctx)
 	req = req.WithContext(st.ctx)
@@ -178,11 +185,11 @@ func (c *conn) trailers(st *stream, f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	for _, hf := range f.RegularFields() {
-		k := http.CanonicalHeaderKey(hf.Name)
-		if st.req.Trailer == nil {
-			st.req.Trailer = make(http.Header)
+		k := canonical(hf.Name)
+		if st.trailers == nil {
+			st.trailers = make(http.Header)
 		}
-		st.req.Trailer[k] = append(st.req.Trailer[k], hf.Value)
+		st.trailers[k] = append(st.trailers[k], hf.Value)
 	}
 	st.endRemote()
 	c.mu.Unlock()
@@ -301,6 +308,11 @@ func (c *conn) data(f *http2.DataFrame) error {
 	id, n := f.StreamID, int64(f.Header().Length)
 	data := f.Data()
 	c.mu.Lock()
+	if n > c.recvWindow {
+		c.mu.Unlock()
+		return http2.ConnectionError(http2.ErrCodeFlowControl)
+	}
+	c.recvWindow -= n
 	st := c.streams[id]
 	if st == nil || st.remoteDone {
 		idle := st == nil && id > c.maxID
@@ -365,6 +377,7 @@ func (c *conn) giveBack(id uint32, sn, n int64) {
 	var cn int64
 	if c.recvUnacked >= connWindow/4 {
 		cn, c.recvUnacked = c.recvUnacked, 0
+		c.recvWindow += cn
 	}
 	c.mu.Unlock()
 	if cn == 0 && sn == 0 {
@@ -391,6 +404,11 @@ type requestBody stream
 func (b *requestBody) Read(p []byte) (int, error) {
 	st := (*stream)(b)
 	c := st.c
+	if st.expect {
+		st.expect = false
+		id := st.id
+		_ = c.write(func() error { return c.writeHeadersLocked(id, false, http.StatusContinue, nil, false) })
+	}
 	c.mu.Lock()
 	for st.off == len(st.body) && st.bodyErr == nil {
 		if !st.rdl.IsZero() && !time.Now().Before(st.rdl) {
@@ -400,9 +418,16 @@ func (b *requestBody) Read(p []byte) (int, error) {
 		st.readable.Wait()
 	}
 	if st.off == len(st.body) {
-		err := st.bodyErr
+		err, trailers := st.bodyErr, st.trailers
+		st.trailers = nil
 		c.mu.Unlock()
 		if errors.Is(err, io.EOF) {
+			for k, vv := range trailers {
+				if st.req.Trailer == nil {
+					st.req.Trailer = make(http.Header)
+				}
+				st.req.Trailer[k] = vv
+			}
 			return 0, io.EOF
 		}
 		return 0, err

@@ -311,7 +311,7 @@ func (c *conn) writeHeadersLocked(id uint32, end bool, status int, h http.Header
 		date := false
 		for k, vv := range h {
 			switch k {
-			case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Trailer":
+			case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade":
 				continue
 			case "Date":
 				date = true
