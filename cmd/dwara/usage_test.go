@@ -57,6 +57,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"gateway", "--config", file, "--control-plane-token-file", file}, "--control-plane-token-file goes with --control-plane"},
 		{[]string{"gateway", "--config", file, "--tls-cert", "c.pem"}, "--tls-cert and --tls-key go together"},
 		{[]string{"gateway", "--config", file, "--front", "nginx"}, `--front "nginx": want fasthttp or net/http`},
+		{[]string{"gateway", "--config", file, "--http2", "h2o"}, `--http2 "h2o": want dwara or net/http`},
+		{[]string{"gateway", "--config", file, "--front", "net/http", "--http2", "dwara"}, "--http2 dwara: the net/http front serves HTTP/2 itself (Go's server); --http2 chooses the server of --front fasthttp"},
 		{[]string{"gateway", "--config", file, "--front", "loop"}, "--front loop: the loop front was removed (it served no faster than fasthttp over the benchmark's workload matrix); use fasthttp, the default, or net/http"},
 		{[]string{"migrate"}, "no database: give --database-url URL or set DWARA_DATABASE_URL"},
 		{[]string{"health", "--url", "ftp://x"}, `--url "ftp://x": want http(s)://HOST:PORT[/PATH]`},

@@ -229,6 +229,7 @@ type conn struct {
 	henc    *hpack.Encoder
 	hbuf    []byte
 	werr    error
+	lowered map[string]string // field names lowered (encode)
 
 	// mu guards the streams and the flow-control state; flow is signalled
 	// when a send window grows or a stream ends.

@@ -51,6 +51,8 @@ type stream struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	w responseWriter // the handler's, made with the stream
 }
 
 // cut ends st with err: its reads and writes fail from now on. c.mu is

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 // answer's end (or a reset, when the handler panicked), and, when the
 // client is still sending a body nobody reads, RST_STREAM(NO_ERROR).
 func (c *conn) run(st *stream) {
-	w := &responseWriter{st: st}
+	w := &st.w
+	w.st = st
 	defer func() {
 		code := http2.ErrCode(0xff) // none
 		if v := recover(); v != nil {
@@ -30,6 +32,10 @@ func (c *conn) run(st *stream) {
 			code = http2.ErrCodeInternal
 		}
 		_ = (*requestBody)(st).Close()
+		if w.buf != nil {
+			bodyBuffers.Put(w.buf[:0])
+			w.buf = nil
+		}
 		c.mu.Lock()
 		c.running--
 		if st.rtimer != nil {
@@ -55,6 +61,9 @@ func (c *conn) run(st *stream) {
 	}()
 	c.s.Handler.ServeHTTP(w, st.req)
 }
+
+// bodyBuffers are the responseWriters' buffers, kept between streams.
+var bodyBuffers = sync.Pool{New: func() any { return make([]byte, 0, handlerBuffer) }}
 
 // isCut reports whether err is a stream's end that is not the handler's
 // failure: the client reset it, or the connection ended.
@@ -109,7 +118,7 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	}
 	if len(w.buf)+len(p) <= handlerBuffer {
 		if w.buf == nil {
-			w.buf = make([]byte, 0, handlerBuffer)
+			w.buf = bodyBuffers.Get().([]byte)
 		}
 		w.buf = append(w.buf, p...)
 		return len(p), nil
@@ -343,9 +352,23 @@ func (c *conn) writeHeadersLocked(id uint32, end bool, status int, h http.Header
 	return nil
 }
 
-// encode adds the field k (canonical) with its values to c.hbuf.
+// encode adds the field k (canonical) with its values to c.hbuf; c.wmu
+// is held.
 func (c *conn) encode(k string, vv []string) {
-	name := lower(k)
+	name, ok := commonLower[k]
+	if !ok {
+		// Names the handler writes on every answer (the endpoint's own)
+		// are lowered once a connection, up to maxLowered of them.
+		if name, ok = c.lowered[k]; !ok {
+			name = strings.ToLower(k)
+			if c.lowered == nil {
+				c.lowered = make(map[string]string)
+			}
+			if len(c.lowered) < maxLowered {
+				c.lowered[k] = name
+			}
+		}
+	}
 	for _, v := range vv {
 		_ = c.henc.WriteField(hpack.HeaderField{Name: name, Value: v})
 	}
@@ -389,13 +412,8 @@ var commonLower, commonCanonical = func() (map[string]string, map[string]string)
 	return lower, canon
 }()
 
-// lower is k's HTTP/2 field name.
-func lower(k string) string {
-	if l, ok := commonLower[k]; ok {
-		return l
-	}
-	return strings.ToLower(k)
-}
+// maxLowered bounds a connection's cache of lowered field names.
+const maxLowered = 64
 
 // canonical is the canonical form of the HTTP/2 field name l.
 func canonical(l string) string {
