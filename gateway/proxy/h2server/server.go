@@ -324,7 +324,12 @@ func (c *conn) serve() error {
 				continue
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				c.fail(http2.ErrCodeNo) // idle, or no preface in time
+				c.mu.Lock()
+				gone := c.goingAway
+				c.mu.Unlock()
+				if !gone {
+					c.fail(http2.ErrCodeNo) // idle
+				}
 				return nil
 			}
 			return c.readFailed(err)
@@ -373,14 +378,29 @@ func (c *conn) end() {
 	c.flow.Broadcast()
 	c.mu.Unlock()
 	c.stop()
-	// Closed before the write lock is taken: a writer blocked on a client
-	// that reads nothing lets go of it.
-	_ = c.nc.Close()
+	// What is buffered (a GOAWAY) goes out, within a second: a writer
+	// blocked on a client that reads nothing fails by then and lets go of
+	// the lock.
+	_ = c.nc.SetWriteDeadline(time.Now().Add(goAwayLinger))
 	c.wmu.Lock()
 	if c.werr == nil {
+		_ = c.bw.Flush()
 		c.werr = errConnClosed
 	}
 	c.wmu.Unlock()
+	_ = c.nc.Close()
+}
+
+// goAwayLinger is how long a connection that went away is read (and what
+// it sends dropped) before it is closed, so that the close does not reset
+// the connection under answers still on their way to the client, as a
+// close with unread bytes would; Go's server waits as long.
+const goAwayLinger = time.Second
+
+// linger ends a connection that went away once the client has closed it
+// or goAwayLinger has passed (serve's read ends either way).
+func (c *conn) linger() {
+	_ = c.nc.SetReadDeadline(time.Now().Add(goAwayLinger))
 }
 
 var (
@@ -415,7 +435,7 @@ func (c *conn) goAway(code http2.ErrCode) {
 	}
 	_ = c.write(func() error { return c.wf.WriteGoAway(last, code, nil) })
 	if idle {
-		_ = c.nc.Close()
+		c.linger()
 	}
 }
 
@@ -637,15 +657,15 @@ func (c *conn) closeLocked(st *stream) {
 	}
 }
 
-// closeAfterFlush closes a connection that went away once what it has
-// buffered is written.
+// closeAfterFlush ends a connection that went away, once what it has
+// buffered is written (linger).
 func (c *conn) closeAfterFlush() {
 	c.wmu.Lock()
 	if c.werr == nil {
 		_ = c.flushLocked()
 	}
 	c.wmu.Unlock()
-	_ = c.nc.Close()
+	c.linger()
 }
 
 // Serve serves each connection accepted on ln (TLS connections that

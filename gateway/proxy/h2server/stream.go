@@ -43,8 +43,10 @@ type stream struct {
 	// by the handler's own read that meets the end of the body.
 	trailers http.Header
 	// expect is a request with Expect: 100-continue whose handler has not
-	// read its body yet: the first read sends the 100.
+	// read its body yet: the first read sends the 100, unless the answer's
+	// header went out already (answered).
 	expect   bool
+	answered bool
 	rdl, wdl time.Time // the handler's read and write deadlines
 	rtimer   *time.Timer
 	wtimer   *time.Timer
@@ -353,19 +355,27 @@ func (c *conn) data(f *http2.DataFrame) error {
 		c.resetStream(id, http2.ErrCodeProtocol)
 		return nil
 	}
-	back := n - int64(len(data)) // padding
+	back := n - int64(len(data)) // padding: back to both windows at once
+	var sn int64
 	if st.unread {
 		back = n // the handler is done with the body: dropped
 	} else {
 		st.body = append(st.body, data...)
 		st.readable.Broadcast()
 	}
+	if back > 0 && !f.StreamEnded() {
+		st.unacked += back
+		if st.unacked >= streamWindow/4 {
+			sn, st.unacked = st.unacked, 0
+			st.recv += sn
+		}
+	}
 	if f.StreamEnded() {
 		st.endRemote()
 	}
 	c.mu.Unlock()
-	if back > 0 {
-		c.giveBack(0, 0, back)
+	if back > 0 || sn > 0 {
+		c.giveBack(id, sn, back)
 	}
 	return nil
 }
@@ -406,12 +416,16 @@ type requestBody stream
 func (b *requestBody) Read(p []byte) (int, error) {
 	st := (*stream)(b)
 	c := st.c
+	c.mu.Lock()
 	if st.expect {
 		st.expect = false
-		id := st.id
-		_ = c.write(func() error { return c.writeHeadersLocked(id, false, http.StatusContinue, nil, false) })
+		if !st.answered && st.err == nil {
+			c.mu.Unlock()
+			id := st.id
+			_ = c.write(func() error { return c.writeHeadersLocked(id, false, http.StatusContinue, nil) })
+			c.mu.Lock()
+		}
 	}
-	c.mu.Lock()
 	for st.off == len(st.body) && st.bodyErr == nil {
 		if !st.rdl.IsZero() && !time.Now().Before(st.rdl) {
 			c.mu.Unlock()
@@ -475,7 +489,7 @@ func (b *requestBody) Close() error {
 // answerOnly answers a new stream id with status and nothing else (the
 // client's half stays open until it ends it or the connection does).
 func (c *conn) answerOnly(id uint32, status int) error {
-	err := c.write(func() error { return c.writeHeadersLocked(id, true, status, nil, false) })
+	err := c.write(func() error { return c.writeHeadersLocked(id, true, status, nil) })
 	if err == nil {
 		_ = c.write(func() error { return c.wf.WriteRSTStream(id, http2.ErrCodeNo) })
 	}

@@ -83,6 +83,30 @@ type responseWriter struct {
 	sentHeader  bool // the HEADERS frame is written
 	noBody      bool // HEAD, 204, 304
 	buf         []byte
+	// fields are the header's fields as they were when the status was
+	// chosen: what the HEADERS frame carries, as net/http's rule has it
+	// (changes after WriteHeader count only for trailers); kept in
+	// fieldArr for most answers.
+	fields   []field
+	fieldArr [16]field
+	// err is the first failure of a write (a deadline, the stream cut):
+	// the answer is not whole, and finish says so.
+	err error
+}
+
+// field is one header field of an answer and its values.
+type field struct {
+	k  string
+	vv []string
+}
+
+// snapshot takes the header's fields as they are now.
+func (w *responseWriter) snapshot() []field {
+	fs := w.fieldArr[:0]
+	for k, vv := range w.hdr {
+		fs = append(fs, field{k, vv})
+	}
+	return fs
 }
 
 func (w *responseWriter) Header() http.Header {
@@ -101,11 +125,12 @@ func (w *responseWriter) WriteHeader(code int) {
 	}
 	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
 		// An interim answer (103 Early Hints): its own HEADERS, now.
-		id, h := w.st.id, w.hdr
-		_ = w.st.c.write(func() error { return w.st.c.writeHeadersLocked(id, false, code, h, false) })
+		id, fs := w.st.id, w.snapshot()
+		_ = w.st.c.write(func() error { return w.st.c.writeHeadersLocked(id, false, code, fs) })
 		return
 	}
 	w.wroteHeader, w.status = true, code
+	w.fields = w.snapshot()
 	w.noBody = w.st.req.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
 }
 
@@ -116,6 +141,9 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	if w.noBody {
 		return 0, http.ErrBodyNotAllowed
 	}
+	if w.err != nil {
+		return 0, w.err
+	}
 	if len(w.buf)+len(p) <= handlerBuffer {
 		if w.buf == nil {
 			w.buf = bodyBuffers.Get().([]byte)
@@ -123,10 +151,7 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 		w.buf = append(w.buf, p...)
 		return len(p), nil
 	}
-	if err := w.send(p, false); err != nil {
-		return 0, err
-	}
-	return len(p), nil
+	return w.send(p, false)
 }
 
 // Flush sends the header, if not yet sent, and the body held.
@@ -137,7 +162,11 @@ func (w *responseWriter) FlushError() error {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
-	return w.send(nil, false)
+	if w.err != nil {
+		return w.err
+	}
+	_, err := w.send(nil, false)
+	return err
 }
 
 // SetReadDeadline bounds the handler's reads of the request body.
@@ -194,17 +223,24 @@ func (w *responseWriter) finish() error {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
-	return w.send(nil, true)
+	if w.err != nil {
+		return w.err // the answer is cut: the stream is reset, not ended
+	}
+	_, err := w.send(nil, true)
+	return err
 }
 
 // send writes the header (once), the body held and p, and with end the
-// trailers and the stream's end. Each DATA frame waits for the send
-// windows first; the header goes in the same locked write as the first
-// one, so an answer whose body fits the windows leaves in one write.
-func (w *responseWriter) send(p []byte, end bool) error {
+// trailers and the stream's end, and returns how much of p went out. Each
+// DATA frame waits for the send windows first; the header goes in the
+// same locked write as the first one, so an answer whose body fits the
+// windows leaves in one write. A failure is kept (w.err): the answer is
+// cut from there.
+func (w *responseWriter) send(p []byte, end bool) (int, error) {
 	st, c := w.st, w.st.c
 	trailers := end && w.hasTrailers()
 	pieces := [2][]byte{w.buf, p}
+	sent := 0
 	for i := 0; ; {
 		for i < 2 && len(pieces[i]) == 0 {
 			i++
@@ -213,7 +249,8 @@ func (w *responseWriter) send(p []byte, end bool) error {
 		if i < 2 {
 			n, err := st.take(len(pieces[i]))
 			if err != nil {
-				return err
+				w.err = err
+				return sent, err
 			}
 			data, pieces[i] = pieces[i][:n], pieces[i][n:]
 		}
@@ -222,7 +259,7 @@ func (w *responseWriter) send(p []byte, end bool) error {
 		headers := !w.sentHeader
 		err := c.write(func() error {
 			if headers {
-				if err := c.writeHeadersLocked(st.id, last && len(data) == 0 && !trailers, w.status, w.hdr, false); err != nil {
+				if err := c.writeHeadersLocked(st.id, last && len(data) == 0 && !trailers, w.status, w.fields); err != nil {
 					return err
 				}
 			}
@@ -232,13 +269,22 @@ func (w *responseWriter) send(p []byte, end bool) error {
 				}
 			}
 			if last && trailers {
-				return c.writeHeadersLocked(st.id, true, 0, w.hdr, true)
+				return c.writeTrailersLocked(st.id, w.hdr)
 			}
 			return nil
 		})
-		w.sentHeader = true
+		if headers {
+			w.sentHeader = true
+			c.mu.Lock()
+			st.answered = true
+			c.mu.Unlock()
+		}
 		if err != nil {
-			return err
+			w.err = err
+			return sent, err
+		}
+		if i == 1 {
+			sent += len(data)
 		}
 		if !more {
 			break
@@ -250,7 +296,7 @@ func (w *responseWriter) send(p []byte, end bool) error {
 		st.localDone = true
 		c.mu.Unlock()
 	}
-	return nil
+	return sent, nil
 }
 
 // hasTrailers reports whether the handler set trailer values: names
@@ -297,43 +343,53 @@ func (st *stream) take(want int) (int, error) {
 }
 
 // writeHeadersLocked writes a HEADERS frame (and CONTINUATIONs) for
-// stream id: the status and h's fields, or with trailers h's trailer
-// values; c.wmu is held.
-func (c *conn) writeHeadersLocked(id uint32, end bool, status int, h http.Header, trailers bool) error {
+// stream id: the status and the fields; c.wmu is held.
+func (c *conn) writeHeadersLocked(id uint32, end bool, status int, fields []field) error {
 	c.hbuf = c.hbuf[:0]
-	if trailers {
-		declared := map[string]bool{}
-		for _, v := range h["Trailer"] {
-			for name := range strings.SplitSeq(v, ",") {
-				declared[http.CanonicalHeaderKey(strings.TrimSpace(name))] = true
-			}
+	_ = c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(status)})
+	date := false
+	for _, f := range fields {
+		switch f.k {
+		case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade":
+			continue
+		case "Date":
+			date = true
 		}
-		for k, vv := range h {
-			name, ok := strings.CutPrefix(k, http.TrailerPrefix)
-			if !ok && !declared[k] {
-				continue
-			}
-			c.encode(name, vv)
+		if strings.HasPrefix(f.k, http.TrailerPrefix) {
+			continue
 		}
-	} else {
-		_ = c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(status)})
-		date := false
-		for k, vv := range h {
-			switch k {
-			case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade":
-				continue
-			case "Date":
-				date = true
-			}
-			if strings.HasPrefix(k, http.TrailerPrefix) {
-				continue
-			}
-			c.encode(k, vv)
-		}
-		if !date && status >= 200 {
-			_ = c.henc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate()})
+		c.encode(f.k, f.vv)
+	}
+	if !date && status >= 200 {
+		_ = c.henc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate()})
+	}
+	return c.writeBlockLocked(id, end)
+}
+
+// writeTrailersLocked writes the trailers of stream id, ending it: the
+// values of h whose names its Trailer field declared or that carry
+// http.TrailerPrefix; c.wmu is held.
+func (c *conn) writeTrailersLocked(id uint32, h http.Header) error {
+	c.hbuf = c.hbuf[:0]
+	declared := map[string]bool{}
+	for _, v := range h["Trailer"] {
+		for name := range strings.SplitSeq(v, ",") {
+			declared[http.CanonicalHeaderKey(strings.TrimSpace(name))] = true
 		}
 	}
+	for k, vv := range h {
+		name, ok := strings.CutPrefix(k, http.TrailerPrefix)
+		if !ok && !declared[k] {
+			continue
+		}
+		c.encode(name, vv)
+	}
+	return c.writeBlockLocked(id, true)
+}
+
+// writeBlockLocked writes the header block in c.hbuf for stream id: a
+// HEADERS frame, and CONTINUATIONs past the client's frame size.
+func (c *conn) writeBlockLocked(id uint32, end bool) error {
 	block := c.hbuf
 	max := int(c.peerFrame.Load())
 	first := block[:min(len(block), max)]
