@@ -215,8 +215,12 @@ type conn struct {
 	nc   net.Conn
 	tls  *tls.ConnectionState
 	addr string
-	ctx  context.Context
-	stop context.CancelFunc
+	// ctx is what each stream's context derives from: ConnContext's, or
+	// the background. A stream's is cancelled by the stream's end (cut,
+	// run), which the connection's end brings to each: no context of the
+	// connection's own, whose list of children every stream would join
+	// and leave.
+	ctx context.Context
 
 	br *bufio.Reader
 	rf *http2.Framer // read by serve's goroutine only
@@ -267,7 +271,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if s.ConnContext != nil {
 		ctx = s.ConnContext(ctx, nc)
 	}
-	c.ctx, c.stop = context.WithCancel(ctx)
+	c.ctx = ctx
 	c.br = bufio.NewReaderSize(nc, 4<<10)
 	c.rf = http2.NewFramer(nil, c.br)
 	c.rf.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -377,7 +381,6 @@ func (c *conn) end() {
 	}
 	c.flow.Broadcast()
 	c.mu.Unlock()
-	c.stop()
 	// What is buffered (a GOAWAY) goes out, within a second: a writer
 	// blocked on a client that reads nothing fails by then and lets go of
 	// the lock.

@@ -409,8 +409,19 @@ func (c *conn) writeBlockLocked(id uint32, end bool) error {
 }
 
 // encode adds the field k (canonical) with its values to c.hbuf; c.wmu
-// is held.
+// is held. The values of a request id and of a new session's cookie,
+// new in every answer, are not indexed: each would take a place of the
+// dynamic table only to push out one that will be used again (and a
+// cookie is no value to keep in a compression context anyway).
 func (c *conn) encode(k string, vv []string) {
+	once := k == "X-Request-Id" || k == "Set-Cookie"
+	if once {
+		name := commonLower[k]
+		for _, v := range vv {
+			_ = c.henc.WriteField(hpack.HeaderField{Name: name, Value: v, Sensitive: true})
+		}
+		return
+	}
 	name, ok := commonLower[k]
 	if !ok {
 		// Names the handler writes on every answer (the endpoint's own)
