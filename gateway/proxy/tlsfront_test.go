@@ -22,9 +22,15 @@ import (
 // fasthttp front with TLS, a fresh certificate and each handshake bounded
 // by handshake; it returns the front and the certificate.
 func startFastTLS(t *testing.T, up string, handshake time.Duration) (*servingFront, *x509.Certificate) {
+	return startFastTLSWith(t, up, handshake, "")
+}
+
+// startFastTLSWith is startFastTLS with the HTTP/2 server h2
+// (FrontConfig.HTTP2).
+func startFastTLSWith(t *testing.T, up string, handshake time.Duration, h2 string) (*servingFront, *x509.Certificate) {
 	t.Helper()
 	serverTLS, _, cert := testTLS(t)
-	c := FrontConfig{Kind: FrontFastHTTP, ReadHeaderTimeout: handshake, IdleTimeout: time.Minute, TLS: serverTLS, Logger: discardLog}
+	c := FrontConfig{Kind: FrontFastHTTP, ReadHeaderTimeout: handshake, IdleTimeout: time.Minute, TLS: serverTLS, Logger: discardLog, HTTP2: h2}
 	return startFront(t, frontProxy(t, up), c), cert
 }
 
@@ -138,31 +144,33 @@ func TestFastFrontTLSHandshakes(t *testing.T) {
 	}
 	recordHeader := "\x16\x03\x01\x02\x00" // a handshake record of 512 bytes, never sent
 
-	t.Run("others are served", func(t *testing.T) {
-		t.Parallel()
-		// A handshake done in the accept loop would keep every later
-		// client waiting for this timeout, past their client's (wait).
-		gw, cert := startFastTLS(t, up, 2*wait)
-		silent := stall(t, gw.addr, "")
-		partial := stall(t, gw.addr, recordHeader)
+	for _, h2 := range []string{"", "net/http"} {
+		t.Run("others are served, HTTP/2 by "+map[string]string{"": "dwara", "net/http": "Go"}[h2], func(t *testing.T) {
+			t.Parallel()
+			// A handshake done in the accept loop would keep every later
+			// client waiting for this timeout, past their client's (wait).
+			gw, cert := startFastTLSWith(t, up, 2*wait, h2)
+			silent := stall(t, gw.addr, "")
+			partial := stall(t, gw.addr, recordHeader)
 
-		resp, err := tlsClient(cert).Get("https://" + gw.addr + "/")
-		if err != nil {
-			t.Fatalf("HTTP/2 client beside the stalled handshakes: %v", err)
-		}
-		if body := readAll(t, resp); resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
-			t.Errorf("HTTP/2 client: %s %d: %s", resp.Proto, resp.StatusCode, body)
-		}
-		if resp, body, _ := getTLS1(t, gw.addr, cert, nil, "/"); resp.StatusCode != http.StatusOK {
-			t.Errorf("HTTP/1.1 client: %d: %s", resp.StatusCode, body)
-		}
-		// Shutting the front down ends the handshakes under way.
-		if _, err := gw.stop(t); err != nil {
-			t.Errorf("Serve after Shutdown: %v", err)
-		}
-		closedByServer(t, silent, "a silent client after the stop")
-		closedByServer(t, partial, "a half-sent ClientHello after the stop")
-	})
+			resp, err := tlsClient(cert).Get("https://" + gw.addr + "/")
+			if err != nil {
+				t.Fatalf("HTTP/2 client beside the stalled handshakes: %v", err)
+			}
+			if body := readAll(t, resp); resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+				t.Errorf("HTTP/2 client: %s %d: %s", resp.Proto, resp.StatusCode, body)
+			}
+			if resp, body, _ := getTLS1(t, gw.addr, cert, nil, "/"); resp.StatusCode != http.StatusOK {
+				t.Errorf("HTTP/1.1 client: %d: %s", resp.StatusCode, body)
+			}
+			// Shutting the front down ends the handshakes under way.
+			if _, err := gw.stop(t); err != nil {
+				t.Errorf("Serve after Shutdown: %v", err)
+			}
+			closedByServer(t, silent, "a silent client after the stop")
+			closedByServer(t, partial, "a half-sent ClientHello after the stop")
+		})
+	}
 
 	t.Run("closed after the read-header timeout", func(t *testing.T) {
 		t.Parallel()
@@ -176,7 +184,7 @@ func TestFastFrontTLSHandshakes(t *testing.T) {
 
 // TestFastFrontTLSShutdown: on the fasthttp front with TLS, a graceful
 // Shutdown lets a request in flight on each protocol (HTTP/2 through
-// net/http, HTTP/1.1 through fasthttp) finish with its answer, Serve
+// Dwara's HTTP/2 server, HTTP/1.1 through fasthttp) finish with its answer, Serve
 // returns nil and, once the proxy is closed too, no goroutine is left
 // behind, with idle connections of both protocols and a stalled handshake
 // open when it began.
