@@ -173,7 +173,13 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 // trailers takes the trailing HEADERS of st, which end its request;
 // c.mu is held, and released.
 func (c *conn) trailers(st *stream, f *http2.MetaHeadersFrame) error {
-	if st.remoteDone {
+	if st.remoteDone && st.localDone {
+		// Closed both ways (its handler not yet gone): a connection
+		// error (RFC 9113, section 5.1, "closed").
+		c.mu.Unlock()
+		return http2.ConnectionError(http2.ErrCodeStreamClosed)
+	}
+	if st.remoteDone { // half-closed (remote): a stream error
 		c.mu.Unlock()
 		c.resetStream(st.id, http2.ErrCodeStreamClosed)
 		return nil

@@ -257,6 +257,14 @@ func (w *responseWriter) send(p []byte, end bool) (int, error) {
 		more := len(pieces[0])+len(pieces[1]) > 0
 		last := end && !more
 		headers := !w.sentHeader
+		if last {
+			// Closed on this side before the frame that says so leaves:
+			// a frame the client sends once it has read it finds the
+			// stream closed.
+			c.mu.Lock()
+			st.localDone = true
+			c.mu.Unlock()
+		}
 		err := c.write(func() error {
 			if headers {
 				if err := c.writeHeadersLocked(st.id, last && len(data) == 0 && !trailers, w.status, w.fields); err != nil {
@@ -291,11 +299,6 @@ func (w *responseWriter) send(p []byte, end bool) (int, error) {
 		}
 	}
 	w.buf = w.buf[:0]
-	if end {
-		c.mu.Lock()
-		st.localDone = true
-		c.mu.Unlock()
-	}
 	return sent, nil
 }
 
