@@ -149,10 +149,10 @@ func newFastFront(p *proxy.Proxy, c Config) Front {
 	fast := fastfront.NewServerTimeouts(p, c.ReadHeaderTimeout, c.IdleTimeout)
 	tc := c.TLS.Clone()
 	tc.NextProtos = []string{"h2", "http/1.1"}
-	// As its TLSConfig is nil, h2's Serve configures HTTP/2 for the
-	// *tls.Conn the front hands it.
-	h2 := httpfront.NewServer(p, c.ReadHeaderTimeout, c.IdleTimeout)
 	if c.HTTP2 == HTTP2NetHTTP {
+		// As its TLSConfig is nil, h2's Serve configures HTTP/2 for the
+		// *tls.Conn the front hands it.
+		h2 := httpfront.NewServer(p, c.ReadHeaderTimeout, c.IdleTimeout)
 		h2.Protocols = httpfront.HTTP1And2()
 		h2.HTTP2 = httpfront.HTTP2Config()
 		return newTLSFront(tc, c.ReadHeaderTimeout, c.MaxConns, c.Logger, fast, h2)
@@ -165,7 +165,7 @@ func newFastFront(p *proxy.Proxy, c Config) Front {
 	// connection (WriteTimeout), so a client that takes nothing, by
 	// either, is cut.
 	own := &h2server.Server{
-		Handler: h2.Handler,
+		Handler: httpfront.Handler(p),
 		// The request head's cap of the other fronts, with HTTP/2's 32
 		// bytes a field (RFC 9113, section 6.5.2) for 128 fields.
 		MaxHeaderListSize: httpfront.MaxHeadBytes + 32*128,

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/dwara/dwara/internal/testlog"
 	"github.com/dwara/dwara/internal/testrun"
 )
 
@@ -99,25 +100,6 @@ func pattern(n int, seed byte) []byte {
 		b[i] = byte(i) ^ byte(i>>8)*31 ^ byte(i>>16)*7 ^ seed
 	}
 	return b
-}
-
-// syncBuffer is a log's output, written by the server's goroutines and
-// read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // frameBound bounds the frames a raw client reads while it looks for one.
@@ -202,6 +184,16 @@ func (rc *rawClient) until(what string, match func(http2.Frame) bool) http2.Fram
 	}
 	rc.t.Fatalf("no %s in %d frames", what, frameBound)
 	return nil
+}
+
+// headersOf reads frames until a HEADERS frame (with its CONTINUATIONs)
+// of stream id comes, and returns it.
+func (rc *rawClient) headersOf(what string, id uint32) *http2.MetaHeadersFrame {
+	rc.t.Helper()
+	return rc.until(what, func(f http2.Frame) bool {
+		_, ok := f.(*http2.MetaHeadersFrame)
+		return ok && f.Header().StreamID == id
+	}).(*http2.MetaHeadersFrame)
 }
 
 // handshake reads the server's SETTINGS and the WINDOW_UPDATE that opens
@@ -556,7 +548,7 @@ func TestClientCancelEndsHandlerContext(t *testing.T) {
 // that aborts an answer on purpose.
 func TestHandlerPanic(t *testing.T) {
 	t.Parallel()
-	var logged syncBuffer
+	var logged testlog.Buffer
 	ts := startServer(t, &Server{
 		Log: slog.New(slog.NewTextHandler(&logged, nil)),
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -1091,10 +1083,7 @@ func TestPaddingReturnsStreamWindow(t *testing.T) {
 	if err := rc.fr.WriteData(1, true, nil); err != nil {
 		t.Fatal(err)
 	}
-	h := rc.until("the answer of stream 1", func(f http2.Frame) bool {
-		_, ok := f.(*http2.MetaHeadersFrame)
-		return ok && f.Header().StreamID == 1
-	}).(*http2.MetaHeadersFrame)
+	h := rc.headersOf("the answer of stream 1", 1)
 	if s := h.PseudoValue("status"); s != "200" {
 		t.Errorf("status %q; want 200", s)
 	}
@@ -1129,10 +1118,7 @@ func TestExpectContinue(t *testing.T) {
 		t.Parallel()
 		rc := ts.dialRaw(t)
 		rc.request(1, http.MethodPost, "/read-first", false, expect...)
-		interim := rc.until("an answer on stream 1", func(f http2.Frame) bool {
-			_, ok := f.(*http2.MetaHeadersFrame)
-			return ok && f.Header().StreamID == 1
-		}).(*http2.MetaHeadersFrame)
+		interim := rc.headersOf("an answer on stream 1", 1)
 		if s := interim.PseudoValue("status"); s != "100" || interim.StreamEnded() {
 			t.Fatalf("first HEADERS: status %q, END_STREAM %v; want 100 Continue before the body is sent",
 				s, interim.StreamEnded())
@@ -1140,10 +1126,7 @@ func TestExpectContinue(t *testing.T) {
 		if err := rc.fr.WriteData(1, true, []byte("hello")); err != nil {
 			t.Fatal(err)
 		}
-		final := rc.until("the final answer on stream 1", func(f http2.Frame) bool {
-			_, ok := f.(*http2.MetaHeadersFrame)
-			return ok && f.Header().StreamID == 1
-		}).(*http2.MetaHeadersFrame)
+		final := rc.headersOf("the final answer on stream 1", 1)
 		if s := final.PseudoValue("status"); s != "200" {
 			t.Errorf("final status %q; want 200", s)
 		}
@@ -1153,10 +1136,7 @@ func TestExpectContinue(t *testing.T) {
 		t.Parallel()
 		rc := ts.dialRaw(t)
 		rc.request(1, http.MethodPost, "/answer-first", false, expect...)
-		final := rc.until("an answer on stream 1", func(f http2.Frame) bool {
-			_, ok := f.(*http2.MetaHeadersFrame)
-			return ok && f.Header().StreamID == 1
-		}).(*http2.MetaHeadersFrame)
+		final := rc.headersOf("an answer on stream 1", 1)
 		if s := final.PseudoValue("status"); s != "200" {
 			t.Fatalf("first HEADERS: status %q; want the handler's 200", s)
 		}

@@ -299,15 +299,11 @@ func (c *conn) request(f *http2.MetaHeadersFrame) (*http.Request, int64, error) 
 	if method == http.MethodConnect {
 		req.RequestURI = authority
 	}
-	if vv := h["Trailer"]; len(vv) > 0 {
-		req.Trailer = make(http.Header)
-		for _, v := range vv {
-			for name := range strings.SplitSeq(v, ",") {
-				if name = strings.TrimSpace(name); name != "" {
-					req.Trailer[http.CanonicalHeaderKey(name)] = nil
-				}
-			}
+	for name := range declaredTrailers(h) {
+		if req.Trailer == nil {
+			req.Trailer = make(http.Header)
 		}
+		req.Trailer[name] = nil
 	}
 	return req, declared, nil
 }

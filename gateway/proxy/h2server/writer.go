@@ -2,6 +2,7 @@ package h2server
 
 import (
 	"errors"
+	"iter"
 	"net/http"
 	"net/textproto"
 	"os"
@@ -171,15 +172,7 @@ func (w *responseWriter) FlushError() error {
 
 // SetReadDeadline bounds the handler's reads of the request body.
 func (w *responseWriter) SetReadDeadline(t time.Time) error {
-	st := w.st
-	st.c.mu.Lock()
-	defer st.c.mu.Unlock()
-	st.rdl = t
-	st.rtimer = rearm(st.rtimer, t, func() {
-		st.c.mu.Lock()
-		st.readable.Broadcast()
-		st.c.mu.Unlock()
-	})
+	w.st.setDeadline(&w.st.rdl, &w.st.rtimer, t, &w.st.readable)
 	return nil
 }
 
@@ -187,16 +180,22 @@ func (w *responseWriter) SetReadDeadline(t time.Time) error {
 // control (a client that takes nothing); the connection's own writes are
 // bounded by the server's WriteTimeout.
 func (w *responseWriter) SetWriteDeadline(t time.Time) error {
-	st := w.st
-	st.c.mu.Lock()
-	defer st.c.mu.Unlock()
-	st.wdl = t
-	st.wtimer = rearm(st.wtimer, t, func() {
-		st.c.mu.Lock()
-		st.c.flow.Broadcast()
-		st.c.mu.Unlock()
-	})
+	w.st.setDeadline(&w.st.wdl, &w.st.wtimer, t, &w.st.c.flow)
 	return nil
+}
+
+// setDeadline sets the deadline *dl of st to t, with its timer *tm
+// waking the waits on wake (a Cond of c.mu) when it passes.
+func (st *stream) setDeadline(dl *time.Time, tm **time.Timer, t time.Time, wake *sync.Cond) {
+	c := st.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	*dl = t
+	*tm = rearm(*tm, t, func() {
+		c.mu.Lock()
+		wake.Broadcast()
+		c.mu.Unlock()
+	})
 }
 
 // rearm stops tm and, for a deadline t, returns a timer that runs wake at
@@ -310,14 +309,26 @@ func (w *responseWriter) hasTrailers() bool {
 			return true
 		}
 	}
-	for _, v := range w.hdr["Trailer"] {
-		for name := range strings.SplitSeq(v, ",") {
-			if _, ok := w.hdr[http.CanonicalHeaderKey(strings.TrimSpace(name))]; ok {
-				return true
-			}
+	for name := range declaredTrailers(w.hdr) {
+		if _, ok := w.hdr[name]; ok {
+			return true
 		}
 	}
 	return false
+}
+
+// declaredTrailers yields the names h's Trailer field declares, in
+// canonical form.
+func declaredTrailers(h http.Header) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, v := range h["Trailer"] {
+			for name := range strings.SplitSeq(v, ",") {
+				if name = strings.TrimSpace(name); name != "" && !yield(http.CanonicalHeaderKey(name)) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // take waits until st may send up to want bytes of DATA (one frame's
@@ -375,10 +386,8 @@ func (c *conn) writeHeadersLocked(id uint32, end bool, status int, fields []fiel
 func (c *conn) writeTrailersLocked(id uint32, h http.Header) error {
 	c.hbuf = c.hbuf[:0]
 	declared := map[string]bool{}
-	for _, v := range h["Trailer"] {
-		for name := range strings.SplitSeq(v, ",") {
-			declared[http.CanonicalHeaderKey(strings.TrimSpace(name))] = true
-		}
+	for name := range declaredTrailers(h) {
+		declared[name] = true
 	}
 	for k, vv := range h {
 		name, ok := strings.CutPrefix(k, http.TrailerPrefix)
