@@ -308,6 +308,26 @@ get() { # PATH COUNT PARALLEL [CURL OPTIONS...]
 		awk '{ print $1, ($2 == "" ? "-" : $2), ($3 == "" ? "-" : $3) }'
 }
 
+# get_keyed is get with each request keyed by a fixed request id
+# (X-Request-Id: demo-1 .. demo-COUNT), so a split keyed by the request
+# id lands the same way on every run.
+get_keyed() { # PATH COUNT PARALLEL
+	local path=$1 count=$2 par=$3 sep='?' i cfg=$WORK/keyed.curl
+	case $path in *\?*) sep='&' ;; esac
+	: >"$cfg"
+	for ((i = 1; i <= count; i++)); do
+		[ "$i" -gt 1 ] && echo next >>"$cfg"
+		printf 'url = "%s"\nheader = "X-Request-Id: demo-%d"\noutput = /dev/null\nwrite-out = "%%{http_code} %%header{x-pool} %%header{x-endpoint}\\n"\nmax-time = 120\n' \
+			"$PROXY$path${sep}n=$i" "$i" >>"$cfg"
+	done
+	local opts=(-s --no-progress-meter)
+	if [ "$par" -gt 1 ]; then
+		opts+=(--parallel --parallel-immediate --parallel-max "$par")
+	fi
+	{ curl "${opts[@]}" --config "$cfg" || signalled $?; } |
+		awk '{ print $1, ($2 == "" ? "-" : $2), ($3 == "" ? "-" : $3) }'
+}
+
 # tally reads "CODE POOL ENDPOINT" lines and prints the requests per pool
 # (BY=pool) or per endpoint (BY=endpoint) with their shares, then the total.
 tally() { # BY < lines
