@@ -222,8 +222,9 @@ type conn struct {
 	// and leave.
 	ctx context.Context
 
-	br *bufio.Reader
-	rf *http2.Framer // read by serve's goroutine only
+	br   *bufio.Reader
+	rf   *http2.Framer // read by serve's goroutine only, as is hdec
+	hdec *headerDecoder
 
 	// wmu serializes the writes; under it: bw, wf, henc, hbuf, werr.
 	wmu     sync.Mutex
@@ -274,8 +275,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.ctx = ctx
 	c.br = bufio.NewReaderSize(nc, 4<<10)
 	c.rf = http2.NewFramer(nil, c.br)
-	c.rf.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.rf.MaxHeaderListSize = s.maxHeaderList()
+	c.hdec = newHeaderDecoder(s.maxHeaderList())
 	c.rf.SetMaxReadFrameSize(maxFrameSize)
 	c.bw = bufio.NewWriterSize(nc, writeBufferSize)
 	c.wf = http2.NewFramer(c.bw, nil)
@@ -320,7 +320,7 @@ func (c *conn) serve() error {
 	c.mu.Unlock()
 	first := true
 	for {
-		f, err := c.rf.ReadFrame()
+		f, err := c.readFrame()
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) && !first {
@@ -356,6 +356,23 @@ func (c *conn) serve() error {
 			return err
 		}
 	}
+}
+
+// readFrame reads the next frame, a HEADERS frame with the CONTINUATIONs
+// that complete it, decoded (readHeaders).
+func (c *conn) readFrame() (http2.Frame, error) {
+	f, err := c.rf.ReadFrame()
+	if err != nil {
+		return nil, err
+	}
+	if hf, ok := f.(*http2.HeadersFrame); ok {
+		mh, err := c.readHeaders(hf)
+		if err != nil {
+			return nil, err
+		}
+		return mh, nil
+	}
+	return f, nil
 }
 
 // readFailed ends the connection after ReadFrame's err, answering a

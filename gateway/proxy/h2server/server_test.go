@@ -47,8 +47,12 @@ type testServer struct {
 func startServer(t *testing.T, srv *Server) *testServer {
 	t.Helper()
 	ts := &testServer{srv: srv}
-	srv.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+	connContext := srv.ConnContext
+	srv.ConnContext = func(ctx context.Context, nc net.Conn) context.Context {
 		ts.conns.Add(1)
+		if connContext != nil {
+			return connContext(ctx, nc)
+		}
 		return ctx
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

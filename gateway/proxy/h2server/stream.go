@@ -51,8 +51,10 @@ type stream struct {
 	rtimer   *time.Timer
 	wtimer   *time.Timer
 
-	ctx    context.Context
-	cancel context.CancelFunc
+	// ctx is the request's context; parentStop undoes the watch of the
+	// connection's context, when that one can end.
+	ctx        streamContext
+	parentStop func() bool
 
 	w responseWriter // the handler's, made with the stream
 }
@@ -69,6 +71,14 @@ func (st *stream) cut(err error) {
 	}
 	st.cancel()
 	st.readable.Broadcast()
+}
+
+// cancel ends st's context.
+func (st *stream) cancel() {
+	if st.parentStop != nil {
+		st.parentStop()
+	}
+	st.ctx.cancel()
 }
 
 // endRemote closes the client's half of st (END_STREAM); c.mu is held.
@@ -134,8 +144,11 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	st := &stream{c: c, id: id, req: req, declared: declared, recv: streamWindow,
 		expect: !f.StreamEnded() && strings.EqualFold(req.Header.Get("Expect"), "100-continue")}
 	st.readable.L = &c.mu
-	st.ctx, st.cancel = context.WithCancel(c.ctx)
-	req = req.WithContext(st.ctx)
+	st.ctx.parent = c.ctx
+	if c.ctx.Done() != nil {
+		st.parentStop = context.AfterFunc(c.ctx, st.ctx.cancel)
+	}
+	req = req.WithContext(&st.ctx)
 	st.req = req
 	if f.StreamEnded() {
 		if declared > 0 {

@@ -34,8 +34,9 @@ func (c *conn) run(st *stream) {
 		}
 		_ = (*requestBody)(st).Close()
 		if w.buf != nil {
-			bodyBuffers.Put(w.buf[:0])
-			w.buf = nil
+			w.bufBox.b = w.buf[:0]
+			bodyBuffers.Put(w.bufBox)
+			w.buf, w.bufBox = nil, nil
 		}
 		c.mu.Lock()
 		c.running--
@@ -63,8 +64,12 @@ func (c *conn) run(st *stream) {
 	c.s.Handler.ServeHTTP(w, st.req)
 }
 
-// bodyBuffers are the responseWriters' buffers, kept between streams.
-var bodyBuffers = sync.Pool{New: func() any { return make([]byte, 0, handlerBuffer) }}
+// bodyBuffers are the responseWriters' buffers, kept between streams,
+// each in a box of its own (a slice put in a sync.Pool would be boxed
+// anew by each Put).
+var bodyBuffers = sync.Pool{New: func() any { return &bodyBuffer{make([]byte, 0, handlerBuffer)} }}
+
+type bodyBuffer struct{ b []byte }
 
 // isCut reports whether err is a stream's end that is not the handler's
 // failure: the client reset it, or the connection ended.
@@ -84,6 +89,7 @@ type responseWriter struct {
 	sentHeader  bool // the HEADERS frame is written
 	noBody      bool // HEAD, 204, 304
 	buf         []byte
+	bufBox      *bodyBuffer // buf's, for its return to bodyBuffers
 	// fields are the header's fields as they were when the status was
 	// chosen: what the HEADERS frame carries, as net/http's rule has it
 	// (changes after WriteHeader count only for trailers); kept in
@@ -147,7 +153,8 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	}
 	if len(w.buf)+len(p) <= handlerBuffer {
 		if w.buf == nil {
-			w.buf = bodyBuffers.Get().([]byte)
+			w.bufBox = bodyBuffers.Get().(*bodyBuffer)
+			w.buf = w.bufBox.b
 		}
 		w.buf = append(w.buf, p...)
 		return len(p), nil

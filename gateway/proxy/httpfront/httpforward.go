@@ -48,7 +48,7 @@ func (p server) forward(w *statusWriter, r *http.Request, a *proxy.Attempt) int 
 		if gone != nil {
 			gone() // an earlier connection's, which failed
 		}
-		gone = context.AfterFunc(ctx, c.Cutter())
+		gone = afterFunc(ctx, c.Cutter())
 		return p.send(c, r, q, ep, tg)
 	})
 	if w.body.DL != nil {
@@ -85,6 +85,17 @@ func (p server) forward(w *statusWriter, r *http.Request, a *proxy.Attempt) int 
 		return proxy.StatusClientGone
 	}
 	return code
+}
+
+// afterFunc is context.AfterFunc, with a context's own AfterFunc method
+// (the one context.AfterFunc would use, as Dwara's HTTP/2 server's stream
+// contexts have) called directly: context.AfterFunc's wrapping of it
+// would allocate four times a request.
+func afterFunc(ctx context.Context, f func()) (stop func() bool) {
+	if a, ok := ctx.(interface{ AfterFunc(func()) func() bool }); ok {
+		return a.AfterFunc(f)
+	}
+	return context.AfterFunc(ctx, f)
 }
 
 // send writes r, whose view is q, on c and reads the answer header into
