@@ -1,0 +1,59 @@
+package h2server
+
+import (
+	"bytes"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/dwara/dwara/internal/testrun"
+)
+
+// TestHeaderBlocksKeptApart checks the decoding of header blocks into
+// the field list a connection reuses: a block split over HEADERS and
+// CONTINUATION is decoded whole, and a request's header (read by its
+// handler only after the next block on the connection was decoded)
+// keeps its own fields, none of the next one's.
+func TestHeaderBlocksKeptApart(t *testing.T) {
+	t.Parallel()
+	second := make(chan struct{})
+	ts := startServer(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/b" {
+			close(second)
+		} else {
+			testrun.Recv(t, second, "the second request's handler")
+		}
+		var got []string
+		for k, vv := range r.Header {
+			got = append(got, k+"="+strings.Join(vv, ","))
+		}
+		slices.Sort(got)
+		w.Header().Set("X-Got", strings.Join(got, ";"))
+	})})
+	rc := ts.dialRaw(t)
+	rc.hbuf.Reset()
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "h2.test"},
+		{":path", "/a"}, {"x-one", "1"}, {"x-two", strings.Repeat("2", 40)}} {
+		_ = rc.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	block := bytes.Clone(rc.hbuf.Bytes())
+	half := len(block) / 2
+	if err := rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block[:half], EndStream: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.fr.WriteContinuation(1, true, block[half:]); err != nil {
+		t.Fatal(err)
+	}
+	rc.request(3, http.MethodGet, "/b", true, "x-three", "3")
+	want := map[uint32]string{1: "X-One=1;X-Two=" + strings.Repeat("2", 40), 3: "X-Three=3"}
+	for range 2 {
+		f := rc.until("an answer", func(f http2.Frame) bool { _, ok := f.(*http2.MetaHeadersFrame); return ok }).(*http2.MetaHeadersFrame)
+		if got := fieldValue(f, "x-got"); got != want[f.StreamID] {
+			t.Errorf("stream %d's handler saw the header %q; want %q", f.StreamID, got, want[f.StreamID])
+		}
+	}
+}
