@@ -20,7 +20,8 @@ type streamContext struct {
 	mu     sync.Mutex
 	err    error
 	done   chan struct{} // made by the first Done, closed by cancel
-	afters []afterFunc   // functions to start at cancel
+	afters []afterFunc   // functions to start at cancel, in slots at first
+	slots  [2]afterFunc
 	nextID uint64
 }
 
@@ -87,6 +88,9 @@ func (x *streamContext) AfterFunc(f func()) (stop func() bool) {
 	}
 	x.nextID++
 	id := x.nextID
+	if x.afters == nil {
+		x.afters = x.slots[:0]
+	}
 	x.afters = append(x.afters, afterFunc{id, f})
 	x.mu.Unlock()
 	return func() bool {

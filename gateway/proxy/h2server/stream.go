@@ -266,8 +266,11 @@ func (c *conn) request(f *http2.MetaHeadersFrame) (*http.Request, int64, error) 
 	}
 	regular := f.RegularFields()
 	h := make(http.Header, len(regular))
+	// One array holds the first value of each name: one allocation, not
+	// one a field.
+	values := make([]string, len(regular))
 	var cookies []string
-	for _, hf := range regular {
+	for i, hf := range regular {
 		switch hf.Name {
 		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
 			return nil, 0, errMalformed // connection-specific (section 8.2.2)
@@ -280,7 +283,12 @@ func (c *conn) request(f *http2.MetaHeadersFrame) (*http.Request, int64, error) 
 			continue
 		}
 		k := canonical(hf.Name)
-		h[k] = append(h[k], hf.Value)
+		if vv, ok := h[k]; ok {
+			h[k] = append(vv, hf.Value)
+		} else {
+			values[i] = hf.Value
+			h[k] = values[i : i+1 : i+1]
+		}
 	}
 	if len(cookies) > 0 {
 		h["Cookie"] = []string{strings.Join(cookies, "; ")} // section 8.2.3
