@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -238,6 +239,23 @@ func TestClientStallTimeout(t *testing.T) {
 			resp, body := rc.readFinal("POST")
 			if resp.StatusCode != http.StatusRequestTimeout || !resp.Close || !strings.Contains(string(body), "stopped arriving") {
 				t.Fatalf("stalled upload: status %d, close %v: %s; want 408 and the connection closed", resp.StatusCode, resp.Close, body)
+			}
+		})
+		t.Run("slow body", func(t *testing.T) {
+			// A body large enough to go by splice on the fasthttp front,
+			// sent in pieces for twice the stall timeout in all: it keeps
+			// moving, so it is never cut.
+			const n, pieces = 200_000, ticks
+			rc := dialRaw(t, g)
+			go func() {
+				rc.write(rawHead("POST /upload HTTP/1.1", "Host: x", "Content-Length: "+strconv.Itoa(n)))
+				for i := range pieces {
+					time.Sleep(stall / 8)
+					_, _ = io.Copy(rc.c, &patternReader{n: int64((i + 1) * n / pieces), off: int64(i * n / pieces)})
+				}
+			}()
+			if resp, body := rc.readFinal("POST"); resp.StatusCode != http.StatusOK {
+				t.Fatalf("a slow upload that keeps moving: status %d: %s; want 200", resp.StatusCode, body)
 			}
 		})
 		t.Run("late body", func(t *testing.T) {

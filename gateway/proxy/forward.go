@@ -252,6 +252,11 @@ func (p *Proxy) writeBody(c *Conn, r io.Reader, length int64, trailer func(*bufi
 	c.body = clientBody{r: r, left: length}
 	defer func() { c.body = clientBody{} }()
 	body := &c.body
+	if bs, ok := r.(BodySplicer); ok && length >= spliceBodyMin {
+		big := spliceBuffers.Get().(*[spliceBatch]byte)
+		defer spliceBuffers.Put(big)
+		return spliceBody(c, bs, big[:], length)
+	}
 	if length > 0 {
 		n, err := io.CopyBuffer(bw, body, buf)
 		if err == nil && n < length {
@@ -264,6 +269,35 @@ func (p *Proxy) writeBody(c *Conn, r io.Reader, length int64, trailer func(*bufi
 	}
 	bw.WriteString("0\r\n") // errors surface at Flush
 	trailer(bw)             // errors surface at Flush
+	return nil
+}
+
+// spliceBody is writeBody for a body of known length that can splice:
+// each piece it reads into buf is written to c.Writer, each it spliced
+// went to c already. A failure of c's side of a splice is the endpoint's,
+// any other the client's (clientBodyError).
+func spliceBody(c *Conn, bs BodySplicer, buf []byte, length int64) error {
+	for left := length; left > 0; {
+		p := buf[:min(int64(len(buf)), left)]
+		n, spliced, err := bs.ReadOrSplice(p, c)
+		left -= int64(n)
+		if n > 0 && !spliced {
+			if _, werr := c.Writer.Write(p[:n]); werr != nil {
+				return werr
+			}
+		}
+		switch {
+		case err == nil:
+		case errors.As(err, new(endpointSide)):
+			return err
+		case err == io.EOF && left == 0:
+			return nil
+		case err == io.EOF:
+			return clientBodyError{io.ErrUnexpectedEOF}
+		default:
+			return clientBodyError{err}
+		}
+	}
 	return nil
 }
 

@@ -36,3 +36,8 @@ func (s *Socket) Flush(net.Conn) error { return nil }
 func (s *Socket) SpliceFrom(net.Conn, *Socket, net.Conn, int64, func()) (int64, bool, error) {
 	return 0, false, ErrNoSplice
 }
+
+// SpliceSome moves nothing here: the caller copies (ErrNoSplice).
+func (s *Socket) SpliceSome(net.Conn, *Socket, net.Conn, int64) (int64, bool, error) {
+	return 0, false, ErrNoSplice
+}

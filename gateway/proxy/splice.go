@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 )
 
@@ -75,3 +76,64 @@ func (c *Conn) SpliceAnswer(ds *Socket, dst net.Conn, n int64, before func()) (m
 	b.left -= m
 	return moved + m, endpoint, err
 }
+
+// A request body of known length can go the other way in the same
+// manner: the fasthttp front's body (a BodySplicer) reads the bytes its
+// server holds already into the copy buffer, and once the next bytes are
+// to come from the client's socket, moves them from there to the
+// endpoint's with SpliceBodyFrom instead (writeBody).
+
+// BodySplicer is a request body that can move the bytes it would read
+// from the client's socket straight to an endpoint connection's:
+// ReadOrSplice reads into p as Read does, or moves up to len(p) bytes
+// to c by c.SpliceBodyFrom (p untouched), and reports which (spliced).
+// An error of c's side of a splice is one SpliceBodyFrom returned: the
+// caller tells it from the client's own failures (endpointSide).
+type BodySplicer interface {
+	ReadOrSplice(p []byte, c *Conn) (n int, spliced bool, err error)
+}
+
+// spliceBatch bounds the bytes one fill of the pipe takes from the
+// source socket, and the pipe's size is asked to match it: a 256 KiB
+// answer moves in one fill and one drain when the socket holds it all.
+const spliceBatch = 256 << 10
+
+// spliceBuffers are the buffers of spliceBody: one batch of a splice
+// (spliceBatch), so that a body moves in batches as large as the pipe
+// takes, which is what lets the endpoint read it in long runs rather than
+// waking for every copy buffer's worth. Their memory is touched only by
+// the bytes a front reads rather than splices (those it holds already, a
+// body on a socket that cannot splice).
+var spliceBuffers = sync.Pool{New: func() any { return new([spliceBatch]byte) }}
+
+// spliceBodyMin is the least body length writeBody moves by splice:
+// one copy buffer. A smaller body mostly comes with its head, in the
+// front's buffer.
+const spliceBodyMin = ConnBufferSize
+
+// SpliceBodyFrom moves up to n bytes of a request body from src's socket
+// (srcConn's, the client's) to c's, after what c.Writer holds of the
+// request (written first): what src has, once it has some, as a read
+// returns (so that a body read under a stall timeout moves the deadline
+// as often as reads would). It returns the bytes that reached c; an error
+// of c's side (the write) comes as an endpointSide, one of src's side
+// (the read, or the body ending short: io.ErrUnexpectedEOF) as it is,
+// ErrNoSplice, with nothing moved, when either socket cannot splice.
+func (c *Conn) SpliceBodyFrom(src *Socket, srcConn net.Conn, n int64) (int64, error) {
+	if err := c.Writer.Flush(); err != nil {
+		return 0, endpointSide{err}
+	}
+	moved, srcSide, err := c.sock.SpliceSome(c.Net, src, srcConn, n)
+	c.written += moved
+	if err != nil && !srcSide && err != ErrNoSplice {
+		err = endpointSide{err}
+	}
+	return moved, err
+}
+
+// endpointSide is a failure to write a request body to the endpoint
+// that came back through the client's body reader (SpliceBodyFrom).
+type endpointSide struct{ err error }
+
+func (e endpointSide) Error() string { return e.err.Error() }
+func (e endpointSide) Unwrap() error { return e.err }

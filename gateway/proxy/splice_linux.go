@@ -14,11 +14,6 @@ import (
 // already; this makes the pipe so too).
 const spliceFlags = 0x1 | 0x2 // SPLICE_F_MOVE | SPLICE_F_NONBLOCK
 
-// spliceBatch bounds the bytes one fill of the pipe takes from the
-// source socket, and the pipe's size is asked to match it: a 256 KiB
-// answer moves in one fill and one drain when the socket holds it all.
-const spliceBatch = 256 << 10
-
 // fSetPipeSize is fcntl's F_SETPIPE_SZ, which the syscall package does
 // not name.
 const fSetPipeSize = 1031
@@ -135,6 +130,16 @@ func putPipe(p *splicePipe) {
 // ErrNoSplice, with nothing moved, when either socket is not a plain TCP
 // one or no pipe can be had.
 func (s *Socket) SpliceFrom(dst net.Conn, src *Socket, srcConn net.Conn, n int64, before func()) (moved int64, srcSide bool, err error) {
+	return s.spliceFrom(dst, src, srcConn, n, before, true)
+}
+
+// SpliceSome is SpliceFrom of one batch: it moves what src has, up to n,
+// once it has some, as a read returns what has come.
+func (s *Socket) SpliceSome(dst net.Conn, src *Socket, srcConn net.Conn, n int64) (moved int64, srcSide bool, err error) {
+	return s.spliceFrom(dst, src, srcConn, n, nil, false)
+}
+
+func (s *Socket) spliceFrom(dst net.Conn, src *Socket, srcConn net.Conn, n int64, before func(), whole bool) (moved int64, srcSide bool, err error) {
 	if s.rc == nil || src.rc == nil {
 		return 0, false, ErrNoSplice
 	}
@@ -154,6 +159,9 @@ func (s *Socket) SpliceFrom(dst net.Conn, src *Socket, srcConn net.Conn, n int64
 		moved += m
 		if err != nil {
 			return moved, false, err
+		}
+		if !whole {
+			break
 		}
 	}
 	return moved, false, nil

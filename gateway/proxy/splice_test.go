@@ -21,11 +21,22 @@ import (
 
 // knownLengthUpstream answers GET /N with N bytes of the pattern and
 // Content-Length: N (HEAD with the length alone), written 64 KiB at a
-// time, each write after gap; it counts the connections it accepted.
+// time, each write after gap; a POST with the length of the body it read
+// and whether that was the pattern throughout ("N ok", or "N bad: ...").
+// It counts the connections it accepted.
 func knownLengthUpstream(t *testing.T, gap time.Duration) (addr string, conns *atomic.Int64) {
 	t.Helper()
 	conns = new(atomic.Int64)
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			var check patternChecker
+			verdict := "ok"
+			if _, err := io.Copy(&check, r.Body); err != nil {
+				verdict = "bad: " + err.Error()
+			}
+			fmt.Fprintf(w, "%d %s", check.n, verdict)
+			return
+		}
 		n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/"), 10, 64)
 		if err != nil {
 			http.Error(w, "want /N", http.StatusBadRequest)
@@ -98,17 +109,26 @@ func TestSplicedAnswers(t *testing.T) {
 		if resp, body := rc.readFinal(http.MethodHead); resp.StatusCode != http.StatusOK || resp.ContentLength != 1<<20 || len(body) != 0 {
 			t.Fatalf("HEAD: status %d, length %d, %d body bytes; want 200, 1048576, none", resp.StatusCode, resp.ContentLength, len(body))
 		}
-		if n := conns.Load(); n != 1 {
-			t.Errorf("the endpoint accepted %d connections; want the one, reused after each answer", n)
-		}
-		checkIdle(t, g, "a")
-		if front == FrontFastHTTP && runtime.GOOS == "linux" {
-			// Other tests of the package may splice meanwhile: at least.
-			if got := splicedBytes.Load() - before; got < atLeast {
-				t.Errorf("%d bytes moved by splice; want at least %d", got, atLeast)
-			}
-		}
+		checkSpliced(t, g, front, conns, before, atLeast)
 	})
+}
+
+// checkSpliced fails t unless the endpoint of g's upstream "a" accepted
+// conns of one connection, reused for every exchange, with no request in
+// flight left; and, on the fasthttp front on Linux, unless the bytes moved
+// by splice since before grew by atLeast.
+func checkSpliced(t *testing.T, g *gateway, front string, conns *atomic.Int64, before, atLeast int64) {
+	t.Helper()
+	if n := conns.Load(); n != 1 {
+		t.Errorf("the endpoint accepted %d connections; want the one, reused after each exchange", n)
+	}
+	checkIdle(t, g, "a")
+	if front == FrontFastHTTP && runtime.GOOS == "linux" {
+		// Other tests of the package may splice meanwhile: at least.
+		if got := splicedBytes.Load() - before; got < atLeast {
+			t.Errorf("%d bytes moved by splice; want at least %d", got, atLeast)
+		}
+	}
 }
 
 // TestSplicedAnswerEnds: the ways a relayed answer of known length ends

@@ -17,6 +17,7 @@ func (p server) mirrorFast(ctx *fasthttp.RequestCtx, x *fastExchange, rt proxy.R
 		if ctx.RequestBodyStream() == nil {
 			mb.CopyWhole(ctx.Request.Body())
 		} else {
+			x.tapped = true
 			rest, ok := mb.Fill(x.requestBody(ctx))
 			ctx.Request.SetBodyStream(rest, int(q.Length))
 			if !ok {

@@ -64,6 +64,16 @@ type FirstHeadConn struct {
 	closed     bool
 	shard      uint8 // the sweeper's list it goes in
 
+	// spliceTo, while a request body's read is armed (armSplice), is the
+	// endpoint connection a read into the buffer at spliceAt moves its
+	// bytes to by splice instead; spliced reports that the last armed read
+	// did. noSplice: a splice found the sockets cannot (TLS under the
+	// connection, no pipe), so reads stay reads.
+	spliceTo *proxy.Conn
+	spliceAt *byte
+	spliced  bool
+	noSplice bool
+
 	// peer[:peerN] is the client's IP address as requests send it on
 	// (X-Forwarded-For) and the logs write it, formatted by the
 	// connection's first request (clientIP).
@@ -113,7 +123,45 @@ func (c *FirstHeadConn) Read(p []byte) (int, error) {
 			return c.readFirst(p)
 		}
 	}
+	if c.spliceTo != nil && len(p) > 0 && &p[0] == c.spliceAt {
+		return c.spliceRead(p)
+	}
 	return c.sock.Read(c.Conn, p)
+}
+
+// armSplice makes the next reads into buf (a request body's reader
+// reading straight from the connection into it, past its own buffer)
+// move their bytes to the endpoint connection to instead: up to len(buf)
+// a read, buf untouched. disarmSplice ends it and reports whether a read
+// was spliced since.
+func (c *FirstHeadConn) armSplice(to *proxy.Conn, buf []byte) {
+	if c.noSplice || len(buf) == 0 {
+		return
+	}
+	c.spliceTo, c.spliceAt, c.spliced = to, &buf[0], false
+}
+
+func (c *FirstHeadConn) disarmSplice() (spliced bool) {
+	spliced = c.spliced
+	c.spliceTo, c.spliceAt, c.spliced = nil, nil, false
+	return spliced
+}
+
+// spliceRead is an armed read: up to len(p) bytes from the client's
+// socket to the endpoint's by splice, after what this side holds to
+// write (an interim answer waiting to be joined: the client may wait for
+// it before it sends the body).
+func (c *FirstHeadConn) spliceRead(p []byte) (int, error) {
+	if err := c.sock.Flush(c.Conn); err != nil {
+		return 0, err
+	}
+	n, err := c.spliceTo.SpliceBodyFrom(&c.sock, c.Conn, int64(len(p)))
+	if err == proxy.ErrNoSplice {
+		c.noSplice = true
+		return c.sock.Read(c.Conn, p)
+	}
+	c.spliced = c.spliced || n > 0
+	return int(n), err
 }
 
 // readFirst is the first read of the connection when it asks for one

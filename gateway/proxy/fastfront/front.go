@@ -343,6 +343,11 @@ type fastExchange struct {
 	line proxy.AccessLine
 	// StallBody reads the client's request body under the stall timeout.
 	stallBody proxy.StallBody
+	// tapped: something other than the forward reads the request body
+	// (a mirror, a model alias's route) and hands the forward a reader of
+	// its own: no splice (splicingBody), whatever that reader does.
+	tapped bool
+	splice splicingBody
 }
 
 var fastExchanges = sync.Pool{New: func() any { return new(fastExchange) }}
@@ -495,6 +500,10 @@ func (p server) fastSend(ctx *fasthttp.RequestCtx, c *proxy.Conn, ep *proxy.Endp
 	var body io.Reader
 	if cl > 0 || cl == -1 {
 		body = x.requestBody(ctx)
+		if fc, ok := ctx.Conn().(*FirstHeadConn); ok && !x.tapped && ctx.RequestBodyStream() != nil {
+			x.splice = splicingBody{r: body, fc: fc}
+			body = &x.splice
+		}
 	}
 	sent, err = p.fastTransmit(x, c, ep, body, int64(cl), func(bw *bufio.Writer) {
 		// The client's trailers, read from its last chunk; the field block
@@ -546,7 +555,30 @@ func (x *fastExchange) requestBody(ctx *fasthttp.RequestCtx) io.Reader {
 
 // RequestBody is requestBody for a route that reads the body
 // (proxy.BodySource).
-func (x *fastExchange) RequestBody() io.Reader { return x.requestBody(x.ctx) }
+func (x *fastExchange) RequestBody() io.Reader {
+	x.tapped = true
+	return x.requestBody(x.ctx)
+}
+
+// splicingBody is the client's request body as fasthttp streams it from
+// a plain connection (a FirstHeadConn), read by nothing but the forward:
+// a proxy.BodySplicer. Its reads that fasthttp makes from the connection
+// straight into the caller's buffer (the bytes past those fasthttp holds)
+// move the bytes to the endpoint's socket by splice instead
+// (FirstHeadConn.armSplice): fasthttp counts them as read, and the
+// caller writes none of them.
+type splicingBody struct {
+	r  io.Reader
+	fc *FirstHeadConn
+}
+
+func (b *splicingBody) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+func (b *splicingBody) ReadOrSplice(p []byte, c *proxy.Conn) (int, bool, error) {
+	b.fc.armSplice(c, p)
+	n, err := b.r.Read(p)
+	return n, b.fc.disarmSplice(), err
+}
 
 // bodyBuffered reports whether br holds a whole body of length cl (a
 // Content-Length; negative for other framings, which are not counted).
