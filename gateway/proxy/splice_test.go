@@ -22,13 +22,14 @@ import (
 // knownLengthUpstream answers GET /N with N bytes of the pattern and
 // Content-Length: N (HEAD with the length alone), written 64 KiB at a
 // time, each write after gap; a POST with the length of the body it read
-// and whether that was the pattern throughout ("N ok", or "N bad: ...").
+// and whether that was the pattern throughout ("N ok", or "N bad: ...");
+// a PUT likewise.
 // It counts the connections it accepted.
 func knownLengthUpstream(t *testing.T, gap time.Duration) (addr string, conns *atomic.Int64) {
 	t.Helper()
 	conns = new(atomic.Int64)
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
+		if r.Method == http.MethodPost || r.Method == http.MethodPut {
 			var check patternChecker
 			verdict := "ok"
 			if _, err := io.Copy(&check, r.Body); err != nil {

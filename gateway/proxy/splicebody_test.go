@@ -129,3 +129,28 @@ func TestSplicedBodyMirrored(t *testing.T) {
 		}
 	})
 }
+
+// TestSplicedBodyAfterContinue: a client that waits for 100 Continue
+// before it sends a body large enough to splice gets the 100, and its
+// body reaches the endpoint whole; the connection then serves the next
+// request.
+func TestSplicedBodyAfterContinue(t *testing.T) {
+	t.Parallel()
+	eachFront(t, func(t *testing.T, front string) {
+		t.Parallel()
+		addr, _ := knownLengthUpstream(t, 0)
+		g := proxyTo(t, front, 1, addr, "")
+		rc := dialRaw(t, g)
+		const n = 3*spliceBatch + 5
+		for range 2 {
+			rc.write(rawHead("PUT /up HTTP/1.1", "Host: x", "Expect: 100-continue", "Content-Length: "+strconv.Itoa(n)))
+			if interim := rc.read(http.MethodPut); interim.StatusCode != http.StatusContinue {
+				t.Fatalf("before the body was sent: %d, want 100 Continue", interim.StatusCode)
+			}
+			go func() { _, _ = io.Copy(rc.c, &patternReader{n: n}) }()
+			if resp, body := rc.readFinal(http.MethodPut); resp.StatusCode != http.StatusOK || string(body) != fmt.Sprintf("%d ok", n) {
+				t.Fatalf("%d %q; want 200 %q", resp.StatusCode, body, fmt.Sprintf("%d ok", n))
+			}
+		}
+	})
+}
