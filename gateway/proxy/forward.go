@@ -239,11 +239,17 @@ func (p *Proxy) SendBody(c *Conn, body io.Reader, length int64, trailer func(*bu
 	return true, p.writeBody(c, body, length, trailer)
 }
 
-// writeBody streams a request body on c: as is when length is above 0,
-// else (-1, an unknown length) chunked, ended by trailer, which writes the
-// trailer fields and the final empty line. A failure to read the client's
-// body is a clientBodyError.
+// writeBody streams a request body on c: as is when length is above 0
+// (by splice where r can, spliceBody), else (-1, an unknown length)
+// chunked, ended by trailer, which writes the trailer fields and the
+// final empty line. A failure to read the client's body is a
+// clientBodyError.
 func (p *Proxy) writeBody(c *Conn, r io.Reader, length int64, trailer func(*bufio.Writer)) error {
+	if bs, ok := r.(BodySplicer); ok && length >= spliceBodyMin {
+		buf := spliceBuffers.Get().(*[spliceBatch]byte)
+		defer spliceBuffers.Put(buf)
+		return spliceBody(c, bs, buf[:], length)
+	}
 	buf := p.buffers.Get()
 	defer p.buffers.Put(buf)
 	bw := c.Writer
@@ -252,11 +258,6 @@ func (p *Proxy) writeBody(c *Conn, r io.Reader, length int64, trailer func(*bufi
 	c.body = clientBody{r: r, left: length}
 	defer func() { c.body = clientBody{} }()
 	body := &c.body
-	if bs, ok := r.(BodySplicer); ok && length >= spliceBodyMin {
-		big := spliceBuffers.Get().(*[spliceBatch]byte)
-		defer spliceBuffers.Put(big)
-		return spliceBody(c, bs, big[:], length)
-	}
 	if length > 0 {
 		n, err := io.CopyBuffer(bw, body, buf)
 		if err == nil && n < length {
