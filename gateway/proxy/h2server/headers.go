@@ -78,6 +78,22 @@ func (d *headerDecoder) emit(hf hpack.HeaderField) {
 	d.meta.Fields = append(d.meta.Fields, hf)
 }
 
+// done lets go of the block just acted on: its field strings stay with
+// the request that took them alone, and a block of very many fields does
+// not leave its long list with the connection.
+func (d *headerDecoder) done() {
+	if cap(d.meta.Fields) > maxKeptFields {
+		d.meta.Fields = nil
+	} else {
+		clear(d.meta.Fields)
+		d.meta.Fields = d.meta.Fields[:0]
+	}
+	d.meta.HeadersFrame = nil
+}
+
+// maxKeptFields bounds the field list a connection keeps between blocks.
+const maxKeptFields = 64
+
 // validFieldName reports whether name is a token in lower case, as a
 // field name must be in HTTP/2 (RFC 9113, section 8.2.1).
 func validFieldName(name string) bool {

@@ -57,3 +57,26 @@ func TestHeaderBlocksKeptApart(t *testing.T) {
 		}
 	}
 }
+
+// TestHeaderDecoderDone checks what a connection keeps of a block once it
+// was acted on: a short field list, emptied (no field strings held past
+// their request), and no list at all after a block of very many fields.
+func TestHeaderDecoderDone(t *testing.T) {
+	t.Parallel()
+	d := newHeaderDecoder(1 << 20)
+	d.meta.Fields = append(d.meta.Fields, hpack.HeaderField{Name: "x-a", Value: "1"}, hpack.HeaderField{Name: "x-b", Value: "2"})
+	d.done()
+	if len(d.meta.Fields) != 0 || cap(d.meta.Fields) == 0 {
+		t.Fatalf("after a short block: %d fields, capacity %d; want none, the list kept", len(d.meta.Fields), cap(d.meta.Fields))
+	}
+	for i, f := range d.meta.Fields[:2] {
+		if f != (hpack.HeaderField{}) {
+			t.Errorf("field %d still holds %v", i, f)
+		}
+	}
+	d.meta.Fields = make([]hpack.HeaderField, maxKeptFields+1)
+	d.done()
+	if d.meta.Fields != nil {
+		t.Errorf("after a block of %d fields the list of capacity %d is kept; want it dropped", maxKeptFields+1, cap(d.meta.Fields))
+	}
+}

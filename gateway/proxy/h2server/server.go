@@ -347,7 +347,11 @@ func (c *conn) serve() error {
 			first = false
 			c.idleDeadline()
 		}
-		if err := c.frame(f); err != nil {
+		err = c.frame(f)
+		if f == &c.hdec.meta {
+			c.hdec.done()
+		}
+		if err != nil {
 			var ce http2.ConnectionError
 			if errors.As(err, &ce) {
 				c.fail(http2.ErrCode(ce))
