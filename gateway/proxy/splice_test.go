@@ -90,9 +90,7 @@ func TestSplicedAnswers(t *testing.T) {
 	sizes := []int64{8 << 10, 8<<10 + 1, 16 << 10, ConnBufferSize - 1, ConnBufferSize + 1, 200_000, 256 << 10, 1<<20 + 13, 5 << 20}
 	eachFront(t, func(t *testing.T, front string) {
 		t.Parallel()
-		addr, conns := knownLengthUpstream(t, 0)
-		g := proxyTo(t, front, 1, addr, "")
-		rc := dialRaw(t, g)
+		g, rc, conns := patternGateway(t, front)
 		before := splicedBytes.Load()
 		var atLeast int64 // bytes past the first two buffers of each answer
 		for range 2 {
@@ -112,6 +110,17 @@ func TestSplicedAnswers(t *testing.T) {
 		}
 		checkSpliced(t, g, front, conns, before, atLeast)
 	})
+}
+
+// patternGateway starts a gateway on front in front of a
+// knownLengthUpstream (answers without gaps, POST bodies checked against
+// the pattern) and a raw client connection to it; conns counts the
+// endpoint's connections.
+func patternGateway(t *testing.T, front string) (g *gateway, rc *rawConn, conns *atomic.Int64) {
+	t.Helper()
+	addr, conns := knownLengthUpstream(t, 0)
+	g = proxyTo(t, front, 1, addr, "")
+	return g, dialRaw(t, g), conns
 }
 
 // checkSpliced fails t unless the endpoint of g's upstream "a" accepted
@@ -191,9 +200,7 @@ func TestSplicedAnswerEnds(t *testing.T) {
 		})
 		t.Run("client gone", func(t *testing.T) {
 			t.Parallel()
-			addr, _ := knownLengthUpstream(t, 0)
-			g := proxyTo(t, front, 1, addr, "")
-			rc := dialRaw(t, g)
+			g, rc, _ := patternGateway(t, front)
 			rc.write(rawHead(fmt.Sprintf("GET /%d HTTP/1.1", 64<<20), "Host: x"))
 			resp := rc.read(http.MethodGet)
 			if _, err := io.CopyN(&patternChecker{}, resp.Body, 300_000); err != nil {

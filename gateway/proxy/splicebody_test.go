@@ -24,9 +24,7 @@ func TestSplicedRequestBodies(t *testing.T) {
 	sizes := []int64{ConnBufferSize - 1, ConnBufferSize, ConnBufferSize + 1, 200_000, spliceBatch + 7, 1<<20 + 13, 5 << 20}
 	eachFront(t, func(t *testing.T, front string) {
 		t.Parallel()
-		addr, conns := knownLengthUpstream(t, 0)
-		g := proxyTo(t, front, 1, addr, "")
-		rc := dialRaw(t, g)
+		g, rc, conns := patternGateway(t, front)
 		before := splicedBytes.Load()
 		var atLeast int64
 		for range 2 {
@@ -98,9 +96,7 @@ func TestSplicedRequestBodyEnds(t *testing.T) {
 		})
 		t.Run("client goes", func(t *testing.T) {
 			t.Parallel()
-			addr, _ := knownLengthUpstream(t, 0)
-			g := proxyTo(t, front, 1, addr, "")
-			rc := dialRaw(t, g)
+			g, rc, _ := patternGateway(t, front)
 			rc.write(rawHead("POST /up HTTP/1.1", "Host: x", "Content-Length: 4194304"))
 			_, _ = io.Copy(rc.c, &patternReader{n: 3 * spliceBatch})
 			rc.c.Close()
@@ -138,9 +134,7 @@ func TestSplicedBodyAfterContinue(t *testing.T) {
 	t.Parallel()
 	eachFront(t, func(t *testing.T, front string) {
 		t.Parallel()
-		addr, _ := knownLengthUpstream(t, 0)
-		g := proxyTo(t, front, 1, addr, "")
-		rc := dialRaw(t, g)
+		_, rc, _ := patternGateway(t, front)
 		const n = 3*spliceBatch + 5
 		for range 2 {
 			rc.write(rawHead("PUT /up HTTP/1.1", "Host: x", "Expect: 100-continue", "Content-Length: "+strconv.Itoa(n)))
