@@ -372,6 +372,7 @@ func (c *conn) readFrame() (http2.Frame, error) {
 	if hf, ok := f.(*http2.HeadersFrame); ok {
 		mh, err := c.readHeaders(hf)
 		if err != nil {
+			c.hdec.done() // a block refused is let go of as one acted on
 			return nil, err
 		}
 		return mh, nil
