@@ -236,6 +236,16 @@ type conn struct {
 	werr    error
 	lowered map[string]string // field names lowered (encode)
 
+	// ctl holds the control frames (acknowledgements, window updates,
+	// resets) written while another writer had the write lock, for the
+	// writer that has it to write before it lets go (ctlMu guards it):
+	// the goroutine that reads the frames never waits behind a write to a
+	// client that reads slowly or not at all, and so goes on taking in
+	// what the client sends (the client may be waiting for that to read
+	// again).
+	ctlMu sync.Mutex
+	ctl   []func() error
+
 	// mu guards the streams and the flow-control state; flow is signalled
 	// when a send window grows or a stream ends.
 	mu          sync.Mutex
@@ -488,15 +498,92 @@ func (c *conn) write(fn func() error) error {
 	if err == nil {
 		err = fn()
 	}
-	if c.waiting.Add(-1) == 0 && err == nil {
-		err = c.flushLocked()
-	}
-	if err != nil && c.werr == nil {
-		c.werr = err
+	return c.release(err)
+}
+
+// maxQueuedControl bounds the control frames a connection keeps for a
+// writer that holds the lock: a client that sends PINGs (or anything else
+// answered) faster than it reads has its connection closed.
+const maxQueuedControl = 1024
+
+var errControlFlood = errors.New("h2server: too many control frames waiting to be written")
+
+// control has fn's frames, a control frame, written without waiting for
+// them to be: when the write lock is free it is taken, and a goroutine of
+// its own writes them and flushes (the client may not be reading);
+// otherwise the writer that has it writes them before it lets go
+// (release).
+func (c *conn) control(fn func() error) error {
+	c.ctlMu.Lock()
+	if len(c.ctl) >= maxQueuedControl {
+		c.ctlMu.Unlock()
 		_ = c.nc.Close()
+		return errControlFlood
 	}
-	c.wmu.Unlock()
+	c.ctl = append(c.ctl, fn)
+	c.ctlMu.Unlock()
+	if !c.wmu.TryLock() {
+		return nil // whoever has it writes fn before it lets go
+	}
+	c.waiting.Add(1)
+	go func() { _ = c.release(c.werr) }() // the lock goes with it
+	return nil
+}
+
+// release ends a write under the lock whose error is err: it writes the
+// control frames left meanwhile (or drops them, the connection failed),
+// flushes when no other writer waits, closes the connection on a failure
+// and lets go of the lock. Then it looks again: a control frame left
+// after its last look, while it still held the lock, is written by the
+// next holder, which it becomes again when the lock is free; one left
+// after the lock was let go finds it free itself (control's TryLock) or
+// held by a writer that will look. It returns the first error.
+func (c *conn) release(err error) error {
+	first := err
+	for {
+		err = c.writeControlLocked(err)
+		if c.waiting.Add(-1) == 0 && err == nil {
+			err = c.flushLocked()
+		}
+		if err != nil && c.werr == nil {
+			c.werr = err
+			_ = c.nc.Close()
+		}
+		if first == nil {
+			first = err
+		}
+		c.wmu.Unlock()
+		if !c.controlLeft() || !c.wmu.TryLock() {
+			return first
+		}
+		c.waiting.Add(1)
+		err = c.werr
+	}
+}
+
+// writeControlLocked writes the control frames left, or drops them when
+// err, the write's failure, is not nil (the connection is closed); the
+// write lock is held. It returns err, or the first frame's failure.
+func (c *conn) writeControlLocked(err error) error {
+	c.ctlMu.Lock()
+	fns := c.ctl
+	c.ctl = nil
+	c.ctlMu.Unlock()
+	for _, fn := range fns {
+		if err != nil {
+			break
+		}
+		err = fn()
+	}
 	return err
+}
+
+// controlLeft reports whether control frames wait to be written.
+func (c *conn) controlLeft() bool {
+	c.ctlMu.Lock()
+	n := len(c.ctl)
+	c.ctlMu.Unlock()
+	return n > 0
 }
 
 // flushLocked writes what the buffer holds, within the write timeout.
@@ -529,7 +616,7 @@ func (c *conn) frame(f http2.Frame) error {
 			return nil
 		}
 		data := f.Data
-		return c.write(func() error { return c.wf.WritePing(true, data) })
+		return c.control(func() error { return c.wf.WritePing(true, data) })
 	case *http2.PriorityFrame:
 		if f.StreamDep == f.StreamID {
 			c.resetStream(f.StreamID, http2.ErrCodeProtocol)
@@ -583,7 +670,7 @@ func (c *conn) settings(f *http2.SettingsFrame) error {
 	if bad != nil {
 		return bad
 	}
-	return c.write(func() error {
+	return c.control(func() error {
 		if table != nil {
 			c.henc.SetMaxDynamicTableSizeLimit(*table)
 		}
@@ -660,7 +747,7 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 	c.resets[c.resetAt%len(c.resets)] = id
 	c.resetAt++
 	c.mu.Unlock()
-	_ = c.write(func() error { return c.wf.WriteRSTStream(id, code) })
+	_ = c.control(func() error { return c.wf.WriteRSTStream(id, code) })
 }
 
 // closeLocked forgets st, whose both halves are closed or which was reset;
@@ -685,11 +772,7 @@ func (c *conn) closeLocked(st *stream) {
 // closeAfterFlush ends a connection that went away, once what it has
 // buffered is written (linger).
 func (c *conn) closeAfterFlush() {
-	c.wmu.Lock()
-	if c.werr == nil {
-		_ = c.flushLocked()
-	}
-	c.wmu.Unlock()
+	_ = c.write(func() error { return nil }) // the control frames left, the flush
 	c.linger()
 }
 

@@ -418,7 +418,7 @@ func (c *conn) giveBack(id uint32, sn, n int64) {
 	if cn == 0 && sn == 0 {
 		return
 	}
-	_ = c.write(func() error {
+	_ = c.control(func() error {
 		if cn > 0 {
 			if err := c.wf.WriteWindowUpdate(0, uint32(cn)); err != nil {
 				return err
