@@ -68,18 +68,13 @@ func (c *gatedConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// TestReaderNotHeldByStuckWriter checks that the goroutine reading a
-// connection's frames goes on while a stream's answer cannot be written
-// (the client reads nothing): the PING it must acknowledge is left for
-// the writer, and the next request still reaches its handler. Before,
-// the reader waited for the write lock to acknowledge the PING, and so
-// read nothing more until the write failed (here: never), though the
-// client, which may itself wait to send, was not reading because of that.
-func TestReaderNotHeldByStuckWriter(t *testing.T) {
-	t.Parallel()
-	g := newGate()
-	t.Cleanup(g.release)
-	reached := make(chan struct{}, 1)
+// startGated serves, until the test ends, on a new listener of 127.0.0.1
+// whose connections' writes g holds, a handler that answers /mark with
+// 204 after a signal on reached, and any other path with 1,000 bytes,
+// flushed. It returns a raw client connected to it whose stream 1 (GET
+// /big) has had its answer's write held: the gate is shut.
+func startGated(t *testing.T, g *gate, reached chan<- struct{}) *rawClient {
+	t.Helper()
 	srv := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/mark" {
 			reached <- struct{}{}
@@ -103,12 +98,27 @@ func TestReaderNotHeldByStuckWriter(t *testing.T) {
 			t.Errorf("Serve returned %v after its listener closed; want nil", err)
 		}
 	})
-
 	rc := (&testServer{addr: ln.Addr().String()}).dialRaw(t)
 	rc.handshake()
 	g.close()
 	rc.request(1, http.MethodGet, "/big", true)
 	testrun.Recv(t, g.blocked, "a write held at the gate")
+	return rc
+}
+
+// TestReaderNotHeldByStuckWriter checks that the goroutine reading a
+// connection's frames goes on while a stream's answer cannot be written
+// (the client reads nothing): the PING it must acknowledge is left for
+// the writer, and the next request still reaches its handler. Before,
+// the reader waited for the write lock to acknowledge the PING, and so
+// read nothing more until the write failed (here: never), though the
+// client, which may itself wait to send, was not reading because of that.
+func TestReaderNotHeldByStuckWriter(t *testing.T) {
+	t.Parallel()
+	g := newGate()
+	t.Cleanup(g.release)
+	reached := make(chan struct{}, 1)
+	rc := startGated(t, g, reached)
 	ping := [8]byte{'s', 't', 'u', 'c', 'k'}
 	if err := rc.fr.WritePing(false, ping); err != nil {
 		t.Fatal(err)
@@ -137,30 +147,7 @@ func TestControlFlood(t *testing.T) {
 	t.Parallel()
 	g := newGate()
 	t.Cleanup(g.release)
-	srv := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write(pattern(1000, 2))
-		_ = http.NewResponseController(w).Flush()
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(gatedListener{Listener: ln, g: g}) }()
-	t.Cleanup(func() {
-		g.release()
-		_ = ln.Close()
-		_ = srv.Close()
-		if err := testrun.Recv(t, served, "Serve's return"); err != nil {
-			t.Errorf("Serve returned %v after its listener closed; want nil", err)
-		}
-	})
-
-	rc := (&testServer{addr: ln.Addr().String()}).dialRaw(t)
-	rc.handshake()
-	g.close()
-	rc.request(1, http.MethodGet, "/", true)
-	testrun.Recv(t, g.blocked, "a write held at the gate")
+	rc := startGated(t, g, nil)
 	var werr error
 	for i := range 4 * maxQueuedControl {
 		if werr = rc.fr.WritePing(false, [8]byte{byte(i), byte(i >> 8)}); werr != nil {
