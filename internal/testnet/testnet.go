@@ -4,8 +4,11 @@ package testnet
 
 import (
 	"io"
+	"math/rand/v2"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,10 +116,18 @@ var handedOut struct {
 	ports map[int]bool
 }
 
-// FreePort returns a port on 127.0.0.1 that was free a moment ago and that
-// no earlier call in this test process returned, for a server the test
-// starts later (a child process, most often). It fails the test (t.Fatal)
-// when it cannot find one.
+// FreePort returns a port on 127.0.0.1 that was free a moment ago, that
+// no earlier call in this test process returned and that no other test
+// process holds (reserve), for a server the test starts later (a child
+// process, most often). It fails the test (t.Fatal) when it cannot find
+// one.
+//
+// The port is below the kernel's range of ephemeral ports when there is
+// room (portsBelowEphemeral): a port of a bind to port 0 lies in that
+// range, from which every process on the machine also takes the source
+// ports of its connections, so on a busy machine (another suite beside
+// this one) a connection could take it between this check and the
+// child's bind, seconds later.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	handedOut.Lock()
@@ -124,20 +135,50 @@ func FreePort(t testing.TB) int {
 	if handedOut.ports == nil {
 		handedOut.ports = map[int]bool{}
 	}
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	lo, hi := portsBelowEphemeral()
+	for range 200 {
+		port := 0 // the kernel's choice, when there is no room below
+		if hi > lo {
+			port = lo + rand.IntN(hi-lo)
 		}
-		port := ln.Addr().(*net.TCPAddr).Port
+		if port != 0 && (handedOut.ports[port] || !reserve(port)) {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			if port == 0 {
+				t.Fatal(err)
+			}
+			continue // in use by something else
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
 		if !handedOut.ports[port] {
 			handedOut.ports[port] = true
 			return port
 		}
 	}
-	t.Fatal("testnet.FreePort: 100 binds to port 0 gave only ports handed out before")
+	t.Fatal("testnet.FreePort: no free port in 200 tries")
 	return 0
+}
+
+// portsBelowEphemeral is the range [lo, hi) FreePort takes ports from:
+// from 20000 up to the first ephemeral port (ip_local_port_range), or an
+// empty range when that is not known or leaves less than 1,000 ports.
+func portsBelowEphemeral() (lo, hi int) {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(data))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first-20000 < 1000 {
+		return 0, 0
+	}
+	return 20000, first
 }
 
 // FreeAddr returns "127.0.0.1:port" for a port of FreePort.
