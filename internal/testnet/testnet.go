@@ -165,7 +165,10 @@ func FreePort(t testing.TB) int {
 // portsBelowEphemeral is the range [lo, hi) FreePort takes ports from:
 // from 20000 up to the first ephemeral port (ip_local_port_range), or an
 // empty range when that is not known or leaves less than 1,000 ports.
-func portsBelowEphemeral() (lo, hi int) {
+// It is read once per test process.
+var portsBelowEphemeral = sync.OnceValues(readPortsBelowEphemeral)
+
+func readPortsBelowEphemeral() (lo, hi int) {
 	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
 		return 0, 0
