@@ -383,6 +383,14 @@ func (b *answerBody) readLength(r io.Reader, p []byte) (int, error) {
 	return n, nil
 }
 
+// BodyBuffered reports whether c.Reader holds the whole body of c's last
+// answer, framed by a Content-Length (an answer without a body does not
+// count): reading it reads nothing more from the connection.
+func (c *Conn) BodyBuffered() bool {
+	l := c.Head.BodyLength()
+	return l >= 0 && c.Reader.Buffered() >= l
+}
+
 // AnswerStream is the body of c's last answer to stream, nil when it
 // has none.
 func (c *Conn) AnswerStream() io.Reader {

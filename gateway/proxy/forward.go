@@ -203,7 +203,7 @@ func (x Exchange) mayHaveArrived() bool {
 // endpoint closed while it was idle, so the request never reached it),
 // the timeout ErrUpstreamTimeout. sent reports whether the body was
 // touched. On success the read deadline is still set: the caller reads the
-// answer header under it and clears it.
+// answer header under it (ReadAnswer), then calls HeadRead.
 func (p *Proxy) Transmit(c *Conn, ep *Endpoint, body io.Reader, length int64, trailer func(*bufio.Writer)) (sent bool, err error) {
 	if sent, err = p.SendBody(c, body, length, trailer); err != nil {
 		return sent, err

@@ -457,8 +457,8 @@ func (c *Conn) tapAnswer(m *modelTarget, rec *canary.Recorder, sent time.Time) {
 		t.done = true
 		return
 	}
-	if l := c.Head.BodyLength(); l >= 0 && c.Reader.Buffered() >= l {
-		b, _ := c.Reader.Peek(l)
+	if c.BodyBuffered() {
+		b, _ := c.Reader.Peek(c.Head.BodyLength())
 		t.observe(b)
 		t.finish()
 	}

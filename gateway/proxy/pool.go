@@ -182,6 +182,20 @@ func (c *Conn) SetAnswerDeadline(now, t time.Time) {
 	c.SetReadDeadline(time.Unix(0, want+max(slack, 0)))
 }
 
+// HeadRead ends the wait for c's last answer header, which ReadAnswer
+// read under the read deadline Transmit set: the deadline is lifted when
+// more of the answer is to come from the connection (a body that streams,
+// or, with upgrade, the tunnel after a 101), so that a slow body streams
+// for as long as it takes. When nothing more is to be read for this
+// answer (no body, or all of it buffered) the deadline stays: the next
+// request on the connection keeps or moves it (SetAnswerDeadline), and
+// a runtime timer moved twice a request costs about a microsecond.
+func (c *Conn) HeadRead(upgrade bool) {
+	if upgrade || c.AnswerStream() != nil && !c.BodyBuffered() {
+		c.SetReadDeadline(time.Time{})
+	}
+}
+
 // Write writes b to the connection, counting what went out.
 func (c *Conn) Write(b []byte) (n int, err error) {
 	if c.awaitAnswer {

@@ -215,3 +215,50 @@ func peekEnds(c *Conn) <-chan error {
 	}()
 	return done
 }
+
+// TestHeadRead: once an answer's header is read, its read deadline is
+// lifted when more of the answer is to come from the socket (a body not
+// yet all buffered, a chunked one, a tunnel after a 101), and left in
+// place when nothing more is read for it (no body, or all of it
+// buffered), for the next request to keep or move. Both fronts end the
+// wait for an answer header with it.
+func TestHeadRead(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		answer  string
+		upgrade bool
+		lifted  bool
+	}{
+		{"whole body buffered", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", false, false},
+		{"no body", "HTTP/1.1 204 No Content\r\n\r\n", false, false},
+		{"body still to come", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello", false, true},
+		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", false, true},
+		{"to the close", "HTTP/1.1 200 OK\r\n\r\nall of it", false, true},
+		{"switched", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			peer, nc := testnet.TCPPair(t, conformanceDeadline)
+			c := newUpConn(nc)
+			if _, err := peer.Write([]byte(tc.answer)); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			c.SetAnswerDeadline(now, now.Add(time.Hour))
+			set := c.rdl
+			// The whole answer is on the socket before the head is read, so
+			// a body that is all there is buffered by the head's read.
+			if _, err := c.Reader.Peek(len(tc.answer)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.ReadAnswer(nil, false, tc.upgrade); err != nil {
+				t.Fatal(err)
+			}
+			c.HeadRead(tc.upgrade)
+			if lifted := c.rdl == 0; lifted != tc.lifted {
+				t.Fatalf("deadline after the head: %v (was %v), lifted %v, want lifted %v", time.Unix(0, c.rdl), time.Unix(0, set), lifted, tc.lifted)
+			}
+		})
+	}
+}

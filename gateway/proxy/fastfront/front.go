@@ -528,13 +528,7 @@ func (x *fastExchange) readAnswer(ctx *fasthttp.RequestCtx, c *proxy.Conn, upgra
 		}
 		return err
 	}
-	// The header is in: a slow body streams for as long as it takes. When
-	// the whole body is buffered already, nothing more is read from the
-	// connection for this answer, so the deadline can stay: the next
-	// request on it sets its own before reading (fastTransmit, transmit).
-	if upgrade != nil || c.AnswerStream() != nil && !bodyBuffered(c.Reader, c.Head.BodyLength()) {
-		c.SetReadDeadline(time.Time{})
-	}
+	c.HeadRead(upgrade != nil)
 	return nil
 }
 
@@ -578,12 +572,6 @@ func (b *splicingBody) ReadOrSplice(p []byte, c *proxy.Conn) (int, bool, error) 
 	b.fc.armSplice(c, p)
 	n, err := b.r.Read(p)
 	return n, b.fc.disarmSplice(), err
-}
-
-// bodyBuffered reports whether br holds a whole body of length cl (a
-// Content-Length; negative for other framings, which are not counted).
-func bodyBuffered(br *bufio.Reader, cl int) bool {
-	return cl >= 0 && br.Buffered() >= cl
 }
 
 // ClientCheckInterval is how long the wait for an answer header goes
@@ -687,7 +675,7 @@ func (x *fastExchange) respond(ctx *fasthttp.RequestCtx, rid string) bool {
 		return false
 	}
 	cl := c.Head.BodyLength()
-	if cl >= 0 && cl <= copiedAnswer && bodyBuffered(c.Reader, cl) {
+	if cl >= 0 && cl <= copiedAnswer && c.BodyBuffered() {
 		// The whole body is in the connection's buffer already (most small
 		// answers): it is copied into the answer, and the exchange ends
 		// with the handler, with no stream for fasthttp to read and close.

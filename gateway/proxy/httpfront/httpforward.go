@@ -126,8 +126,7 @@ func (p server) send(c *proxy.Conn, r *http.Request, q *proxy.Request, ep *proxy
 		}
 		return sent, err
 	}
-	// The header is in: a slow body streams for as long as it takes.
-	c.SetReadDeadline(time.Time{})
+	c.HeadRead(q.Upgrade != "")
 	return sent, nil
 }
 
