@@ -2,7 +2,10 @@ package h2server
 
 import (
 	"errors"
+	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
@@ -181,3 +184,52 @@ func checkPseudo(pf []hpack.HeaderField) error {
 	}
 	return nil
 }
+
+// headerMaps are the Header maps of requests and answers, given back once
+// the handler returned (run) and kept with their room: the two maps were
+// three of a request's allocations. A handler keeps neither map past its
+// return, as net/http's contract has it for the answer's; Dwara's
+// handlers copy what they keep (the mirror's head, the logs' values).
+var headerMaps = sync.Pool{New: func() any { return make(http.Header) }}
+
+func newHeader() http.Header { return headerMaps.Get().(http.Header) }
+
+// freeHeader empties h and gives it back to headerMaps; nil is ignored.
+func freeHeader(h http.Header) {
+	if h == nil {
+		return
+	}
+	clear(h)
+	headerMaps.Put(h)
+}
+
+// plainPath sets u to the URL of path, an origin-form request target
+// ("/" first), as url.ParseRequestURI would, when its path has only bytes
+// that the URL's escaping leaves as they are and the target no control
+// byte; it reports whether it did. The others go to url.ParseRequestURI
+// (its result a URL of its own), which percent-decodes and keeps the raw
+// form.
+func plainPath(u *url.URL, target string) bool {
+	path, query, hasQuery := strings.Cut(target, "?")
+	for i := 0; i < len(path); i++ {
+		if !plainPathByte[path[i]] {
+			return false
+		}
+	}
+	for i := 0; i < len(query); i++ {
+		if b := query[i]; b < 0x20 || b == 0x7f {
+			return false
+		}
+	}
+	*u = url.URL{Path: path, RawQuery: query, ForceQuery: hasQuery && query == ""}
+	return true
+}
+
+// plainPathByte holds the bytes a path keeps unescaped in a URL: letters,
+// digits, "-._~" and the reserved "$&+,/:;=@".
+var plainPathByte = func() (t [256]bool) {
+	for _, b := range []byte("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~$&+,/:;=@") {
+		t[b] = true
+	}
+	return t
+}()

@@ -3,6 +3,7 @@ package h2server
 import (
 	"bytes"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -79,4 +80,62 @@ func TestHeaderDecoderDone(t *testing.T) {
 	if d.meta.Fields != nil {
 		t.Errorf("after a block of %d fields the list of capacity %d is kept; want it dropped", maxKeptFields+1, cap(d.meta.Fields))
 	}
+}
+
+// plainPathTargets are request targets for the comparison of plainPath
+// with url.ParseRequestURI: plain ones, and each kind it leaves to
+// ParseRequestURI.
+var plainPathTargets = []string{
+	"/", "/a/b/c", "/a?b=c&d=e", "/a?", "/?", "/a??b", "//host/x", "/a;b,c=d@e:f$g&h+i~j_k.l-m",
+	"/a%20b", "/a b", "/a#frag", "/a?b#c", "/caf\u00e9", "/a\x7f", "/a?b\x01", "/a!b", "/(x)*'",
+	"/a\"b", "/a<b>", "/a\\b", "/a^b`c{d|e}", "/%zz", "/a/./b/../c", "/a?q=%zz", "/a?b?c",
+}
+
+// TestPlainPath: where plainPath takes a target, its URL is the one
+// url.ParseRequestURI makes; the plain targets are taken, and no target
+// with a byte that escaping changes is.
+func TestPlainPath(t *testing.T) {
+	t.Parallel()
+	taken := 0
+	for _, target := range plainPathTargets {
+		if checkPlainPath(t, target) {
+			taken++
+		}
+	}
+	if taken != 12 {
+		t.Errorf("plainPath took %d of the targets, want the 12 plain ones", taken)
+	}
+}
+
+// FuzzPlainPath compares plainPath with url.ParseRequestURI on any
+// origin-form target.
+func FuzzPlainPath(f *testing.F) {
+	for _, target := range plainPathTargets {
+		f.Add(target)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		if !strings.HasPrefix(target, "/") {
+			return
+		}
+		checkPlainPath(t, target)
+	})
+}
+
+// checkPlainPath fails t when plainPath takes target with a URL other
+// than url.ParseRequestURI's, and reports whether it took it.
+func checkPlainPath(t *testing.T, target string) bool {
+	t.Helper()
+	var u url.URL
+	if !plainPath(&u, target) {
+		return false
+	}
+	want, err := url.ParseRequestURI(target)
+	if err != nil {
+		t.Errorf("plainPath took %q, which url.ParseRequestURI refuses: %v", target, err)
+		return true
+	}
+	if u != *want {
+		t.Errorf("plainPath(%q) = %#v, url.ParseRequestURI: %#v", target, u, *want)
+	}
+	return true
 }

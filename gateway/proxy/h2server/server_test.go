@@ -307,6 +307,48 @@ func TestBasics(t *testing.T) {
 	}
 }
 
+// TestHeaderMapsStartEmpty: the header maps of requests and answers,
+// given back after each handler and reused, start empty: over 50
+// requests on one connection, each with a field of its own and an answer
+// field of its own, no handler sees another request's field and no
+// answer carries another answer's.
+func TestHeaderMapsStartEmpty(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(w.Header()) != 0 {
+			t.Errorf("request %s: the answer's header starts with %v", r.URL.Path, w.Header())
+		}
+		for k := range r.Header {
+			if strings.HasPrefix(k, "X-Only-") && k != "X-Only-"+r.URL.Path[1:] {
+				t.Errorf("request %s sees %s", r.URL.Path, k)
+			}
+		}
+		w.Header().Set("X-Answer-"+r.URL.Path[1:], "1")
+	})})
+	client := ts.client(t)
+	for i := range 50 {
+		n := strconv.Itoa(i)
+		req, err := http.NewRequest(http.MethodGet, ts.url("/"+n), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Only-"+n, "1")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		for k := range resp.Header {
+			if strings.HasPrefix(k, "X-Answer-") && k != "X-Answer-"+n {
+				t.Errorf("answer %d carries %s", i, k)
+			}
+		}
+	}
+	if n := ts.conns.Load(); n != 1 {
+		t.Errorf("%d connections; want the 50 requests on one", n)
+	}
+}
+
 // TestLargeBodies sends bodies larger than the server's stream window
 // (1 MiB) and, over two requests on one connection, its connection
 // window (4 MiB) both ways: the request arrives whole only if the server

@@ -21,6 +21,8 @@ type stream struct {
 	c   *conn
 	id  uint32
 	req *http.Request
+	// url is req.URL, made with the stream (one allocation fewer).
+	url url.URL
 
 	send       int64 // the send window
 	recv       int64 // what is left of the receive window
@@ -136,19 +138,21 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) error {
 	if f.Truncated {
 		return c.answerOnly(id, http.StatusRequestHeaderFieldsTooLarge)
 	}
-	req, declared, err := c.request(f)
+	st := &stream{c: c, id: id, recv: streamWindow}
+	var r http.Request // WithContext's copy below is the stream's: r stays on the stack
+	declared, err := c.request(f, &st.url, &r)
 	if err != nil {
 		c.resetStream(id, http2.ErrCodeProtocol)
 		return nil
 	}
-	st := &stream{c: c, id: id, req: req, declared: declared, recv: streamWindow,
-		expect: !f.StreamEnded() && strings.EqualFold(req.Header.Get("Expect"), "100-continue")}
+	st.declared = declared
+	st.expect = !f.StreamEnded() && strings.EqualFold(r.Header.Get("Expect"), "100-continue")
 	st.readable.L = &c.mu
 	st.ctx.parent = c.ctx
 	if c.ctx.Done() != nil {
 		st.parentStop = context.AfterFunc(c.ctx, st.ctx.cancel)
 	}
-	req = req.WithContext(&st.ctx)
+	req := r.WithContext(&st.ctx)
 	st.req = req
 	if f.StreamEnded() {
 		if declared > 0 {
@@ -222,9 +226,10 @@ func (c *conn) trailers(st *stream, f *http2.MetaHeadersFrame) error {
 // errMalformed is a request that breaks RFC 9113, section 8.
 var errMalformed = errors.New("h2server: malformed request")
 
-// request makes the http.Request of a new stream's HEADERS, and returns
-// its Content-Length (-1 for none); a malformed request is an error.
-func (c *conn) request(f *http2.MetaHeadersFrame) (*http.Request, int64, error) {
+// request makes in req the http.Request of a new stream's HEADERS, its URL
+// in u, and returns its Content-Length (-1 for none); a malformed request
+// is an error. Its Header is a map of headerMaps, which run gives back.
+func (c *conn) request(f *http2.MetaHeadersFrame, u *url.URL, req *http.Request) (int64, error) {
 	var method, path, scheme, authority string
 	for _, hf := range f.PseudoFields() {
 		switch hf.Name {
@@ -237,35 +242,36 @@ func (c *conn) request(f *http2.MetaHeadersFrame) (*http.Request, int64, error) 
 		case ":authority":
 			authority = hf.Value
 		default: // :protocol (extended CONNECT) is not served
-			return nil, 0, errMalformed
+			return 0, errMalformed
 		}
 	}
-	var u *url.URL
 	switch {
 	case method == "":
-		return nil, 0, errMalformed
+		return 0, errMalformed
 	case method == http.MethodConnect:
 		if path != "" || scheme != "" || authority == "" {
-			return nil, 0, errMalformed
+			return 0, errMalformed
 		}
-		u = &url.URL{Host: authority}
+		*u = url.URL{Host: authority}
 	case path == "" || scheme == "":
-		return nil, 0, errMalformed
+		return 0, errMalformed
 	case path == "*":
 		if method != http.MethodOptions {
-			return nil, 0, errMalformed
+			return 0, errMalformed
 		}
-		u = &url.URL{Path: "*"}
+		*u = url.URL{Path: "*"}
 	case path[0] != '/':
-		return nil, 0, errMalformed
+		return 0, errMalformed
+	case plainPath(u, path):
 	default:
-		var err error
-		if u, err = url.ParseRequestURI(path); err != nil {
-			return nil, 0, errMalformed
+		pu, err := url.ParseRequestURI(path)
+		if err != nil {
+			return 0, errMalformed
 		}
+		*u = *pu
 	}
 	regular := f.RegularFields()
-	h := make(http.Header, len(regular))
+	h := newHeader()
 	// One array holds the first value of each name: one allocation, not
 	// one a field.
 	values := make([]string, len(regular))
@@ -273,10 +279,10 @@ func (c *conn) request(f *http2.MetaHeadersFrame) (*http.Request, int64, error) 
 	for i, hf := range regular {
 		switch hf.Name {
 		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-			return nil, 0, errMalformed // connection-specific (section 8.2.2)
+			return 0, errMalformed // connection-specific (section 8.2.2)
 		case "te":
 			if hf.Value != "trailers" {
-				return nil, 0, errMalformed
+				return 0, errMalformed
 			}
 		case "cookie":
 			cookies = append(cookies, hf.Value)
@@ -297,12 +303,12 @@ func (c *conn) request(f *http2.MetaHeadersFrame) (*http.Request, int64, error) 
 	if vv := h["Content-Length"]; len(vv) > 0 {
 		for _, v := range vv[1:] {
 			if v != vv[0] {
-				return nil, 0, errMalformed
+				return 0, errMalformed
 			}
 		}
 		n, err := strconv.ParseUint(vv[0], 10, 63)
 		if err != nil {
-			return nil, 0, errMalformed
+			return 0, errMalformed
 		}
 		declared = int64(n)
 		if len(vv) > 1 {
@@ -313,7 +319,7 @@ func (c *conn) request(f *http2.MetaHeadersFrame) (*http.Request, int64, error) 
 		authority = h.Get("Host")
 	}
 	delete(h, "Host")
-	req := &http.Request{
+	*req = http.Request{
 		Method: method, URL: u, Proto: "HTTP/2.0", ProtoMajor: 2,
 		Header: h, Host: authority, RemoteAddr: c.addr, RequestURI: path, TLS: c.tls,
 	}
@@ -326,7 +332,7 @@ func (c *conn) request(f *http2.MetaHeadersFrame) (*http.Request, int64, error) 
 		}
 		req.Trailer[name] = nil
 	}
-	return req, declared, nil
+	return declared, nil
 }
 
 // data acts on a DATA frame: the bytes go to the stream's body, within

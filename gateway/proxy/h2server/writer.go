@@ -33,6 +33,9 @@ func (c *conn) run(st *stream) {
 			code = http2.ErrCodeInternal
 		}
 		_ = (*requestBody)(st).Close()
+		freeHeader(w.hdr)
+		freeHeader(st.req.Header)
+		w.hdr, st.req.Header = nil, nil
 		if w.buf != nil {
 			w.bufBox.b = w.buf[:0]
 			bodyBuffers.Put(w.bufBox)
@@ -118,7 +121,7 @@ func (w *responseWriter) snapshot() []field {
 
 func (w *responseWriter) Header() http.Header {
 	if w.hdr == nil {
-		w.hdr = make(http.Header)
+		w.hdr = newHeader()
 	}
 	return w.hdr
 }
