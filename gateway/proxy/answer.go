@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"strconv"
 )
 
 // An endpoint's answer, read the same way on every front: the head is
@@ -470,8 +469,6 @@ func skipResponseHeader(k string) bool {
 	return false
 }
 
-// FormatLength is n in decimal, for a Content-Length written anew.
-func FormatLength(n int64) string { return strconv.FormatInt(n, 10) }
 
 // First is the value of the answer's first field name, nil when it has
 // none.

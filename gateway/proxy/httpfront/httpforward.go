@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -193,10 +194,11 @@ func (p server) copyResponse(w *statusWriter, r *http.Request, c *proxy.Conn, dl
 	a := &c.Head
 	h := w.Header()
 	// One slice holds every value copied (the Content-Length and the
-	// request id too).
+	// request id too), one string their text (stdAnswer.End).
 	w.values = make([]string, 0, len(a.Fields)+2)
 	if a.Length >= 0 && a.Framing != proxy.BodyChunked {
-		h["Content-Length"] = w.value(proxy.FormatLength(a.Length))
+		var digits [20]byte
+		(*stdAnswer)(w).hold(pendingField{key: "Content-Length"}, strconv.AppendInt(digits[:0], a.Length, 10))
 	}
 	proxy.CopyAnswer(a, (*stdAnswer)(w), w.out.RequestID)
 	body := c.AnswerStream()
