@@ -469,7 +469,6 @@ func skipResponseHeader(k string) bool {
 	return false
 }
 
-
 // First is the value of the answer's first field name, nil when it has
 // none.
 func (a *AnswerHead) First(name string) []byte {
