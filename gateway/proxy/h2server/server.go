@@ -72,6 +72,8 @@ const clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 // the first ServeConn; it is safe for concurrent use.
 type Server struct {
 	// Handler serves each request (each stream) on a goroutine of its own.
+	// It keeps neither the request's Header nor the answer's past its
+	// return: both maps are emptied then and serve a later stream.
 	Handler http.Handler
 	// MaxConcurrentStreams, MaxHeaderListSize: 0 means the default above.
 	MaxConcurrentStreams uint32
