@@ -60,21 +60,9 @@ func TestAnswersReadyTogetherShareAWrite(t *testing.T) {
 		<-g
 		_, _ = w.Write([]byte("answer of " + r.URL.Path))
 	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var writes atomic.Int64
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(countingListener{Listener: ln, writes: &writes}) }()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		_ = srv.Close()
-		if err := testrun.Recv(t, served, "Serve's return"); err != nil {
-			t.Errorf("Serve returned %v after its listener closed; want nil", err)
-		}
-	})
-	rc := (&testServer{addr: ln.Addr().String()}).dialRaw(t)
+	addr := serveOn(t, srv, func(ln net.Listener) net.Listener { return countingListener{Listener: ln, writes: &writes} })
+	rc := (&testServer{addr: addr}).dialRaw(t)
 	rc.handshake()
 	var total int64
 	id := uint32(1)

@@ -84,21 +84,9 @@ func startGated(t *testing.T, g *gate, reached chan<- struct{}) *rawClient {
 		_, _ = w.Write(pattern(1000, 1))
 		_ = http.NewResponseController(w).Flush() // held by the gate
 	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(gatedListener{Listener: ln, g: g}) }()
-	t.Cleanup(func() {
-		g.release()
-		_ = ln.Close()
-		_ = srv.Close()
-		if err := testrun.Recv(t, served, "Serve's return"); err != nil {
-			t.Errorf("Serve returned %v after its listener closed; want nil", err)
-		}
-	})
-	rc := (&testServer{addr: ln.Addr().String()}).dialRaw(t)
+	addr := serveOn(t, srv, func(ln net.Listener) net.Listener { return gatedListener{Listener: ln, g: g} })
+	t.Cleanup(g.release) // before serveOn's: a held write must not keep Serve from returning
+	rc := (&testServer{addr: addr}).dialRaw(t)
 	rc.handshake()
 	g.close()
 	rc.request(1, http.MethodGet, "/big", true)

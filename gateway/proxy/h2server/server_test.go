@@ -55,13 +55,21 @@ func startServer(t *testing.T, srv *Server) *testServer {
 		}
 		return ctx
 	}
+	ts.addr = serveOn(t, srv, func(ln net.Listener) net.Listener { return ln })
+	return ts
+}
+
+// serveOn serves srv, until the test ends, on a new listener of
+// 127.0.0.1 as wrap wraps it, and returns its address. At the end Serve
+// must return nil.
+func serveOn(t *testing.T, srv *Server, wrap func(net.Listener) net.Listener) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts.addr = ln.Addr().String()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(wrap(ln)) }()
 	t.Cleanup(func() {
 		_ = ln.Close()
 		_ = srv.Close()
@@ -69,7 +77,7 @@ func startServer(t *testing.T, srv *Server) *testServer {
 			t.Errorf("Serve returned %v after its listener closed; want nil", err)
 		}
 	})
-	return ts
+	return ln.Addr().String()
 }
 
 func (ts *testServer) url(path string) string { return "http://" + ts.addr + path }
