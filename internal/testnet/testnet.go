@@ -189,3 +189,19 @@ func FreeAddr(t testing.TB) string {
 	t.Helper()
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
 }
+
+// WrapListener is a listener whose accepted connections Wrap wraps (to
+// count, hold or mark what a server does with them).
+type WrapListener struct {
+	net.Listener
+	Wrap func(net.Conn) net.Conn
+}
+
+// Accept accepts a connection of the listener and returns it wrapped.
+func (l WrapListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return l.Wrap(c), nil
+}

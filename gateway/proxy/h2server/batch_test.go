@@ -12,20 +12,7 @@ import (
 	"github.com/dwara/dwara/internal/testrun"
 )
 
-// countingListener hands out connections that count their writes.
-type countingListener struct {
-	net.Listener
-	writes *atomic.Int64
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	nc, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return countingConn{Conn: nc, writes: l.writes}, nil
-}
-
+// countingConn is a connection that counts its writes.
 type countingConn struct {
 	net.Conn
 	writes *atomic.Int64
@@ -61,7 +48,7 @@ func TestAnswersReadyTogetherShareAWrite(t *testing.T) {
 		_, _ = w.Write([]byte("answer of " + r.URL.Path))
 	})}
 	var writes atomic.Int64
-	addr := serveOn(t, srv, func(ln net.Listener) net.Listener { return countingListener{Listener: ln, writes: &writes} })
+	addr := serveOn(t, srv, func(nc net.Conn) net.Conn { return countingConn{Conn: nc, writes: &writes} })
 	rc := (&testServer{addr: addr}).dialRaw(t)
 	rc.handshake()
 	var total int64

@@ -10,22 +10,6 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// gatedListener hands out connections whose writes block, once the gate
-// is shut, until it opens again: a client that reads nothing, without the
-// socket buffers a real one fills first.
-type gatedListener struct {
-	net.Listener
-	g *gate
-}
-
-func (l gatedListener) Accept() (net.Conn, error) {
-	nc, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &gatedConn{Conn: nc, g: l.g}, nil
-}
-
 type gate struct {
 	mu      sync.Mutex
 	shut    bool
@@ -52,6 +36,9 @@ func (g *gate) release() {
 	g.mu.Unlock()
 }
 
+// gatedConn is a connection whose writes block, once the gate is shut,
+// until it opens again: a client that reads nothing, without the socket
+// buffers a real one fills first.
 type gatedConn struct {
 	net.Conn
 	g *gate
@@ -84,7 +71,7 @@ func startGated(t *testing.T, g *gate, reached chan<- struct{}) *rawClient {
 		_, _ = w.Write(pattern(1000, 1))
 		_ = http.NewResponseController(w).Flush() // held by the gate
 	})}
-	addr := serveOn(t, srv, func(ln net.Listener) net.Listener { return gatedListener{Listener: ln, g: g} })
+	addr := serveOn(t, srv, func(nc net.Conn) net.Conn { return &gatedConn{Conn: nc, g: g} })
 	t.Cleanup(g.release) // before serveOn's: a held write must not keep Serve from returning
 	rc := (&testServer{addr: addr}).dialRaw(t)
 	rc.handshake()

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/dwara/dwara/internal/testlog"
+	"github.com/dwara/dwara/internal/testnet"
 	"github.com/dwara/dwara/internal/testrun"
 )
 
@@ -55,21 +56,25 @@ func startServer(t *testing.T, srv *Server) *testServer {
 		}
 		return ctx
 	}
-	ts.addr = serveOn(t, srv, func(ln net.Listener) net.Listener { return ln })
+	ts.addr = serveOn(t, srv, nil)
 	return ts
 }
 
 // serveOn serves srv, until the test ends, on a new listener of
-// 127.0.0.1 as wrap wraps it, and returns its address. At the end Serve
-// must return nil.
-func serveOn(t *testing.T, srv *Server, wrap func(net.Listener) net.Listener) string {
+// 127.0.0.1 whose connections wrap wraps (nil: none), and returns its
+// address. At the end Serve must return nil.
+func serveOn(t *testing.T, srv *Server, wrap func(net.Conn) net.Conn) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var serving net.Listener = ln
+	if wrap != nil {
+		serving = testnet.WrapListener{Listener: ln, Wrap: wrap}
+	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(wrap(ln)) }()
+	go func() { served <- srv.Serve(serving) }()
 	t.Cleanup(func() {
 		_ = ln.Close()
 		_ = srv.Close()

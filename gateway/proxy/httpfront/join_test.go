@@ -18,6 +18,7 @@ import (
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/proxy"
 	"github.com/dwara/dwara/internal/testcert"
+	"github.com/dwara/dwara/internal/testnet"
 	"github.com/dwara/dwara/internal/testrun"
 )
 
@@ -29,20 +30,6 @@ type joinCounter struct {
 }
 
 func (c joinCounter) JoinNextWrite() { c.joins.Add(1) }
-
-// joinListener wraps each connection it accepts in a joinCounter.
-type joinListener struct {
-	net.Listener
-	joins *atomic.Int32
-}
-
-func (l joinListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return joinCounter{c, l.joins}, nil
-}
 
 // TestHTTP2AnswerJoined: an HTTP/2 answer whose body is small and in
 // memory when the handler returns asks the connection under the TLS to
@@ -77,7 +64,9 @@ func TestHTTP2AnswerJoined(t *testing.T) {
 		t.Fatal(err)
 	}
 	var joins atomic.Int32
-	go func() { _ = srv.ServeTLS(joinListener{ln, &joins}, "", "") }()
+	go func() {
+		_ = srv.ServeTLS(testnet.WrapListener{Listener: ln, Wrap: func(c net.Conn) net.Conn { return joinCounter{c, &joins} }}, "", "")
+	}()
 	t.Cleanup(func() { _ = srv.Close() })
 
 	roots := x509.NewCertPool()
