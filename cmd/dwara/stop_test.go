@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dwara/dwara/internal/testrun"
 )
 
 // The gateway stops cleanly on SIGTERM, on every front, however early the
@@ -117,23 +119,22 @@ func TestStopUnderKeepAlive(t *testing.T) {
 						}
 					})
 				}
-				deadline := time.Now().Add(wait)
-				for ok.Load() < 64 && time.Now().Before(deadline) {
-					time.Sleep(5 * time.Millisecond)
-				}
-				if ok.Load() < 64 {
-					close(stop)
-					wg.Wait()
-					t.Fatalf("run %d: only %d requests answered before the stop; stderr:\n%s", i, ok.Load(), p.log)
-				}
+				stopClients := sync.OnceFunc(func() { close(stop); wg.Wait() })
+				defer stopClients()
+				testrun.Eventually(t, "64 requests answered before the stop", func() bool {
+					if n := failed.Load(); n > 0 {
+						stopClients()
+						t.Fatalf("run %d: %d requests failed before the stop; first: %v; stderr:\n%s", i, n, firstFail.Load(), p.log)
+					}
+					return ok.Load() >= 64
+				})
 				mark := p.log.mark()
 				began := time.Now()
 				p.signal(t, syscall.SIGTERM)
 				code := p.exitCode(t)
 				took := time.Since(began)
 				slowest = max(slowest, took)
-				close(stop)
-				wg.Wait()
+				stopClients()
 				if code != 0 {
 					t.Fatalf("run %d: exit code after SIGTERM = %d, want 0; stderr:\n%s", i, code, p.log)
 				}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dwara/dwara/gateway/config"
 	"github.com/dwara/dwara/gateway/split"
+	"github.com/dwara/dwara/internal/testrun"
 )
 
 // seen is one request an upstream received.
@@ -279,10 +280,7 @@ func TestMirrorAbsent(t *testing.T) {
 				t.Fatalf("request %d: %d", i, resp.StatusCode)
 			}
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for mirrorCount(g, mirrorFailed) < 20 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		testrun.Eventually(t, "20 failed mirror copies counted", func() bool { return mirrorCount(g, mirrorFailed) >= 20 })
 		if f := mirrorCount(g, mirrorFailed); f != 20 {
 			t.Errorf("failed = %v, want 20", f)
 		}
