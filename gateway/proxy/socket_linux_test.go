@@ -112,10 +112,10 @@ func TestSocketReadsAndWrites(t *testing.T) {
 	// Writes to the closed peer end in a reset or a broken pipe, as the
 	// system reports them.
 	var werr error
-	for until := time.Now().Add(testrun.Timeout); werr == nil && time.Now().Before(until); {
+	testrun.Eventually(t, "a write to the closed peer failing", func() bool {
 		_, werr = s.Write(c, []byte("more"))
-		time.Sleep(time.Millisecond)
-	}
+		return werr != nil
+	})
 	if !errors.Is(werr, syscall.ECONNRESET) && !errors.Is(werr, syscall.EPIPE) {
 		t.Fatalf("write to a closed peer: %v; want ECONNRESET or EPIPE", werr)
 	}
