@@ -415,9 +415,10 @@ func (b *bench) upstreamCPU() (time.Duration, error) {
 // header prints what the table was measured on and with.
 func (b *bench) header(w io.Writer, start time.Time, orders []string) {
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Fprintf(w, "\n# dwara bench-compare, %s, took %s\n", start.UTC().Format("2006-01-02 15:04 UTC"), time.Since(start).Round(time.Second))
-	fmt.Fprintf(w, "# host: %d CPUs, Linux %s, load avg at the end %s\n", runtime.NumCPU(), strings.TrimSpace(string(kernel)), strings.Join(strings.Fields(string(load))[:3], " "))
+	fmt.Fprintln(w, hostLine(runtime.NumCPU(), cpuModel(cpuinfo), string(kernel), syscallCost(), load))
 	fmt.Fprintf(w, "# %s\n", b.versions)
 	secs := int(b.k.Duration / time.Second)
 	for _, wl := range b.k.Workloads {
