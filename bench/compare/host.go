@@ -9,11 +9,9 @@ import (
 )
 
 // The host line of a run's header says what machine the ratios were
-// measured on: runs of the same code on two machines of the same size
-// differ most where the machines differ in what a system call costs (the
-// kernel's entry and exit, with its mitigations), which a proxy pays on
-// every read and write and a goroutine-per-connection server pays
-// differently from an event loop.
+// measured on, down to what a system call costs there: the kernel's entry
+// and exit, with whatever mitigations it runs, which a proxy pays on every
+// read and write and which differs between virtual machines of one size.
 
 // cpuModel returns the processor's name from /proc/cpuinfo's first
 // "model name" line, "" when there is none.
